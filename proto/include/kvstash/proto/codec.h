@@ -1,0 +1,52 @@
+// Helpers around the generated wire code: verification, the protocol
+// version, and conversions between wire tables and vocab types.
+#pragma once
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvstash/chunk_layout.h"
+#include "kvstash/geometry.h"
+#include "kvstash/keys.h"
+#include "kvstash/proto/kvstash_generated.h"
+#include "kvstash/status.h"
+
+namespace kvstash::proto {
+
+// Bump on any incompatible change to kvstash.fbs; Hello rejects a mismatch.
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Runs the FlatBuffers Verifier (with depth and table limits) and returns the
+// envelope, or MalformedMessage naming what was wrong.
+Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
+                                             size_t max_bytes);
+
+// The finished bytes of one message.
+using Bytes = std::vector<uint8_t>;
+Bytes Finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
+             wire::Body type, flatbuffers::Offset<void> body);
+Bytes ErrorMessage(uint64_t request_id, const Status& status);
+
+inline StatusCode FromWire(wire::ErrorCode code) { return StatusCode(uint16_t(code)); }
+inline wire::ErrorCode ToWire(StatusCode code) { return wire::ErrorCode(uint16_t(code)); }
+inline DType FromWire(wire::DType d) { return DType(uint8_t(d)); }
+inline wire::DType ToWire(DType d) { return wire::DType(uint8_t(d)); }
+
+LayerGeometry FromWire(const wire::LayerGeometry& g);
+flatbuffers::Offset<wire::LayerGeometry> ToWire(flatbuffers::FlatBufferBuilder& fbb,
+                                                const LayerGeometry& g);
+
+inline ChunkKey FromWire(const wire::Key& key) {
+  ChunkKey out;
+  for (size_t i = 0; i < out.size(); ++i) out[i] = key.bytes()->Get(i);
+  return out;
+}
+inline wire::Key ToWire(const ChunkKey& key) {
+  return wire::Key(flatbuffers::span<const uint8_t, 32>(key.data(), 32));
+}
+
+}  // namespace kvstash::proto
