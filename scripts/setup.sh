@@ -11,7 +11,7 @@ packages=(
   libcli11-dev
   libgtest-dev libgmock-dev
   libssl-dev
-  libcpp-httplib-dev
+  libcpp-httplib-dev nlohmann-json3-dev
 )
 
 missing=()

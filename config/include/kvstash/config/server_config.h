@@ -1,0 +1,55 @@
+// The daemon's configuration. Every option is declared once, in the option
+// table (src/option_table.cc), with its flag, KVSTASH_* environment variable,
+// default, bounds and help; CLI11 flags, the config file, the environment,
+// --help and the effective config shown by `kvstash describe` all derive
+// from that table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvstash/status.h"
+
+namespace kvstash::config {
+
+struct ServerConfig {
+  std::string socket = "ipc:///run/kvstash/kvstash.sock";
+  uint32_t socket_mode = 0660;            // file mode of an ipc:// socket
+  std::string backend = "auto";           // auto | host | cuda
+  double l1_gb = 4.0;                     // L1 pinned pool size
+  uint32_t l1_slice_mb = 256;             // pinning and slab unit; no slot straddles one
+  uint32_t chunk_tokens = 256;
+  uint32_t max_chunks_per_request = 1024;
+  uint32_t max_message_mb = 64;
+  uint32_t lease_ms = 30000;              // default lookup lease
+  uint32_t copy_threads = 0;              // host copies; 0 = auto
+  uint32_t pin_threads = 0;               // background pinning; 0 = auto
+  std::string transfer_mode = "dma";      // dma | direct (CUDA backend)
+  uint32_t staging_mb = 256;              // GPU staging ring per device (dma mode)
+  std::string log_level = "info";         // trace | debug | info | warn | error | off
+  uint32_t metrics_port = 0;              // Prometheus endpoint; 0 = off
+  std::string metrics_bind = "127.0.0.1";
+};
+
+// What parsing decided: run with this config, or exit (after --help or
+// --version, or on a bad option) with the given code and text to print.
+struct ParseOutcome {
+  ServerConfig config;
+  bool should_exit = false;
+  int exit_code = 0;
+  std::string output;  // help text or the error message
+};
+
+// Parses argv, then a config file named by --config / KVSTASH_CONFIG, then
+// KVSTASH_* variables (flags win over the environment, which wins over the
+// file). Bounds violations are errors naming the option, the value and the
+// bounds.
+ParseOutcome ParseServerConfig(int argc, const char* const* argv);
+
+// The effective configuration as (name, value) pairs in table order, for
+// `kvstash describe` and the startup log.
+std::vector<std::pair<std::string, std::string>> EffectiveConfig(const ServerConfig& config);
+
+}  // namespace kvstash::config
