@@ -1,0 +1,64 @@
+// A backend is leveldb's Env for engine memory: how the daemon opens memory an
+// engine shared, prepares L1 slabs, and copies chunks between the two. The
+// host backend (POSIX shared memory, CPU copies) and the CUDA backend (IPC
+// handles, kernels) run under the very same server, pool and index code.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstash/kernels/chunk_copy.h"
+#include "kvstash/status.h"
+#include "l1_pool.h"
+
+namespace kvstash::server {
+
+// One allocation an engine shared, as described on the wire.
+struct AllocationSpec {
+  enum class Kind { kHostShm, kCudaIpc };
+  Kind kind = Kind::kHostShm;
+  std::string shm_name;             // kHostShm
+  std::vector<uint8_t> ipc_handle;  // kCudaIpc: cudaIpcMemHandle_t bytes
+  std::array<uint8_t, 16> gpu_uuid{};
+  uint64_t size_bytes = 0;
+  // Names the allocation, so that each one is opened once.
+  std::string identity() const;
+};
+
+// Memory an engine shared, opened in the daemon. Closed by its destructor
+// when the last registration using it goes.
+class MappedAllocation {
+ public:
+  virtual ~MappedAllocation() = default;
+  virtual uint8_t* base() const = 0;  // address the copy engine uses
+  virtual uint64_t size_bytes() const = 0;
+  virtual int device() const = 0;     // transfer worker index (0 for host)
+};
+
+enum class Direction { kStore, kRetrieve };
+
+// One group's layers of one registration, as the copy engine addresses them.
+struct GroupAddresses {
+  kernels::GroupCopy group;           // layer_bases points into `layer_bases`
+  std::vector<uint8_t*> layer_bases;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual int num_devices() const = 0;
+  virtual Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) = 0;
+  // How L1 slabs are prepared (touched, pinned) and released.
+  virtual SlabHooks slab_hooks() = 0;
+  // Copies a batch of chunks of one registration, every group, in one
+  // direction: Store gathers engine blocks into the flat L1 slots, Retrieve
+  // scatters them back. Safe to call from the two lanes of one device at once.
+  virtual Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
+                      const std::vector<kernels::ChunkCopy>& chunks) = 0;
+};
+
+}  // namespace kvstash::server

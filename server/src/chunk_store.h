@@ -1,0 +1,118 @@
+// The key index over the L1 pool: which chunk lives in which slot, in which
+// scope, with LRU eviction, lookup leases and read/write pins.
+//
+// A chunk is Writing from BeginStore until CommitStore (invisible to Lookup
+// and Retrieve), then Ready. A chunk that is Writing, being read or leased is
+// never evicted or cleared. Capacity is the pool's; allocation fails only when
+// no evictable chunk remains.
+//
+// Thread-safe: one mutex guards everything (the frontend reserves and looks
+// up, transfer workers commit and unpin).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "kvstash/keys.h"
+#include "l1_pool.h"
+#include "stats.h"
+
+namespace kvstash::server {
+
+using ScopeId = uint32_t;
+using Clock = std::chrono::steady_clock;
+
+class ChunkStore {
+ public:
+  struct Entry;  // opaque to callers; a handle stays valid while pinned
+
+  enum class Reservation { kReserved, kAlreadyPresent, kNoRoom };
+  struct StoreTicket {
+    Reservation result = Reservation::kNoRoom;
+    Entry* entry = nullptr;     // with kReserved
+    uint8_t* slot = nullptr;    // with kReserved: chunk_bytes to fill
+  };
+  struct ReadTicket {
+    Entry* entry = nullptr;
+    const uint8_t* slot = nullptr;
+    uint32_t num_tokens = 0;
+  };
+  struct LookupResult {
+    uint32_t hit_chunks = 0;
+    uint64_t hit_tokens = 0;
+    uint64_t lease_id = 0;
+  };
+
+  ChunkStore(L1Pool& pool, Stats& stats);
+  ~ChunkStore();
+
+  // Reserves a slot (evicting if needed) for a new chunk, or reports it
+  // present (Ready or Writing) or that no room can be made.
+  StoreTicket BeginStore(ScopeId scope, const ChunkKey& key, uint64_t chunk_bytes);
+  // Publishes a reserved chunk with its token count; Lookup sees it from now.
+  void CommitStore(Entry* entry, uint32_t num_tokens);
+  // Drops a reservation whose copy failed; the slot is freed.
+  void AbortStore(Entry* entry);
+
+  // Pins a Ready chunk for reading; nullopt when absent or still Writing.
+  std::optional<ReadTicket> BeginRead(ScopeId scope, const ChunkKey& key);
+  void EndRead(Entry* entry);
+
+  // Longest prefix of `keys` that is Ready; leases it for `lease` when any.
+  // A chunk of fewer than chunk_tokens tokens ends the prefix.
+  LookupResult Lookup(ScopeId scope, const std::vector<ChunkKey>& keys,
+                      uint32_t chunk_tokens, std::chrono::milliseconds lease);
+  // Ends a lease; returns the chunks it held, or nullopt if unknown/expired.
+  std::optional<uint32_t> Release(uint64_t lease_id);
+  // Ends leases whose time has passed.
+  void ExpireLeases(Clock::time_point now);
+
+  // Drops every unpinned Ready chunk whose scope `matches`; returns how many.
+  uint64_t Clear(const std::function<bool(ScopeId)>& matches);
+
+  struct Usage {
+    uint64_t chunks = 0;
+    uint64_t leases = 0;
+    uint64_t used_bytes = 0;
+    uint64_t capacity_bytes = 0;
+  };
+  Usage usage() const;
+
+ private:
+  struct ScopedKey {
+    ScopeId scope;
+    ChunkKey key;
+    bool operator==(const ScopedKey& o) const { return scope == o.scope && key == o.key; }
+  };
+  struct ScopedKeyHash {
+    size_t operator()(const ScopedKey& k) const;
+  };
+  struct Lease {
+    Clock::time_point expires;
+    std::vector<Entry*> entries;
+  };
+  using Index = std::unordered_map<ScopedKey, std::unique_ptr<Entry>, ScopedKeyHash>;
+
+  bool Evictable(const Entry& e) const;
+  void EraseLocked(Entry* entry);
+  std::optional<L1Pool::Slot> AllocateLocked(uint64_t chunk_bytes);
+  void TouchLocked(Entry* entry);
+  void EndLeaseLocked(Lease& lease);
+
+  L1Pool& pool_;
+  Stats& stats_;
+  mutable std::mutex mutex_;
+  Index index_;                                           // GUARDED_BY(mutex_)
+  std::list<Entry*> lru_;                                 // GUARDED_BY(mutex_); front = oldest
+  std::unordered_map<uint64_t, Lease> leases_;            // GUARDED_BY(mutex_)
+  uint64_t next_lease_id_ = 1;                            // GUARDED_BY(mutex_)
+};
+
+}  // namespace kvstash::server

@@ -1,0 +1,158 @@
+// The frontend: the thread that calls Run owns the ROUTER socket, reads
+// requests, hands them to the Service, and sends replies — its own and those
+// finished by transfer workers (through the reply queue).
+#include "kvstash/server/daemon.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "backend_factory.h"
+#include "ipc_path.h"
+#include "reply_queue.h"
+#include "service.h"
+
+namespace kvstash::server {
+
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr auto kDrainTimeout = std::chrono::seconds(30);
+constexpr int kMaxRequestsPerWake = 256;  // then send replies, so none starve
+
+std::shared_ptr<spdlog::logger> Logger() {
+  auto logger = spdlog::get("kvstashd");
+  return logger ? logger : spdlog::default_logger();
+}
+
+}  // namespace
+
+struct Daemon::Impl {
+  config::ServerConfig config;
+  ReplyQueue replies;
+  std::unique_ptr<Service> service;
+  int stop_fd = -1;
+
+  ~Impl() {
+    service.reset();  // joins workers before the queue goes
+    if (stop_fd >= 0) close(stop_fd);
+  }
+  Status Serve(zmq::socket_t& router);
+  void ReceiveRequests(zmq::socket_t& router);
+  static void Send(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
+};
+
+Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->stop_fd < 0) return Status::Internal("eventfd failed");
+  Result<std::unique_ptr<Backend>> backend = CreateBackend(config);
+  if (!backend.ok()) return backend.status();
+  Result<std::unique_ptr<Service>> service =
+      Service::Create(config, std::move(*backend), impl->replies);
+  if (!service.ok()) return service.status();
+  impl->service = std::move(*service);
+  return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
+}
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Daemon::~Daemon() = default;
+
+void Daemon::RequestStop() {
+  const uint64_t one = 1;
+  ssize_t written = write(impl_->stop_fd, &one, sizeof(one));
+  (void)written;
+}
+
+Status Daemon::Run() {
+  const std::string path = IpcPath(impl_->config.socket);
+  if (!path.empty()) KVSTASH_RETURN_IF_ERROR(PrepareIpcPath(path));
+  Status status;
+  try {
+    zmq::context_t context(1);
+    zmq::socket_t router(context, zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.set(zmq::sockopt::sndhwm, 100000);
+    router.set(zmq::sockopt::rcvhwm, 100000);
+    // A hard guard against memory exhaustion; messages up to the configured
+    // limit get a clear TooLarge reply, far larger ones drop the peer.
+    router.set(zmq::sockopt::maxmsgsize,
+               int64_t(impl_->config.max_message_mb) * 2 * (1 << 20) + (1 << 20));
+    router.bind(impl_->config.socket);
+    if (!path.empty() && chmod(path.c_str(), impl_->config.socket_mode) != 0) {
+      Logger()->warn("cannot set mode {:o} on {}", impl_->config.socket_mode, path);
+    }
+    Logger()->info("kvstashd serving at {} ({} backend, L1 {:.2f} GiB)", impl_->config.socket,
+                   impl_->config.backend, impl_->config.l1_gb);
+    status = impl_->Serve(router);
+  } catch (const zmq::error_t& e) {
+    status = Status::Unavailable("ZeroMQ error on " + impl_->config.socket + ": " + e.what());
+  }
+  if (!path.empty()) unlink(path.c_str());
+  return status;
+}
+
+Status Daemon::Impl::Serve(zmq::socket_t& router) {
+  bool stopping = false;
+  Clock::time_point drain_deadline;
+  for (;;) {
+    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, replies.wake_fd(), ZMQ_POLLIN, 0},
+                               {nullptr, stop_fd, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 3, kPollInterval);
+    if (items[0].revents & ZMQ_POLLIN) ReceiveRequests(router);
+    for (const OutgoingReply& reply : replies.TakeAll()) Send(router, reply.peer, reply.bytes);
+    service->Tick();
+    if ((items[2].revents & ZMQ_POLLIN) && !stopping) {
+      Logger()->info("stopping: answering {} requests in flight", service->deferred_in_flight());
+      service->BeginShutdown();
+      stopping = true;
+      drain_deadline = Clock::now() + kDrainTimeout;
+    }
+    if (stopping && service->deferred_in_flight() == 0) break;
+    if (stopping && Clock::now() > drain_deadline) {
+      return Status::DeviceError(std::to_string(service->deferred_in_flight()) +
+                                 " requests still in flight after the drain timeout");
+    }
+  }
+  Logger()->info("stopped");
+  return Status::Ok();
+}
+
+void Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
+  for (int n = 0; n < kMaxRequestsPerWake; ++n) {
+    std::vector<zmq::message_t> frames;
+    if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+    if (frames.empty()) continue;
+    const PeerId peer = frames[0].to_string();
+    if (frames.size() != 2) {
+      Send(router, peer,
+           proto::ErrorMessage(0, Status::Malformed(
+                                      "expected one frame per message, got " +
+                                      std::to_string(frames.size() - 1) +
+                                      " (use a DEALER socket and send one envelope)")));
+      service->stats().request_errors.fetch_add(1);
+      continue;
+    }
+    std::optional<proto::Bytes> reply =
+        service->Handle(peer, frames[1].data<uint8_t>(), frames[1].size());
+    if (reply) Send(router, peer, *reply);
+  }
+}
+
+void Daemon::Impl::Send(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes) {
+  try {
+    router.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    router.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    // A peer that went away cannot be answered; everyone else still is.
+    Logger()->debug("reply dropped: {}", e.what());
+  }
+}
+
+}  // namespace kvstash::server

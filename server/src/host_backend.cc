@@ -1,0 +1,123 @@
+// POSIX shared memory and CPU copies.
+#include "host_backend.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace kvstash::server {
+
+std::string AllocationSpec::identity() const {
+  if (kind == Kind::kHostShm) return "shm:" + shm_name;
+  std::string id = "cuda:";
+  id.append(reinterpret_cast<const char*>(ipc_handle.data()), ipc_handle.size());
+  return id;
+}
+
+namespace {
+
+class ShmAllocation : public MappedAllocation {
+ public:
+  ShmAllocation(uint8_t* base, uint64_t size) : base_(base), size_(size) {}
+  ~ShmAllocation() override { munmap(base_, size_); }
+  uint8_t* base() const override { return base_; }
+  uint64_t size_bytes() const override { return size_; }
+  int device() const override { return 0; }
+
+ private:
+  uint8_t* base_;
+  uint64_t size_;
+};
+
+Status CheckShmName(const std::string& name) {
+  if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
+      name.find('/', 1) != std::string::npos) {
+    return Status::InvalidArgument("shared memory name \"" + name +
+                                   "\" must be \"/name\" with no other '/' and under 256 bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+HostBackend::HostBackend(size_t copy_threads) : pool_(copy_threads > 0 ? copy_threads - 1 : 0) {}
+
+Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec& spec) {
+  if (spec.kind != AllocationSpec::Kind::kHostShm) {
+    return Status::InvalidArgument(
+        "the host backend takes POSIX shared memory allocations, not CUDA IPC handles; "
+        "start kvstashd with --backend cuda on a GPU machine");
+  }
+  KVSTASH_RETURN_IF_ERROR(CheckShmName(spec.shm_name));
+  const int fd = shm_open(spec.shm_name.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    return Status::NotFound("cannot open shared memory " + spec.shm_name + ": " +
+                            std::strerror(errno));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || uint64_t(st.st_size) < spec.size_bytes || spec.size_bytes == 0) {
+    const uint64_t actual = uint64_t(st.st_size);
+    close(fd);
+    return Status::OutOfRange("shared memory " + spec.shm_name + " holds " +
+                              std::to_string(actual) + " bytes, not the " +
+                              std::to_string(spec.size_bytes) + " bytes declared");
+  }
+  void* base = mmap(nullptr, spec.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    return Status::Exhausted("mmap of shared memory " + spec.shm_name + " failed: " +
+                             std::strerror(errno));
+  }
+  return std::shared_ptr<MappedAllocation>(
+      std::make_shared<ShmAllocation>(static_cast<uint8_t*>(base), spec.size_bytes));
+}
+
+SlabHooks HostBackend::slab_hooks() {
+  SlabHooks hooks;
+  // Touch every page now, in the background, so the first stores do not pay
+  // page faults on the hot path.
+  hooks.prepare = [](uint8_t* data, uint64_t bytes) {
+    const long page = sysconf(_SC_PAGESIZE);
+    for (uint64_t off = 0; off < bytes; off += uint64_t(page)) data[off] = 0;
+    return Status::Ok();
+  };
+  return hooks;
+}
+
+Status HostBackend::Copy(Direction direction, int /*device*/,
+                         const std::vector<GroupAddresses>& groups,
+                         const std::vector<kernels::ChunkCopy>& chunks) {
+  // One task per (layer, chunk): a single large chunk spreads over every
+  // thread, and so do many small ones. A one-layer slice of a group is the
+  // same group with the layer's flat offset.
+  std::vector<kernels::GroupCopy> layers;
+  for (const GroupAddresses& g : groups) {
+    kernels::GroupCopy one = g.group;
+    one.shape.num_layers = 1;
+    const uint64_t layer_bytes = FlatGroupBytes(one.shape);
+    for (uint32_t l = 0; l < g.group.shape.num_layers; ++l) {
+      one.flat_offset_bytes = g.group.flat_offset_bytes + l * layer_bytes;
+      one.layer_bases = g.group.layer_bases + l;
+      layers.push_back(one);
+    }
+  }
+  const size_t tasks = layers.size() * chunks.size();
+  std::vector<Status> failures(tasks);
+  pool_.ParallelFor(tasks, [&](size_t i) {
+    const kernels::GroupCopy& layer = layers[i / chunks.size()];
+    const kernels::ChunkCopy& chunk = chunks[i % chunks.size()];
+    failures[i] = direction == Direction::kStore ? kernels::GatherChunksCpu(layer, &chunk, 1)
+                                                 : kernels::ScatterChunksCpu(layer, &chunk, 1);
+  });
+  for (Status& s : failures) {
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvstash::server

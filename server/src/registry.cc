@@ -1,0 +1,170 @@
+// Registration validation, shared allocations and scopes.
+#include "registry.h"
+
+#include <string>
+
+namespace kvstash::server {
+
+void Registration::BeginWork() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++in_flight_;
+}
+
+void Registration::EndWork() {
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--in_flight_ == 0) ready.swap(drained_);
+  }
+  for (auto& then : ready) then();
+}
+
+void Registration::WhenDrained(std::function<void()> then) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (in_flight_ > 0) {
+      drained_.push_back(std::move(then));
+      return;
+    }
+  }
+  then();
+}
+
+Registry::Registry(Backend& backend, uint32_t chunk_tokens, uint64_t max_chunk_bytes)
+    : backend_(backend), chunk_tokens_(chunk_tokens), max_chunk_bytes_(max_chunk_bytes) {}
+
+Result<std::shared_ptr<MappedAllocation>> Registry::OpenShared(const AllocationSpec& spec) {
+  const std::string identity = spec.identity();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = open_.find(identity);
+    if (found != open_.end()) {
+      if (auto existing = found->second.lock()) {
+        if (existing->size_bytes() < spec.size_bytes) {
+          return Status::OutOfRange("allocation declared with " + std::to_string(spec.size_bytes) +
+                                    " bytes but opened earlier with " +
+                                    std::to_string(existing->size_bytes()));
+        }
+        return existing;
+      }
+    }
+  }
+  // Opening may be slow (CUDA IPC): do it outside the lock.
+  Result<std::shared_ptr<MappedAllocation>> opened = backend_.Open(spec);
+  if (!opened.ok()) return opened;
+  std::lock_guard<std::mutex> lock(mutex_);
+  open_[identity] = *opened;
+  return opened;
+}
+
+Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest request) {
+  if (request.tp_size == 0 || request.tp_rank >= request.tp_size) {
+    return Status::InvalidArgument("tp_rank " + std::to_string(request.tp_rank) +
+                                   " must be below tp_size " + std::to_string(request.tp_size));
+  }
+  if (request.allocations.empty()) return Status::InvalidArgument("no allocations given");
+  std::vector<LayerGeometry> geometries;
+  for (size_t i = 0; i < request.layers.size(); ++i) {
+    if (request.layers[i].allocation >= request.allocations.size()) {
+      return Status::OutOfRange("layer " + std::to_string(i) + " names allocation " +
+                                std::to_string(request.layers[i].allocation) + " of " +
+                                std::to_string(request.allocations.size()));
+    }
+    geometries.push_back(request.layers[i].geometry);
+  }
+  Result<ChunkLayout> layout = ChunkLayout::Build(geometries, chunk_tokens_);
+  if (!layout.ok()) return layout.status();
+  if (layout->chunk_bytes() > max_chunk_bytes_) {
+    return Status::TooLarge("a chunk of this layout takes " + std::to_string(layout->chunk_bytes()) +
+                            " bytes, more than an L1 slab of " + std::to_string(max_chunk_bytes_) +
+                            " bytes; lower --chunk-tokens or raise --l1-slice-mb");
+  }
+  // Every extent inside its allocation, checked against the declared size
+  // (which Open verified against the real one).
+  for (size_t i = 0; i < request.layers.size(); ++i) {
+    const LayerSpec& layer = request.layers[i];
+    const uint64_t size = request.allocations[layer.allocation].size_bytes;
+    const uint64_t extent = LayerExtentBytes(layer.geometry);
+    if (layer.offset_bytes > size || extent > size - layer.offset_bytes) {
+      return Status::OutOfRange("layer " + std::to_string(i) + " spans bytes [" +
+                                std::to_string(layer.offset_bytes) + ", " +
+                                std::to_string(layer.offset_bytes + extent) +
+                                ") but its allocation holds " + std::to_string(size));
+    }
+  }
+  auto registration = std::make_shared<Registration>();
+  for (const AllocationSpec& spec : request.allocations) {
+    Result<std::shared_ptr<MappedAllocation>> opened = OpenShared(spec);
+    if (!opened.ok()) return opened.status();
+    registration->allocations.push_back(*opened);
+  }
+  registration->device = registration->allocations[0]->device();
+  for (const auto& allocation : registration->allocations) {
+    if (allocation->device() != registration->device) {
+      return Status::InvalidArgument("a registration's allocations must live on one GPU");
+    }
+  }
+  for (const ChunkGroup& group : layout->groups()) {
+    GroupAddresses addresses;
+    for (uint32_t layer : group.layers) {
+      const LayerSpec& spec = request.layers[layer];
+      addresses.layer_bases.push_back(registration->allocations[spec.allocation]->base() +
+                                      spec.offset_bytes);
+    }
+    addresses.group = kernels::GroupCopy{group.geometry, group.shape, group.offset_bytes, nullptr};
+    registration->groups.push_back(std::move(addresses));
+  }
+  for (GroupAddresses& g : registration->groups) g.group.layer_bases = g.layer_bases.data();
+
+  KeyNamespace ns{request.model, request.tenant_salt, layout->fingerprint(), request.tp_rank,
+                  request.tp_size, layout->rank_independent()};
+  registration->namespace_id = NamespaceId(ns);
+  registration->layout = std::move(*layout);
+  registration->request = std::move(request);
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [scope, inserted] = scope_ids_.emplace(registration->namespace_id, ScopeId(scopes_.size()));
+  if (inserted) {
+    scopes_.push_back(ScopeName{registration->request.model, registration->request.tenant_salt,
+                                registration->namespace_id});
+  }
+  registration->scope = scope->second;
+  registration->id = next_id_++;
+  registrations_[registration->id] = registration;
+  return registration;
+}
+
+std::shared_ptr<Registration> Registry::Find(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = registrations_.find(id);
+  return found == registrations_.end() ? nullptr : found->second;
+}
+
+std::shared_ptr<Registration> Registry::Remove(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = registrations_.find(id);
+  if (found == registrations_.end()) return nullptr;
+  std::shared_ptr<Registration> removed = std::move(found->second);
+  registrations_.erase(found);
+  return removed;
+}
+
+std::vector<std::shared_ptr<Registration>> Registry::List() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::shared_ptr<Registration>> out;
+  for (const auto& [id, registration] : registrations_) out.push_back(registration);
+  return out;
+}
+
+std::function<bool(ScopeId)> Registry::ScopeMatcher(const std::string& model,
+                                                    const std::string& tenant_salt) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<bool> matches(scopes_.size());
+  for (size_t i = 0; i < scopes_.size(); ++i) {
+    matches[i] = model.empty() ||
+                 (scopes_[i].model == model && (tenant_salt.empty() || scopes_[i].tenant_salt == tenant_salt));
+  }
+  return [matches](ScopeId scope) { return scope < matches.size() && matches[scope]; };
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,98 @@
+// Registrations: one engine rank's registered KV memory, with its layout,
+// groups and the scope its chunks live in. Opens each shared allocation once
+// and shares it between layers and registrations; an allocation closes when
+// the last registration using it goes.
+//
+// Thread-safe. A Registration is immutable once built and shared by
+// shared_ptr, so queued work keeps its memory mapped until it finishes.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "chunk_store.h"
+#include "kvstash/chunk_layout.h"
+#include "kvstash/keys.h"
+
+namespace kvstash::server {
+
+struct LayerSpec {
+  uint32_t allocation = 0;
+  uint64_t offset_bytes = 0;
+  LayerGeometry geometry;
+};
+
+struct RegistrationRequest {
+  std::string model;
+  std::string tenant_salt;
+  uint32_t tp_rank = 0;
+  uint32_t tp_size = 1;
+  std::vector<AllocationSpec> allocations;
+  std::vector<LayerSpec> layers;
+};
+
+class Registration {
+ public:
+  uint64_t id = 0;
+  ScopeId scope = 0;
+  RegistrationRequest request;  // allocations and layers as registered
+  ChunkLayout layout;
+  ChunkKey namespace_id{};
+  int device = 0;
+  std::vector<std::shared_ptr<MappedAllocation>> allocations;
+  std::vector<GroupAddresses> groups;  // per layout group, for the copy engine
+
+  // Work in flight: Unregister answers only once it has drained.
+  void BeginWork();
+  void EndWork();
+  // Runs `then` once no work is in flight (at once if none is).
+  void WhenDrained(std::function<void()> then);
+
+ private:
+  std::mutex mutex_;
+  uint64_t in_flight_ = 0;                      // GUARDED_BY(mutex_)
+  std::vector<std::function<void()>> drained_;  // GUARDED_BY(mutex_)
+};
+
+class Registry {
+ public:
+  Registry(Backend& backend, uint32_t chunk_tokens, uint64_t max_chunk_bytes);
+
+  // Validates, opens the allocations, checks every layer extent against its
+  // allocation, builds the layout and interns the scope.
+  Result<std::shared_ptr<Registration>> Register(RegistrationRequest request);
+  std::shared_ptr<Registration> Find(uint64_t id) const;
+  // Removes it from the registry; in-flight work still holds it.
+  std::shared_ptr<Registration> Remove(uint64_t id);
+  std::vector<std::shared_ptr<Registration>> List() const;
+  // Scopes of a model (and tenant salt); an empty model matches every scope.
+  std::function<bool(ScopeId)> ScopeMatcher(const std::string& model,
+                                            const std::string& tenant_salt) const;
+
+ private:
+  struct ScopeName {
+    std::string model;
+    std::string tenant_salt;
+    ChunkKey namespace_id;
+  };
+  Result<std::shared_ptr<MappedAllocation>> OpenShared(const AllocationSpec& spec);
+
+  Backend& backend_;
+  const uint32_t chunk_tokens_;
+  const uint64_t max_chunk_bytes_;
+  mutable std::mutex mutex_;
+  uint64_t next_id_ = 1;                                                  // GUARDED_BY(mutex_)
+  std::map<uint64_t, std::shared_ptr<Registration>> registrations_;      // GUARDED_BY(mutex_)
+  std::map<std::string, std::weak_ptr<MappedAllocation>> open_;         // GUARDED_BY(mutex_)
+  std::map<ChunkKey, ScopeId> scope_ids_;                                 // GUARDED_BY(mutex_)
+  std::vector<ScopeName> scopes_;                                         // GUARDED_BY(mutex_)
+};
+
+}  // namespace kvstash::server

@@ -1,0 +1,37 @@
+// eventfd-backed reply queue.
+#include "reply_queue.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+namespace kvstash::server {
+
+ReplyQueue::ReplyQueue() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (fd_ < 0) throw std::runtime_error("eventfd failed");  // at startup only
+}
+
+ReplyQueue::~ReplyQueue() { close(fd_); }
+
+void ReplyQueue::Push(PeerId peer, proto::Bytes bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    replies_.push_back(OutgoingReply{std::move(peer), std::move(bytes)});
+  }
+  const uint64_t one = 1;
+  ssize_t written = write(fd_, &one, sizeof(one));
+  (void)written;  // a full counter still wakes the reader
+}
+
+std::vector<OutgoingReply> ReplyQueue::TakeAll() {
+  uint64_t count;
+  ssize_t got = read(fd_, &count, sizeof(count));
+  (void)got;
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<OutgoingReply> out;
+  out.swap(replies_);
+  return out;
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,97 @@
+// The daemon's counters, declared once (memcached's X-macro idea: "no longer
+// have to add new stats in 3+ places"): the struct, the Stats reply, the JSON
+// and the metrics endpoint are all generated from KVSTASH_COUNTERS.
+// Thread-safe: every field is a relaxed atomic.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvstash::server {
+
+// X(name, help). Counters only go up.
+#define KVSTASH_COUNTERS(X)                                                        \
+  X(requests, "requests received (well-formed or not)")                            \
+  X(request_errors, "requests answered with an error reply")                       \
+  X(malformed_messages, "messages that failed verification")                       \
+  X(registrations, "RegisterKV requests that succeeded")                           \
+  X(unregistrations, "UnregisterKV requests that succeeded")                       \
+  X(store_chunks_stored, "chunks copied into L1")                                  \
+  X(store_chunks_already_present, "chunks a Store found already stored")           \
+  X(store_chunks_no_room, "chunks a Store skipped for lack of room")               \
+  X(store_chunks_failed, "chunks whose store copy failed")                         \
+  X(store_tokens, "tokens stored")                                                 \
+  X(store_bytes, "bytes copied into L1")                                           \
+  X(retrieve_chunks, "chunks copied back to engine memory")                        \
+  X(retrieve_chunks_missing, "chunks a Retrieve asked for that were not stored")   \
+  X(retrieve_chunks_failed, "chunks whose retrieve copy failed")                   \
+  X(retrieve_tokens, "tokens written back to engine memory")                       \
+  X(retrieve_bytes, "bytes copied out of L1")                                      \
+  X(lookup_requests, "Lookup requests")                                            \
+  X(lookup_keys, "keys asked for by Lookup")                                       \
+  X(lookup_hit_chunks, "chunks found by Lookup (the stored prefix)")               \
+  X(lookup_miss_chunks, "keys past the stored prefix")                             \
+  X(lookup_hit_tokens, "tokens found by Lookup")                                   \
+  X(leases_granted, "lookup leases granted")                                       \
+  X(leases_released, "leases ended by Release or Retrieve")                        \
+  X(leases_expired, "leases that ran out")                                         \
+  X(evicted_chunks, "chunks evicted to make room")                                 \
+  X(evicted_bytes, "bytes of evicted chunks")                                      \
+  X(cleared_chunks, "chunks dropped by Clear")
+
+enum class RequestKind : uint8_t {
+  kHello, kRegisterKV, kUnregisterKV, kStore, kRetrieve, kLookup, kRelease,
+  kClear, kDescribe, kStats, kPing, kCount
+};
+const char* RequestKindName(RequestKind kind);
+
+// Latency histogram with fixed bucket bounds (microseconds), cumulative when
+// exported, as Prometheus expects.
+class LatencyHistogram {
+ public:
+  static constexpr std::array<uint64_t, 14> kBoundsUs = {
+      25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000};
+  void Record(uint64_t micros);
+  struct Snapshot {
+    std::array<uint64_t, kBoundsUs.size() + 1> buckets{};  // last: +Inf
+    uint64_t count = 0;
+    uint64_t sum_us = 0;
+    uint64_t Percentile(double q) const;  // upper bound of the bucket holding q
+  };
+  Snapshot Read() const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBoundsUs.size() + 1> buckets_{};
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_us_{0};
+};
+
+class Stats {
+ public:
+#define KVSTASH_DECLARE_COUNTER(name, help) std::atomic<uint64_t> name{0};
+  KVSTASH_COUNTERS(KVSTASH_DECLARE_COUNTER)
+#undef KVSTASH_DECLARE_COUNTER
+
+  // Adds `n` to a counter; a shorthand for relaxed fetch_add.
+  static void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
+    counter.fetch_add(n, std::memory_order_relaxed);
+  }
+  LatencyHistogram& latency(RequestKind kind) { return latency_[size_t(kind)]; }
+  const LatencyHistogram& latency(RequestKind kind) const { return latency_[size_t(kind)]; }
+
+  struct Counter {
+    const char* name;
+    const char* help;
+    uint64_t value;
+  };
+  std::vector<Counter> ReadCounters() const;
+
+ private:
+  std::array<LatencyHistogram, size_t(RequestKind::kCount)> latency_;
+};
+
+}  // namespace kvstash::server

@@ -1,0 +1,72 @@
+// Lanes, batching and completion.
+#include "transfer_worker.h"
+
+namespace kvstash::server {
+
+TransferWorker::TransferWorker(Backend& backend, int device)
+    : store_(backend, device, Direction::kStore), retrieve_(backend, device, Direction::kRetrieve) {}
+
+TransferWorker::~TransferWorker() = default;
+
+void TransferWorker::Submit(Direction direction, TransferJob job) {
+  (direction == Direction::kStore ? store_ : retrieve_).Submit(std::move(job));
+}
+
+TransferWorker::Lane::Lane(Backend& backend, int device, Direction direction)
+    : backend_(backend), device_(device), direction_(direction), thread_([this] { Loop(); }) {}
+
+TransferWorker::Lane::~Lane() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void TransferWorker::Lane::Submit(TransferJob job) {
+  job.registration->BeginWork();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+}
+
+void TransferWorker::Lane::Loop() {
+  for (;;) {
+    std::vector<TransferJob> batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued is done
+      for (auto& job : queue_) batch.push_back(std::move(job));
+      queue_.clear();
+    }
+    RunBatch(batch);
+  }
+}
+
+void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
+  // Consecutive jobs of one registration share one copy call.
+  size_t begin = 0;
+  while (begin < jobs.size()) {
+    size_t end = begin + 1;
+    while (end < jobs.size() && jobs[end].registration == jobs[begin].registration) ++end;
+    std::vector<kernels::ChunkCopy> chunks;
+    for (size_t j = begin; j < end; ++j) {
+      chunks.insert(chunks.end(), jobs[j].chunks.begin(), jobs[j].chunks.end());
+    }
+    const Registration& registration = *jobs[begin].registration;
+    const Status status =
+        chunks.empty() ? Status::Ok()
+                       : backend_.Copy(direction_, device_, registration.groups, chunks);
+    for (size_t j = begin; j < end; ++j) {
+      jobs[j].complete(status);
+      jobs[j].registration->EndWork();
+    }
+    begin = end;
+  }
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,60 @@
+// One transfer worker per device, with a lane (thread + queue) per direction
+// so stores and retrieves overlap (PCIe is full duplex). Each lane takes every
+// job queued since its last batch and copies jobs of one registration in one
+// backend call. Completion callbacks run on the lane thread.
+// Thread-safe: Submit from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend.h"
+#include "registry.h"
+
+namespace kvstash::server {
+
+struct TransferJob {
+  std::shared_ptr<Registration> registration;
+  std::vector<kernels::ChunkCopy> chunks;               // block_ids point into block_ids
+  std::vector<std::vector<uint32_t>> block_ids;
+  std::function<void(const Status&)> complete;         // called once, with the copy's status
+};
+
+class TransferWorker {
+ public:
+  TransferWorker(Backend& backend, int device);
+  ~TransferWorker();  // finishes queued jobs, then joins
+  TransferWorker(const TransferWorker&) = delete;
+  TransferWorker& operator=(const TransferWorker&) = delete;
+
+  void Submit(Direction direction, TransferJob job);
+
+ private:
+  class Lane {
+   public:
+    Lane(Backend& backend, int device, Direction direction);
+    ~Lane();
+    void Submit(TransferJob job);
+
+   private:
+    void Loop();
+    void RunBatch(std::vector<TransferJob>& jobs);
+    Backend& backend_;
+    const int device_;
+    const Direction direction_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<TransferJob> queue_;  // GUARDED_BY(mutex_)
+    bool stopping_ = false;          // GUARDED_BY(mutex_)
+    std::thread thread_;
+  };
+  Lane store_;
+  Lane retrieve_;
+};
+
+}  // namespace kvstash::server
