@@ -1,0 +1,47 @@
+// Starts a real kvstashd on a private socket for a test and stops it. The
+// binary is found through KVSTASH_BIN_DIR, or beside the test binary.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstash/status.h"
+
+namespace kvstash::testing {
+
+// Path of an executable of ours: $KVSTASH_BIN_DIR/name, else beside this one.
+std::string BinaryPath(const std::string& name);
+
+// Runs a binary of ours with args; returns its exit code and what it printed.
+struct ProcessResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+ProcessResult RunBinary(const std::string& name, const std::vector<std::string>& args);
+
+class DaemonProcess {
+ public:
+  // Starts kvstashd with --socket on a fresh private path, --backend host and
+  // `args`, and waits until it answers a ping.
+  static Result<std::unique_ptr<DaemonProcess>> Start(const std::vector<std::string>& args = {});
+  ~DaemonProcess();  // SIGKILL if still running
+
+  const std::string& socket() const { return socket_; }
+  const std::string& socket_path() const { return socket_path_; }
+  pid_t pid() const { return pid_; }
+  // SIGTERM, then waits; returns the exit code (or -signal).
+  int Stop();
+  bool running() const;
+
+ private:
+  DaemonProcess() = default;
+  std::string dir_;
+  std::string socket_path_;
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace kvstash::testing
