@@ -44,6 +44,9 @@ enum class Direction { kStore, kRetrieve };
 struct GroupAddresses {
   kernels::GroupCopy group;           // layer_bases points into `layer_bases`
   std::vector<uint8_t*> layer_bases;
+  // The same addresses where a device can read them (CUDA backend), set by
+  // Backend::PrepareRegistration; null on the host backend.
+  uint8_t* const* device_layer_bases = nullptr;
 };
 
 class Backend {
@@ -54,6 +57,12 @@ class Backend {
   virtual Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) = 0;
   // How L1 slabs are prepared (touched, pinned) and released.
   virtual SlabHooks slab_hooks() = 0;
+  // Backend state a registration needs for its copies (device copies of the
+  // layer addresses); owned by the registration, released with it.
+  virtual Result<std::shared_ptr<void>> PrepareRegistration(int /*device*/,
+                                                            std::vector<GroupAddresses>& /*groups*/) {
+    return std::shared_ptr<void>();
+  }
   // Copies a batch of chunks of one registration, every group, in one
   // direction: Store gathers engine blocks into the flat L1 slots, Retrieve
   // scatters them back. Safe to call from the two lanes of one device at once.

@@ -33,14 +33,19 @@ struct ServerConfig {
   std::string metrics_bind = "127.0.0.1";
 };
 
-// What parsing decided: run with this config, or exit (after --help or
-// --version, or on a bad option) with the given code and text to print.
+// What parsing decided: run with this config, or exit (after --help,
+// --version or --print-config, or on a bad option) with the given code and
+// text to print: to stdout when exit_code is 0, to stderr otherwise.
 struct ParseOutcome {
   ServerConfig config;
   bool should_exit = false;
   int exit_code = 0;
   std::string output;  // help text or the error message
 };
+
+// ParseOutcome::exit_code for a bad flag, variable or config file, as
+// getopt-style tools use.
+inline constexpr int kUsageExitCode = 2;
 
 // Parses argv, then a config file named by --config / KVSTASH_CONFIG, then
 // KVSTASH_* variables (flags win over the environment, which wins over the

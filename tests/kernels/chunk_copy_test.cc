@@ -1,0 +1,266 @@
+// The CPU twins against a naive reference written straight from DESIGN.md's
+// address formula, byte by byte, on every engine layout of layouts.h: random
+// payloads, poisoned outputs, whole buffers compared.
+#include "kvstash/kernels/chunk_copy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "bytes.h"
+#include "kvstash/geometry_check.h"
+#include "kvstash/kernels/access_width.h"
+#include "layouts.h"
+
+namespace kvstash::kernels::test {
+namespace {
+
+uint64_t PagedByte(const TestLayout& l, uint32_t layer, uint32_t block, uint32_t kv, uint32_t token,
+                   uint32_t head, uint32_t byte) {
+  const LayerGeometry& g = l.geometry;
+  return l.layer_offset(layer) + block * g.block_stride + kv * g.kv_stride +
+         token * g.token_stride + head * g.head_stride + byte;
+}
+
+uint64_t FlatByte(const TestLayout& l, uint32_t layer, uint32_t kv, uint32_t token, uint32_t head,
+                  uint32_t byte) {
+  const LayerGeometry& g = l.geometry;
+  return kFlatOffsetBytes +
+         ((((uint64_t{layer} * g.kv_count + kv) * l.chunk_tokens + token) * g.num_heads + head) *
+              g.head_bytes + byte);
+}
+
+// Calls fn(layer, kv, token, head, byte) for every payload byte of tokens [begin, end).
+template <typename Fn>
+void ForEachByte(const TestLayout& l, uint32_t begin, uint32_t end, Fn fn) {
+  const LayerGeometry& g = l.geometry;
+  for (uint32_t layer = 0; layer < l.num_layers; ++layer)
+    for (uint32_t kv = 0; kv < g.kv_count; ++kv)
+      for (uint32_t t = begin; t < end; ++t)
+        for (uint32_t h = 0; h < g.num_heads; ++h)
+          for (uint32_t b = 0; b < g.head_bytes; ++b) fn(layer, kv, t, h, b);
+}
+
+void ReferenceGather(const TestLayout& l, const std::vector<uint8_t>& arena, const ChunkSpec& c,
+                     std::vector<uint8_t>& flat) {
+  const uint32_t bt = l.geometry.block_tokens;
+  ForEachByte(l, 0, c.num_tokens, [&](uint32_t layer, uint32_t kv, uint32_t t, uint32_t h, uint32_t b) {
+    flat[FlatByte(l, layer, kv, t, h, b)] =
+        arena[PagedByte(l, layer, c.block_ids[t / bt], kv, t % bt, h, b)];
+  });
+  ForEachByte(l, c.num_tokens, l.chunk_tokens,
+              [&](uint32_t layer, uint32_t kv, uint32_t t, uint32_t h, uint32_t b) {
+                flat[FlatByte(l, layer, kv, t, h, b)] = 0;
+              });
+}
+
+void ReferenceScatter(const TestLayout& l, const std::vector<uint8_t>& flat, const ChunkSpec& c,
+                      std::vector<uint8_t>& arena) {
+  const uint32_t bt = l.geometry.block_tokens;
+  ForEachByte(l, c.skip_tokens, c.num_tokens,
+              [&](uint32_t layer, uint32_t kv, uint32_t t, uint32_t h, uint32_t b) {
+                arena[PagedByte(l, layer, c.block_ids[t / bt], kv, t % bt, h, b)] =
+                    flat[FlatByte(l, layer, kv, t, h, b)];
+              });
+}
+
+std::vector<uint8_t*> Pointers(std::vector<std::vector<uint8_t>>& buffers) {
+  std::vector<uint8_t*> out;
+  for (auto& b : buffers) out.push_back(b.data());
+  return out;
+}
+
+class ChunkCopyCpuTest : public ::testing::TestWithParam<TestLayout> {};
+
+TEST_P(ChunkCopyCpuTest, LayoutIsAValidGeometry) {
+  const TestLayout& l = GetParam();
+  EXPECT_TRUE(ValidateGeometry(l.geometry).ok()) << ValidateGeometry(l.geometry).ToString();
+}
+
+TEST_P(ChunkCopyCpuTest, GatherMatchesReferenceAndZerosPartialTails) {
+  const TestLayout& l = GetParam();
+  std::vector<uint8_t> arena = RandomBytes(l.arena_bytes(), 1);
+  const std::vector<uint8_t> arena_before = arena;
+  const std::vector<uint8_t*> bases = LayerBases(l, arena.data());
+  const std::vector<ChunkSpec> specs = MixedBatch(l, 2);
+  std::vector<std::vector<uint8_t>> flats(specs.size(), std::vector<uint8_t>(l.flat_bytes(), kPoison));
+  std::vector<std::vector<uint8_t>> expected = flats;
+  for (size_t i = 0; i < specs.size(); ++i) ReferenceGather(l, arena, specs[i], expected[i]);
+
+  const std::vector<ChunkCopy> chunks = MakeChunkCopies(specs, Pointers(flats));
+  ASSERT_TRUE(GatherChunksCpu(MakeGroup(l, bases), chunks.data(), chunks.size()).ok());
+
+  const uint64_t group_end = kFlatOffsetBytes + FlatGroupBytes(l.shape());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_TRUE(SameBytes(flats[i], expected[i])) << "chunk " << i;
+    // Exactly the group's bytes changed: payload is never poison, nor zero.
+    EXPECT_EQ(CountNot(flats[i], kPoison), group_end - kFlatOffsetBytes) << "chunk " << i;
+    EXPECT_EQ(CountNot(flats[i], 0, kFlatOffsetBytes, group_end),
+              uint64_t{specs[i].num_tokens} * l.num_layers * l.geometry.kv_count *
+                  l.geometry.num_heads * l.geometry.head_bytes)
+        << "chunk " << i << ": the tail past num_tokens must be zeros";
+  }
+  EXPECT_TRUE(SameBytes(arena, arena_before)) << "gather wrote into the paged layers";
+}
+
+TEST_P(ChunkCopyCpuTest, ScatterWritesOnlyNamedBlocksFromSkipToNumTokens) {
+  const TestLayout& l = GetParam();
+  std::vector<uint8_t> arena(l.arena_bytes(), kPoison);
+  const std::vector<uint8_t*> bases = LayerBases(l, arena.data());
+  const std::vector<ChunkSpec> specs = MixedBatch(l, 3);
+  std::vector<std::vector<uint8_t>> flats;
+  for (size_t i = 0; i < specs.size(); ++i) flats.push_back(RandomBytes(l.flat_bytes(), 10 + i));
+  std::vector<uint8_t> expected = arena;
+  uint64_t written = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ReferenceScatter(l, flats[i], specs[i], expected);
+    written += ScatteredBytes(l, specs[i]);
+  }
+
+  const std::vector<ChunkCopy> chunks = MakeChunkCopies(specs, Pointers(flats));
+  ASSERT_TRUE(ScatterChunksCpu(MakeGroup(l, bases), chunks.data(), chunks.size()).ok());
+
+  EXPECT_TRUE(SameBytes(arena, expected));
+  EXPECT_EQ(CountNot(arena, kPoison), written);
+}
+
+TEST_P(ChunkCopyCpuTest, GatherThenScatterIntoOtherBlocksRoundTrips) {
+  const TestLayout& l = GetParam();
+  std::vector<uint8_t> source = RandomBytes(l.arena_bytes(), 4);
+  std::vector<uint8_t> target(l.arena_bytes(), kPoison);
+  const std::vector<uint8_t*> source_bases = LayerBases(l, source.data());
+  const std::vector<uint8_t*> target_bases = LayerBases(l, target.data());
+  std::vector<ChunkSpec> from = MixedBatch(l, 5);
+  std::vector<ChunkSpec> to = MixedBatch(l, 6);
+  uint64_t written = 0;
+  for (ChunkSpec& spec : to) {
+    spec.skip_tokens = 0;
+    written += ScatteredBytes(l, spec);
+  }
+  std::vector<std::vector<uint8_t>> flats(from.size(), std::vector<uint8_t>(l.flat_bytes(), kPoison));
+  std::vector<std::vector<uint8_t>> again = flats;
+
+  const auto gather = MakeChunkCopies(from, Pointers(flats));
+  ASSERT_TRUE(GatherChunksCpu(MakeGroup(l, source_bases), gather.data(), gather.size()).ok());
+  const auto scatter = MakeChunkCopies(to, Pointers(flats));
+  ASSERT_TRUE(ScatterChunksCpu(MakeGroup(l, target_bases), scatter.data(), scatter.size()).ok());
+  const auto regather = MakeChunkCopies(to, Pointers(again));
+  ASSERT_TRUE(GatherChunksCpu(MakeGroup(l, target_bases), regather.data(), regather.size()).ok());
+
+  for (size_t i = 0; i < flats.size(); ++i) EXPECT_TRUE(SameBytes(again[i], flats[i])) << "chunk " << i;
+  EXPECT_EQ(CountNot(target, kPoison), written) << "bytes outside the named blocks changed";
+}
+
+TEST_P(ChunkCopyCpuTest, AccessWidthFollowsHeadBytesAndStrides) {
+  const TestLayout& l = GetParam();
+  std::vector<uint8_t> arena(l.arena_bytes() + 16);
+  // Layer bases 16-aligned whatever the allocator returned.
+  uint8_t* aligned = arena.data() + (16 - reinterpret_cast<uintptr_t>(arena.data()) % 16) % 16;
+  const std::vector<uint8_t*> bases = LayerBases(l, aligned);
+  alignas(16) uint8_t flat[16];
+  const ChunkCopy chunk{flat, nullptr, 0, 0, 0};
+  EXPECT_EQ(AccessWidthBytes(MakeGroup(l, bases), &chunk, 1), l.access_width);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ChunkCopyCpuTest, ::testing::ValuesIn(AllLayouts()),
+                         [](const auto& info) { return info.param.name; });
+
+// Argument checks, on the vLLM layout.
+class ChunkCopyCpuArgsTest : public ::testing::Test {
+ protected:
+  ChunkCopyCpuArgsTest()
+      : layout_(AllLayouts()[0]),
+        arena_(RandomBytes(layout_.arena_bytes(), 7)),
+        bases_(LayerBases(layout_, arena_.data())),
+        specs_(MixedBatch(layout_, 8)),
+        flats_(specs_.size(), std::vector<uint8_t>(layout_.flat_bytes(), kPoison)),
+        chunks_(MakeChunkCopies(specs_, Pointers(flats_))) {}
+
+  StatusCode Gather() { return GatherChunksCpu(group(), chunks_.data(), chunks_.size()).code(); }
+  StatusCode Scatter() { return ScatterChunksCpu(group(), chunks_.data(), chunks_.size()).code(); }
+  GroupCopy group() const { return MakeGroup(layout_, bases_); }
+  // A rejected batch writes nothing, not even its valid chunks.
+  bool Untouched() const {
+    for (const auto& flat : flats_) {
+      if (CountNot(flat, kPoison) != 0) return false;
+    }
+    return true;
+  }
+
+  TestLayout layout_;
+  std::vector<uint8_t> arena_;
+  std::vector<uint8_t*> bases_;
+  std::vector<ChunkSpec> specs_;
+  std::vector<std::vector<uint8_t>> flats_;
+  std::vector<ChunkCopy> chunks_;
+};
+
+TEST_F(ChunkCopyCpuArgsTest, RejectsMoreTokensThanAChunkHolds) {
+  chunks_[1].num_tokens = layout_.chunk_tokens + 1;
+  EXPECT_EQ(Gather(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scatter(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Untouched());
+}
+
+TEST_F(ChunkCopyCpuArgsTest, RejectsTooFewBlockIds) {
+  chunks_[1].num_block_ids -= 1;
+  EXPECT_EQ(Gather(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scatter(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Untouched());
+}
+
+TEST_F(ChunkCopyCpuArgsTest, RejectsNullPointers) {
+  chunks_[2].flat = nullptr;
+  EXPECT_EQ(Gather(), StatusCode::kInvalidArgument);
+  chunks_[2].flat = flats_[2].data();
+  chunks_[2].block_ids = nullptr;
+  EXPECT_EQ(Gather(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Untouched());
+  EXPECT_EQ(GatherChunksCpu(group(), nullptr, 1).code(), StatusCode::kInvalidArgument);
+  GroupCopy no_bases = group();
+  no_bases.layer_bases = nullptr;
+  EXPECT_EQ(GatherChunksCpu(no_bases, chunks_.data(), 1).code(), StatusCode::kInvalidArgument);
+  bases_[2] = nullptr;
+  EXPECT_EQ(Scatter(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ChunkCopyCpuArgsTest, RejectsShapeThatDisagreesWithGeometry) {
+  GroupCopy bad = group();
+  bad.shape.head_bytes += 2;
+  EXPECT_EQ(GatherChunksCpu(bad, chunks_.data(), chunks_.size()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Untouched());
+}
+
+TEST_F(ChunkCopyCpuArgsTest, EmptyBatchIsOk) {
+  EXPECT_TRUE(GatherChunksCpu(group(), nullptr, 0).ok());
+  EXPECT_TRUE(ScatterChunksCpu(group(), nullptr, 0).ok());
+}
+
+TEST_F(ChunkCopyCpuArgsTest, ScatterWithSkipPastTheEndWritesNothing) {
+  const std::vector<uint8_t> before = arena_;
+  chunks_[0].skip_tokens = chunks_[0].num_tokens + 5;
+  ASSERT_TRUE(ScatterChunksCpu(group(), chunks_.data(), 1).ok());
+  EXPECT_TRUE(SameBytes(arena_, before));
+}
+
+TEST(AccessWidth, ShrinksToTheLeastAlignedPointerOrOffset) {
+  const TestLayout l = AllLayouts()[0];
+  alignas(16) static uint8_t arena[64];
+  std::vector<uint8_t*> bases(l.num_layers, arena);
+  ChunkCopy chunk{arena + 16, nullptr, 0, 0, 0};
+  GroupCopy group = MakeGroup(l, bases);
+  EXPECT_EQ(AccessWidthBytes(group, &chunk, 1), 16u);
+  chunk.flat = arena + 2;
+  EXPECT_EQ(AccessWidthBytes(group, &chunk, 1), 2u);
+  chunk.flat = arena;
+  bases[1] = arena + 4;
+  EXPECT_EQ(AccessWidthBytes(group, &chunk, 1), 4u);
+  bases[1] = arena;
+  group.flat_offset_bytes = 8;
+  EXPECT_EQ(AccessWidthBytes(group, &chunk, 1), 8u);
+}
+
+}  // namespace
+}  // namespace kvstash::kernels::test
