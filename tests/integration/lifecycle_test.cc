@@ -58,7 +58,10 @@ TEST_F(Lifecycle, TwoEnginesOfOneModelShareChunksAndOtherModelsDoNot) {
   auto tenant = client_->RegisterKV(engine_->Registration("test-model", "tenant-b")).get();
   ASSERT_TRUE(same.ok() && other.ok() && tenant.ok());
   EXPECT_NE(same->id, reg_.id);
-  EXPECT_EQ(client_->Lookup(same->id, ChunkKeys(*same, tokens.data(), tokens.size())).get()->hit_chunks, 2u);
+  auto shared = client_->Lookup(same->id, ChunkKeys(*same, tokens.data(), tokens.size())).get();
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(shared->hit_chunks, 2u);
+  ASSERT_TRUE(client_->Release(shared->lease_id).get().ok());  // leased chunks are never cleared
   // Even with the very same key bytes, another scope sees nothing.
   const auto keys = ChunkKeys(reg_, tokens.data(), tokens.size());
   EXPECT_EQ(client_->Lookup(other->id, keys).get()->hit_chunks, 0u);
@@ -107,7 +110,9 @@ TEST_F(Lifecycle, ShutdownAnswersRequestsInFlightAndRemovesTheSocket) {
   for (auto& s : stores) {
     auto outcomes = s.get();
     // Stored, or refused as shutting down / connection gone: never a silent timeout.
-    if (!outcomes.ok()) EXPECT_NE(outcomes.status().code(), StatusCode::kTimedOut) << outcomes.status().ToString();
+    if (!outcomes.ok()) {
+      EXPECT_NE(outcomes.status().code(), StatusCode::kTimedOut) << outcomes.status().ToString();
+    }
   }
   EXPECT_NE(access(daemon_->socket_path().c_str(), F_OK), 0) << "socket file left behind";
   daemon_.reset();
