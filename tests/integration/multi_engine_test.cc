@@ -3,7 +3,13 @@
 // the prompts the others stored.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <future>
+#include <thread>
 
 #include "daemon_process.h"
 
@@ -33,6 +39,34 @@ TEST(MultiEngine, EnginesStoreAndVerifyEachOthersPromptsConcurrently) {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("verified 12 prompts"), std::string::npos) << r.output;
   }
+  EXPECT_EQ((*daemon)->Stop(), 0);
+}
+
+TEST(MultiEngine, AnEngineKilledMidWorkloadDisturbsNoOne) {
+  auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "8"});
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  const std::string socket = (*daemon)->socket();
+  // A victim that keeps storing until it is killed with requests in flight.
+  const pid_t victim = fork();
+  if (victim == 0) {
+    const std::string binary = BinaryPath("kvstash_test_engine");
+    execl(binary.c_str(), binary.c_str(), "--socket", socket.c_str(), "--role", "store",
+          "--first-prompt", "1000", "--prompts", "100000", "--prompt-tokens", "256", nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(victim, SIGKILL);
+  waitpid(victim, nullptr, 0);
+  // Everyone else is served as before, byte for byte.
+  auto args = [&](const char* role) {
+    return std::vector<std::string>{"--socket", socket, "--role", role, "--prompts", "6",
+                                    "--prompt-tokens", "200"};
+  };
+  ProcessResult stored = RunBinary("kvstash_test_engine", args("store"));
+  EXPECT_EQ(stored.exit_code, 0) << stored.output;
+  ProcessResult verified = RunBinary("kvstash_test_engine", args("verify"));
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  EXPECT_TRUE((*daemon)->running());
   EXPECT_EQ((*daemon)->Stop(), 0);
 }
 
