@@ -1,0 +1,106 @@
+// kvstash::Client: an engine's connection to kvstashd (libkvstash).
+//
+//   auto client = kvstash::Client::Connect({}).value();
+//   kvstash::Registration reg = client->RegisterKV(options).get().value();
+//   auto chunks = kvstash::PromptChunks(reg, tokens, n, block_table, num_blocks);
+//   auto outcomes = client->Store(reg.id, chunks).get();
+//
+// Every call returns a future at once; many requests may be in flight. Each
+// future is always satisfied: with the reply, the daemon's error, TimedOut
+// when no reply came within ClientOptions::request_timeout, Unavailable when
+// the connection was lost or kvstashd restarted, or Cancelled when the Client
+// is destroyed first.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvstash/client_types.h"
+#include "kvstash/keys.h"
+#include "kvstash/status.h"
+
+namespace kvstash {
+
+inline constexpr char kDefaultSocket[] = "ipc:///run/kvstash/kvstash.sock";
+
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
+
+// Receives the library's log lines. Called from the client's I/O thread.
+using LogSink = std::function<void(LogLevel, std::string_view)>;
+
+struct ClientOptions {
+  std::string socket = kDefaultSocket;
+  std::chrono::milliseconds request_timeout{5000};
+  std::string client_name;  // shown in the daemon's logs
+  LogSink log;              // empty: the library logs nothing
+};
+
+// Thread-safe: any thread may call any method. One I/O thread, owned by the
+// Client, owns the socket; calls hand it their encoded requests.
+class Client {
+ public:
+  // Connects and says Hello (protocol version check). Fails with Unavailable
+  // when no kvstashd answers, UnsupportedVersion on a version mismatch.
+  static Result<std::unique_ptr<Client>> Connect(ClientOptions options);
+
+  // Fails requests still pending with Cancelled and joins the I/O thread.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The latest Hello reply. Its boot_id changes when kvstashd restarted;
+  // registrations made before then fail with Unavailable and must be redone.
+  ServerInfo server_info() const;
+
+  std::future<Result<Registration>> RegisterKV(const RegisterOptions& options);
+  std::future<Status> UnregisterKV(uint64_t registration_id);
+
+  // One outcome per chunk, in request order.
+  std::future<Result<std::vector<ChunkOutcome>>> Store(uint64_t registration_id,
+                                                       const std::vector<ChunkBlocks>& chunks);
+  // skip_tokens: tokens at the front of the request already in engine memory.
+  // lease_id (from Lookup) is released when the retrieve ends.
+  std::future<Result<std::vector<ChunkOutcome>>> Retrieve(uint64_t registration_id,
+                                                          const std::vector<ChunkBlocks>& chunks,
+                                                          uint32_t skip_tokens = 0,
+                                                          uint64_t lease_id = 0);
+  // Longest stored prefix of keys; pins it for lease_ms (0: server default).
+  std::future<Result<LookupResult>> Lookup(uint64_t registration_id,
+                                           const std::vector<ChunkKey>& keys,
+                                           uint32_t lease_ms = 0);
+  // Returns the number of chunks the lease held.
+  std::future<Result<uint32_t>> Release(uint64_t lease_id);
+  // Empty model: everything. Returns the number of chunks dropped.
+  std::future<Result<uint64_t>> Clear(const std::string& model = {},
+                                      const std::string& tenant_salt = {});
+  std::future<Result<std::string>> Describe();  // JSON
+  std::future<Result<StatsResult>> Stats();
+  std::future<Result<uint64_t>> Ping();  // daemon uptime in ms
+
+ private:
+  class Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Keys of every chunk of tokens[0:n] (the last one partial when n is not a
+// multiple of chunk_tokens), chained from the registration's namespace.
+std::vector<ChunkKey> ChunkKeys(const Registration& registration, const int32_t* tokens,
+                                size_t num_tokens);
+
+// The chunks of a prompt whose token t lives in block_table[t / block_tokens]:
+// keys, token counts and block ids, ready for Store or Retrieve. InvalidArgument
+// when block_table has fewer than ceil(num_tokens / block_tokens) entries.
+Result<std::vector<ChunkBlocks>> PromptChunks(const Registration& registration,
+                                              const int32_t* tokens, size_t num_tokens,
+                                              const uint32_t* block_table,
+                                              size_t block_table_size);
+
+}  // namespace kvstash

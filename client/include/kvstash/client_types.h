@@ -1,0 +1,114 @@
+// The values engines exchange with kvstashd through kvstash::Client: how KV
+// memory is shared and laid out, what a registration returns, and per-chunk
+// outcomes. Plain structs: no ZeroMQ, FlatBuffers or CUDA types.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kvstash/chunk_layout.h"
+#include "kvstash/geometry.h"
+#include "kvstash/keys.h"
+#include "kvstash/status.h"
+
+namespace kvstash {
+
+// What the daemon said in its Hello reply.
+struct ServerInfo {
+  uint32_t protocol_version = 0;
+  std::string server_version;
+  std::array<uint8_t, 16> boot_id{};  // new on every daemon start
+  uint32_t chunk_tokens = 0;
+  uint32_t max_chunks_per_request = 0;
+  uint64_t max_message_bytes = 0;
+  std::string backend;  // "host" or "cuda"
+};
+
+// ---- memory sharing ----
+
+// A POSIX shared memory region (host backend), e.g. a HostKvMemory.
+struct HostShm {
+  std::string name;  // shm_open name, "/kvstash-1234-0"
+  uint64_t size_bytes = 0;
+};
+
+// A CUDA allocation shared through cudaIpcGetMemHandle (CUDA backend).
+struct CudaIpc {
+  std::array<uint8_t, 64> ipc_handle{};  // cudaIpcMemHandle_t of the allocation base
+  uint64_t size_bytes = 0;               // size of the allocation behind it
+  std::array<uint8_t, 16> gpu_uuid{};
+};
+
+using Allocation = std::variant<HostShm, CudaIpc>;
+
+// One engine layer: where it lives and how it is laid out.
+struct LayerDesc {
+  uint32_t allocation = 0;    // index into RegisterOptions::allocations
+  uint64_t offset_bytes = 0;  // layer base inside the allocation
+  LayerGeometry geometry;
+};
+
+struct RegisterOptions {
+  std::string model;        // part of the key namespace
+  std::string tenant_salt;  // optional, part of the key namespace
+  uint32_t tp_rank = 0;
+  uint32_t tp_size = 1;
+  std::vector<Allocation> allocations;
+  std::vector<LayerDesc> layers;
+};
+
+// One engine rank's registered KV memory, as the daemon laid it out.
+struct Registration {
+  uint64_t id = 0;
+  uint32_t chunk_tokens = 0;
+  uint64_t chunk_bytes = 0;
+  uint32_t block_tokens = 0;
+  std::vector<ChunkGroup> groups;  // offsets inside the flat chunk
+  Fingerprint layout_fingerprint{};
+  ChunkKey namespace_id{};  // seed of the key chain
+};
+
+// ---- store / retrieve ----
+
+// One chunk of a request: chunk i covers the request's tokens
+// [i * chunk_tokens, ...); token t of it lives in block_ids[t / block_tokens].
+struct ChunkBlocks {
+  ChunkKey key{};
+  uint32_t num_tokens = 0;  // Store: tokens in the chunk; Retrieve: ignored
+  std::vector<uint32_t> block_ids;
+};
+
+// Values equal the wire's ChunkResult (checked at compile time in decode.cc).
+enum class ChunkResult : uint8_t {
+  kStored = 0,
+  kAlreadyPresent = 1,
+  kSkippedNoRoom = 2,
+  kRetrieved = 3,
+  kMissing = 4,
+  kFailed = 5,
+};
+const char* NameOf(ChunkResult result);
+
+struct ChunkOutcome {
+  ChunkResult result = ChunkResult::kFailed;
+  uint32_t num_tokens = 0;  // tokens stored or written
+  Status error;             // set with kFailed
+};
+
+struct LookupResult {
+  uint32_t hit_chunks = 0;
+  uint64_t hit_tokens = 0;
+  uint64_t lease_id = 0;  // 0 when nothing hit
+  uint32_t lease_expires_ms = 0;
+};
+
+struct StatsResult {
+  std::vector<std::pair<std::string, uint64_t>> counters;  // name, value
+  std::string json;  // the same figures with derived rates
+};
+
+}  // namespace kvstash

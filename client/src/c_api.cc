@@ -1,0 +1,356 @@
+// The C API: a thin synchronous layer over kvstash::Client. No exception
+// crosses it; every failure becomes a kvstash_status and per-thread text.
+#include "kvstash/kvstash.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kvstash/client.h"
+
+namespace {
+
+using kvstash::Status;
+using kvstash::StatusCode;
+
+#define KVSTASH_SAME(c_value, cpp_value) static_assert(int(c_value) == int(cpp_value), #c_value)
+KVSTASH_SAME(KVSTASH_OK, StatusCode::kOk);
+KVSTASH_SAME(KVSTASH_INVALID_ARGUMENT, StatusCode::kInvalidArgument);
+KVSTASH_SAME(KVSTASH_MALFORMED_MESSAGE, StatusCode::kMalformedMessage);
+KVSTASH_SAME(KVSTASH_UNSUPPORTED_VERSION, StatusCode::kUnsupportedVersion);
+KVSTASH_SAME(KVSTASH_NOT_FOUND, StatusCode::kNotFound);
+KVSTASH_SAME(KVSTASH_OUT_OF_RANGE, StatusCode::kOutOfRange);
+KVSTASH_SAME(KVSTASH_TOO_LARGE, StatusCode::kTooLarge);
+KVSTASH_SAME(KVSTASH_RESOURCE_EXHAUSTED, StatusCode::kResourceExhausted);
+KVSTASH_SAME(KVSTASH_UNAVAILABLE, StatusCode::kUnavailable);
+KVSTASH_SAME(KVSTASH_DEVICE_ERROR, StatusCode::kDeviceError);
+KVSTASH_SAME(KVSTASH_TIMED_OUT, StatusCode::kTimedOut);
+KVSTASH_SAME(KVSTASH_INTERNAL, StatusCode::kInternal);
+KVSTASH_SAME(KVSTASH_CANCELLED, StatusCode::kCancelled);
+KVSTASH_SAME(KVSTASH_DTYPE_U8, kvstash::DType::kU8);
+KVSTASH_SAME(KVSTASH_DTYPE_I8, kvstash::DType::kI8);
+KVSTASH_SAME(KVSTASH_DTYPE_F8E4M3, kvstash::DType::kF8E4M3);
+KVSTASH_SAME(KVSTASH_DTYPE_F8E5M2, kvstash::DType::kF8E5M2);
+KVSTASH_SAME(KVSTASH_DTYPE_F16, kvstash::DType::kF16);
+KVSTASH_SAME(KVSTASH_DTYPE_BF16, kvstash::DType::kBF16);
+KVSTASH_SAME(KVSTASH_DTYPE_F32, kvstash::DType::kF32);
+KVSTASH_SAME(KVSTASH_CHUNK_STORED, kvstash::ChunkResult::kStored);
+KVSTASH_SAME(KVSTASH_CHUNK_ALREADY_PRESENT, kvstash::ChunkResult::kAlreadyPresent);
+KVSTASH_SAME(KVSTASH_CHUNK_SKIPPED_NO_ROOM, kvstash::ChunkResult::kSkippedNoRoom);
+KVSTASH_SAME(KVSTASH_CHUNK_RETRIEVED, kvstash::ChunkResult::kRetrieved);
+KVSTASH_SAME(KVSTASH_CHUNK_MISSING, kvstash::ChunkResult::kMissing);
+KVSTASH_SAME(KVSTASH_CHUNK_FAILED, kvstash::ChunkResult::kFailed);
+#undef KVSTASH_SAME
+
+kvstash_status ToC(StatusCode code) { return kvstash_status(int(code)); }
+
+kvstash::ChunkKey ToKey(const kvstash_key& key) {
+  kvstash::ChunkKey out;
+  std::memcpy(out.data(), key.bytes, out.size());
+  return out;
+}
+
+kvstash::LayerGeometry ToGeometry(const kvstash_geometry& g) {
+  kvstash::LayerGeometry out;
+  out.num_blocks = g.num_blocks;
+  out.kv_count = g.kv_count;
+  out.block_tokens = g.block_tokens;
+  out.num_heads = g.num_heads;
+  out.head_bytes = g.head_bytes;
+  out.block_stride = g.block_stride;
+  out.kv_stride = g.kv_stride;
+  out.token_stride = g.token_stride;
+  out.head_stride = g.head_stride;
+  out.dtype = kvstash::DType(g.dtype);
+  return out;
+}
+
+kvstash::Result<kvstash::Allocation> ToAllocation(const kvstash_allocation& a, size_t index) {
+  if (a.kind == KVSTASH_ALLOCATION_SHM) {
+    if (a.shm_name == nullptr) {
+      return Status::InvalidArgument("allocation " + std::to_string(index) + " has no shm_name");
+    }
+    return kvstash::Allocation(kvstash::HostShm{a.shm_name, a.size_bytes});
+  }
+  if (a.kind == KVSTASH_ALLOCATION_CUDA_IPC) {
+    kvstash::CudaIpc cuda;
+    std::memcpy(cuda.ipc_handle.data(), a.ipc_handle, cuda.ipc_handle.size());
+    std::memcpy(cuda.gpu_uuid.data(), a.gpu_uuid, cuda.gpu_uuid.size());
+    cuda.size_bytes = a.size_bytes;
+    return kvstash::Allocation(cuda);
+  }
+  return Status::InvalidArgument("allocation " + std::to_string(index) + " has unknown kind " +
+                                 std::to_string(a.kind));
+}
+
+std::vector<kvstash::ChunkBlocks> ToChunks(const kvstash_chunk* chunks, size_t num_chunks) {
+  std::vector<kvstash::ChunkBlocks> out(num_chunks);
+  for (size_t i = 0; i < num_chunks; ++i) {
+    out[i].key = ToKey(chunks[i].key);
+    out[i].num_tokens = chunks[i].num_tokens;
+    if (chunks[i].num_block_ids > 0) {
+      out[i].block_ids.assign(chunks[i].block_ids, chunks[i].block_ids + chunks[i].num_block_ids);
+    }
+  }
+  return out;
+}
+
+void ToOutcomes(const std::vector<kvstash::ChunkOutcome>& in, kvstash_chunk_outcome* out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    out[i].result = uint8_t(in[i].result);
+    out[i].num_tokens = in[i].num_tokens;
+    out[i].error = ToC(in[i].error.code());
+  }
+}
+
+kvstash::Registration FromC(const kvstash_registration& r) {
+  kvstash::Registration out;
+  out.id = r.id;
+  out.chunk_tokens = r.chunk_tokens;
+  out.block_tokens = r.block_tokens;
+  out.chunk_bytes = r.chunk_bytes;
+  std::memcpy(out.namespace_id.data(), r.namespace_id, out.namespace_id.size());
+  std::memcpy(out.layout_fingerprint.data(), r.layout_fingerprint, out.layout_fingerprint.size());
+  return out;
+}
+
+}  // namespace
+
+struct kvstash_client {
+  std::unique_ptr<kvstash::Client> client;
+  Status connect_error;  // why client is null
+
+  std::mutex mutex;
+  std::unordered_map<std::thread::id, std::string> errors;  // GUARDED_BY(mutex)
+
+  // Records the outcome of a call for kvstash_last_error and returns its code.
+  kvstash_status Finish(const Status& status) {
+    std::lock_guard<std::mutex> lock(mutex);
+    errors[std::this_thread::get_id()] = status.ok() ? std::string() : status.ToString();
+    return ToC(status.code());
+  }
+};
+
+namespace {
+
+// Runs body(client) on a connected handle, turning any exception into
+// KVSTASH_INTERNAL; body returns a Status.
+template <typename Body>
+kvstash_status Call(kvstash_client* handle, Body body) {
+  if (handle == nullptr) return KVSTASH_INVALID_ARGUMENT;
+  try {
+    if (!handle->client) {
+      return handle->Finish(Status::Unavailable("not connected: " + handle->connect_error.ToString()));
+    }
+    return handle->Finish(body(*handle->client));
+  } catch (const std::exception& e) {
+    return handle->Finish(Status::Internal(std::string("unexpected exception: ") + e.what()));
+  } catch (...) {
+    return handle->Finish(Status::Internal("unexpected exception"));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+kvstash_status kvstash_connect(const kvstash_options* options, kvstash_client** client) {
+  if (client == nullptr) return KVSTASH_INVALID_ARGUMENT;
+  *client = nullptr;
+  kvstash_client* handle = new (std::nothrow) kvstash_client();
+  if (handle == nullptr) return KVSTASH_RESOURCE_EXHAUSTED;
+  *client = handle;
+  try {
+    kvstash::ClientOptions cpp;
+    if (options != nullptr && options->socket != nullptr) cpp.socket = options->socket;
+    if (options != nullptr && options->timeout_ms != 0) {
+      cpp.request_timeout = std::chrono::milliseconds(options->timeout_ms);
+    }
+    if (options != nullptr && options->client_name != nullptr) {
+      cpp.client_name = options->client_name;
+    }
+    auto connected = kvstash::Client::Connect(std::move(cpp));
+    if (!connected.ok()) {
+      handle->connect_error = connected.status();
+      return handle->Finish(connected.status());
+    }
+    handle->client = std::move(connected.value());
+    return handle->Finish(Status::Ok());
+  } catch (const std::exception& e) {
+    handle->connect_error = Status::Internal(std::string("unexpected exception: ") + e.what());
+    return handle->Finish(handle->connect_error);
+  }
+}
+
+void kvstash_close(kvstash_client* client) { delete client; }
+
+const char* kvstash_last_error(kvstash_client* client) {
+  if (client == nullptr) return "kvstash_client is NULL";
+  std::lock_guard<std::mutex> lock(client->mutex);
+  // Node-based map: the string stays put while other threads add theirs.
+  return client->errors[std::this_thread::get_id()].c_str();
+}
+
+const char* kvstash_status_name(kvstash_status status) {
+  return kvstash::NameOf(StatusCode(uint16_t(status)));
+}
+
+kvstash_status kvstash_ping(kvstash_client* client, uint64_t* uptime_ms) {
+  return Call(client, [&](kvstash::Client& c) {
+    auto uptime = c.Ping().get();
+    if (uptime.ok() && uptime_ms != nullptr) *uptime_ms = *uptime;
+    return uptime.ok() ? Status::Ok() : uptime.status();
+  });
+}
+
+kvstash_status kvstash_register(kvstash_client* client, const kvstash_register_options* options,
+                                kvstash_registration* registration) {
+  return Call(client, [&](kvstash::Client& c) {
+    if (options == nullptr || registration == nullptr || options->model == nullptr) {
+      return Status::InvalidArgument("kvstash_register needs options, a model and an output");
+    }
+    kvstash::RegisterOptions cpp;
+    cpp.model = options->model;
+    cpp.tenant_salt = options->tenant_salt ? options->tenant_salt : "";
+    cpp.tp_rank = options->tp_rank;
+    cpp.tp_size = options->tp_size == 0 ? 1 : options->tp_size;
+    for (size_t i = 0; i < options->num_allocations; ++i) {
+      auto allocation = ToAllocation(options->allocations[i], i);
+      if (!allocation.ok()) return allocation.status();
+      cpp.allocations.push_back(std::move(allocation.value()));
+    }
+    for (size_t i = 0; i < options->num_layers; ++i) {
+      const kvstash_layer& layer = options->layers[i];
+      cpp.layers.push_back({layer.allocation, layer.offset_bytes, ToGeometry(layer.geometry)});
+    }
+    auto reg = c.RegisterKV(cpp).get();
+    if (!reg.ok()) return reg.status();
+    *registration = kvstash_registration{};
+    registration->id = reg->id;
+    registration->chunk_tokens = reg->chunk_tokens;
+    registration->block_tokens = reg->block_tokens;
+    registration->chunk_bytes = reg->chunk_bytes;
+    registration->num_groups = uint32_t(reg->groups.size());
+    std::memcpy(registration->layout_fingerprint, reg->layout_fingerprint.data(), 32);
+    std::memcpy(registration->namespace_id, reg->namespace_id.data(), 32);
+    return Status::Ok();
+  });
+}
+
+kvstash_status kvstash_unregister(kvstash_client* client, uint64_t registration_id) {
+  return Call(client, [&](kvstash::Client& c) { return c.UnregisterKV(registration_id).get(); });
+}
+
+size_t kvstash_num_chunks(const kvstash_registration* registration, size_t num_tokens) {
+  if (registration == nullptr || registration->chunk_tokens == 0) return 0;
+  return (num_tokens + registration->chunk_tokens - 1) / registration->chunk_tokens;
+}
+
+kvstash_status kvstash_chunk_keys(const kvstash_registration* registration, const int32_t* tokens,
+                                  size_t num_tokens, kvstash_key* keys) {
+  if (registration == nullptr || (num_tokens > 0 && (tokens == nullptr || keys == nullptr))) {
+    return KVSTASH_INVALID_ARGUMENT;
+  }
+  try {
+    const auto computed = kvstash::ChunkKeys(FromC(*registration), tokens, num_tokens);
+    for (size_t i = 0; i < computed.size(); ++i) {
+      std::memcpy(keys[i].bytes, computed[i].data(), computed[i].size());
+    }
+    return KVSTASH_OK;
+  } catch (...) {
+    return KVSTASH_INTERNAL;
+  }
+}
+
+kvstash_status kvstash_prompt_chunks(const kvstash_registration* registration,
+                                     const int32_t* tokens, size_t num_tokens,
+                                     const uint32_t* block_table, size_t block_table_size,
+                                     kvstash_chunk* chunks) {
+  if (registration == nullptr || registration->chunk_tokens == 0 ||
+      registration->block_tokens == 0 || registration->chunk_tokens % registration->block_tokens ||
+      (num_tokens > 0 && (tokens == nullptr || block_table == nullptr || chunks == nullptr))) {
+    return KVSTASH_INVALID_ARGUMENT;
+  }
+  const size_t block_tokens = registration->block_tokens;
+  if (block_table_size < (num_tokens + block_tokens - 1) / block_tokens) {
+    return KVSTASH_INVALID_ARGUMENT;
+  }
+  try {
+    const auto keys = kvstash::ChunkKeys(FromC(*registration), tokens, num_tokens);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const size_t first_token = i * registration->chunk_tokens;
+      const size_t len = std::min<size_t>(registration->chunk_tokens, num_tokens - first_token);
+      std::memcpy(chunks[i].key.bytes, keys[i].data(), keys[i].size());
+      chunks[i].num_tokens = uint32_t(len);
+      chunks[i].block_ids = block_table + first_token / block_tokens;
+      chunks[i].num_block_ids = uint32_t((len + block_tokens - 1) / block_tokens);
+    }
+    return KVSTASH_OK;
+  } catch (...) {
+    return KVSTASH_INTERNAL;
+  }
+}
+
+kvstash_status kvstash_store(kvstash_client* client, uint64_t registration_id,
+                             const kvstash_chunk* chunks, size_t num_chunks,
+                             kvstash_chunk_outcome* outcomes) {
+  return Call(client, [&](kvstash::Client& c) {
+    if (num_chunks > 0 && (chunks == nullptr || outcomes == nullptr)) {
+      return Status::InvalidArgument("kvstash_store needs chunks and outcomes");
+    }
+    auto stored = c.Store(registration_id, ToChunks(chunks, num_chunks)).get();
+    if (!stored.ok()) return stored.status();
+    ToOutcomes(*stored, outcomes);
+    return Status::Ok();
+  });
+}
+
+kvstash_status kvstash_retrieve(kvstash_client* client, uint64_t registration_id,
+                                const kvstash_chunk* chunks, size_t num_chunks,
+                                uint32_t skip_tokens, uint64_t lease_id,
+                                kvstash_chunk_outcome* outcomes) {
+  return Call(client, [&](kvstash::Client& c) {
+    if (num_chunks > 0 && (chunks == nullptr || outcomes == nullptr)) {
+      return Status::InvalidArgument("kvstash_retrieve needs chunks and outcomes");
+    }
+    auto retrieved =
+        c.Retrieve(registration_id, ToChunks(chunks, num_chunks), skip_tokens, lease_id).get();
+    if (!retrieved.ok()) return retrieved.status();
+    ToOutcomes(*retrieved, outcomes);
+    return Status::Ok();
+  });
+}
+
+kvstash_status kvstash_lookup(kvstash_client* client, uint64_t registration_id,
+                              const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
+                              kvstash_lookup_result* result) {
+  return Call(client, [&](kvstash::Client& c) {
+    if (result == nullptr || (num_keys > 0 && keys == nullptr)) {
+      return Status::InvalidArgument("kvstash_lookup needs keys and a result");
+    }
+    std::vector<kvstash::ChunkKey> cpp_keys;
+    cpp_keys.reserve(num_keys);
+    for (size_t i = 0; i < num_keys; ++i) cpp_keys.push_back(ToKey(keys[i]));
+    auto found = c.Lookup(registration_id, cpp_keys, lease_ms).get();
+    if (!found.ok()) return found.status();
+    *result = kvstash_lookup_result{found->hit_chunks, found->hit_tokens, found->lease_id,
+                                    found->lease_expires_ms};
+    return Status::Ok();
+  });
+}
+
+kvstash_status kvstash_release(kvstash_client* client, uint64_t lease_id) {
+  return Call(client, [&](kvstash::Client& c) {
+    auto released = c.Release(lease_id).get();
+    return released.ok() ? Status::Ok() : released.status();
+  });
+}
+
+}  // extern "C"

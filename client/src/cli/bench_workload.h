@@ -1,0 +1,68 @@
+// `kvstash bench`: a synthetic engine that registers paged KV memory, stores
+// prompts that share a prefix, then looks each one up and retrieves it into
+// other (poisoned) blocks and checks every byte.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench_kv.h"
+#include "kvstash/client.h"
+
+namespace kvstash::cli {
+
+struct BenchConfig {
+  std::string backend = "host";
+  std::string model = "kvstash-bench";
+  KvShape shape;                  // num_blocks 0: twice the blocks of one prompt
+  uint32_t prompts = 8;
+  uint32_t prompt_tokens = 1024;
+  uint32_t shared_prefix_tokens = 512;
+  uint32_t rounds = 1;
+  uint32_t seed = 1;              // different seeds make different prompts
+  bool verify = true;
+};
+
+struct BenchResults {
+  // Workload as run.
+  uint32_t chunk_tokens = 0;
+  uint64_t chunk_bytes = 0;
+  uint32_t num_blocks = 0;
+  uint64_t token_bytes = 0;       // one token across every layer, K and V
+  // Store.
+  uint64_t chunks_stored = 0;
+  uint64_t chunks_already_present = 0;
+  uint64_t chunks_skipped_no_room = 0;
+  uint64_t chunks_store_failed = 0;
+  uint64_t bytes_stored = 0;
+  double store_seconds = 0;
+  // Lookup and retrieve.
+  uint64_t lookup_chunks = 0;     // keys asked
+  uint64_t hit_chunks = 0;
+  uint64_t lookup_tokens = 0;
+  uint64_t hit_tokens = 0;
+  uint64_t chunks_retrieved = 0;
+  uint64_t chunks_missing = 0;
+  uint64_t chunks_retrieve_failed = 0;
+  uint64_t bytes_retrieved = 0;
+  double retrieve_seconds = 0;
+  std::vector<double> lookup_ms;
+  std::vector<double> retrieve_ms;
+  // Verification.
+  bool verified = false;
+  uint64_t tokens_verified = 0;
+  Mismatches mismatches;
+  std::vector<std::string> errors;  // per-chunk failures, first few
+
+  bool passed() const {
+    return mismatches.rows == 0 && chunks_store_failed == 0 && chunks_retrieve_failed == 0 &&
+           errors.empty();
+  }
+};
+
+// Runs the workload; an error Status means it could not run at all (a
+// request failed), while data mismatches are reported in the results.
+Result<BenchResults> RunBench(Client& client, const BenchConfig& config);
+
+}  // namespace kvstash::cli

@@ -1,0 +1,86 @@
+// `kvstash bench`: runs the synthetic engine workload (bench_workload.h)
+// against kvstashd and reports throughput, hit rates, latency and PASS/FAIL.
+#include <iostream>
+#include <map>
+
+#include "bench_report.h"
+#include "bench_workload.h"
+#include "common.h"
+
+namespace kvstash::cli {
+
+namespace {
+
+struct BenchOptions : CommonOptions {
+  BenchConfig config;
+  std::string dtype = "bf16";
+  BenchOptions() { timeout_ms = 60000; }
+};
+
+const std::map<std::string, DType>& DTypeNames() {
+  static const std::map<std::string, DType> names = {
+      {"bf16", DType::kBF16},   {"f16", DType::kF16},       {"fp16", DType::kF16},
+      {"f32", DType::kF32},     {"fp32", DType::kF32},      {"fp8", DType::kF8E4M3},
+      {"f8e4m3", DType::kF8E4M3}, {"f8e5m2", DType::kF8E5M2}, {"u8", DType::kU8},
+      {"i8", DType::kI8},       {"int8", DType::kI8},
+  };
+  return names;
+}
+
+int RunBenchCommand(BenchOptions& options) {
+  options.config.shape.dtype = DTypeNames().at(options.dtype);
+  auto client = ConnectCli(options);
+  if (!client.ok()) return Fail("bench", client.status());
+  Result<BenchResults> results = RunBench(**client, options.config);
+  if (!results.ok()) return Fail("bench", results.status());
+  if (options.json) {
+    std::cout << BenchJson(options.config, *results).dump(2) << "\n";
+  } else {
+    std::cout << BenchText(options.config, *results);
+  }
+  return results->passed() ? 0 : 1;
+}
+
+}  // namespace
+
+Command AddBenchCommand(CLI::App& app) {
+  auto options = std::make_shared<BenchOptions>();
+  BenchConfig& c = options->config;
+  CLI::App* command = app.add_subcommand(
+      "bench", "Run a synthetic engine: register, store prompts sharing a prefix, look up, "
+               "retrieve into other blocks and verify every byte");
+  AddCommonOptions(*command, *options);
+  command->add_option("--backend", c.backend, "memory sharing: host (cuda later)")
+      ->check(CLI::IsMember({"host"}))
+      ->capture_default_str();
+  command->add_option("--model", c.model, "model name (part of the key namespace)")
+      ->capture_default_str();
+  command->add_option("--layers", c.shape.layers)->check(CLI::Range(1, 1024))->capture_default_str();
+  command->add_option("--kv-heads", c.shape.kv_heads)->check(CLI::Range(1, 1024))->capture_default_str();
+  command->add_option("--head-dim", c.shape.head_dim)->check(CLI::Range(1, 4096))->capture_default_str();
+  std::vector<std::string> dtypes;
+  for (const auto& entry : DTypeNames()) dtypes.push_back(entry.first);
+  command->add_option("--dtype", options->dtype)->check(CLI::IsMember(dtypes))->capture_default_str();
+  command->add_option("--block-tokens", c.shape.block_tokens)
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  command->add_option("--num-blocks", c.shape.num_blocks,
+                      "blocks per layer (default: twice the blocks of one prompt)");
+  command->add_option("--prompts", c.prompts)->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  command->add_option("--prompt-tokens", c.prompt_tokens)
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  command->add_option("--shared-prefix-tokens", c.shared_prefix_tokens,
+                      "leading tokens every prompt shares")
+      ->capture_default_str();
+  command->add_option("--rounds", c.rounds, "store + retrieve passes over the prompts")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  command->add_option("--seed", c.seed, "prompt contents; change it to start cold")
+      ->capture_default_str();
+  command->add_flag("--verify,!--no-verify", c.verify,
+                    "check every retrieved byte (default on)");
+  return {command, [options] { return RunBenchCommand(*options); }};
+}
+
+}  // namespace kvstash::cli

@@ -1,0 +1,388 @@
+// The client's I/O thread (see io_loop.h for the session rules).
+#include "io_loop.h"
+
+#include <zmq.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "decode.h"
+#include "encode.h"
+
+namespace kvstash::client {
+
+namespace {
+
+// Before the first Hello tells us the daemon's limit.
+constexpr uint64_t kDefaultMaxMessageBytes = 64ull << 20;
+// Per client context, so one name serves every client of a process.
+constexpr char kMonitorEndpoint[] = "inproc://kvstash-client-monitor";
+
+std::string Millis(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
+}  // namespace
+
+IoLoop::IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue& queue,
+               std::atomic<uint64_t>& next_id, std::promise<Result<ServerInfo>> first_hello)
+    : options_(std::move(options)),
+      context_(context),
+      queue_(queue),
+      next_id_(next_id),
+      first_hello_(std::move(first_hello)),
+      max_message_bytes_(kDefaultMaxMessageBytes) {}
+
+ServerInfo IoLoop::server_info() const {
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  return info_.value_or(ServerInfo{});
+}
+
+void IoLoop::Run() {
+  Status setup = OpenSockets();
+  if (!setup.ok()) {
+    RunBroken(setup);
+    return;
+  }
+  StartHandshake();
+  try {
+    while (Step()) {
+    }
+  } catch (const zmq::error_t& e) {
+    const Status broken = Status::Unavailable(std::string("kvstash client I/O failed: ") + e.what());
+    Log(LogLevel::kError, broken.message());
+    FailAll(broken.code(), broken.message());
+    CloseSockets();
+    RunBroken(broken);
+    return;
+  }
+  FailAll(StatusCode::kCancelled, "the kvstash::Client was destroyed first");
+  CloseSockets();
+}
+
+Status IoLoop::OpenSockets() {
+  try {
+    dealer_.emplace(context_, zmq::socket_type::dealer);
+    dealer_->set(zmq::sockopt::linger, 0);
+    dealer_->set(zmq::sockopt::immediate, 1);
+    // Watch the connection so that a lost one fails its requests at once.
+    if (zmq_socket_monitor(dealer_->handle(), kMonitorEndpoint,
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+      throw zmq::error_t();
+    }
+    monitor_.emplace(context_, zmq::socket_type::pair);
+    monitor_->set(zmq::sockopt::linger, 0);
+    monitor_->connect(kMonitorEndpoint);
+  } catch (const zmq::error_t& e) {
+    CloseSockets();
+    return Status::Internal(std::string("cannot set up the client socket: ") + e.what());
+  }
+  try {
+    dealer_->connect(options_.endpoint);
+  } catch (const zmq::error_t& e) {
+    CloseSockets();
+    return Status::InvalidArgument("cannot connect to \"" + options_.endpoint + "\": " + e.what());
+  }
+  return Status::Ok();
+}
+
+void IoLoop::CloseSockets() {
+  if (dealer_) zmq_socket_monitor(dealer_->handle(), nullptr, 0);
+  monitor_.reset();
+  dealer_.reset();
+}
+
+bool IoLoop::Step() {
+  for (Request& request : queue_.Drain()) Accept(std::move(request));
+  if (queue_.closed()) return false;
+  Flush();
+  ExpireDeadlines();
+  Poll();
+  return true;
+}
+
+void IoLoop::RunBroken(const Status& why) {
+  if (first_hello_) {
+    first_hello_->set_value(why);
+    first_hello_.reset();
+  }
+  for (;;) {
+    for (Request& request : queue_.Drain()) {
+      Complete(request, Status(why.code(), request.Name() + " failed: " + why.message()));
+    }
+    if (queue_.closed()) return;
+    queue_.Wait();
+  }
+}
+
+void IoLoop::Accept(Request request) {
+  if (!handshaken_ && handshake_id_ == 0) handshake_wanted_ = true;
+  outbox_.push_back(request.id);
+  pending_.Add(std::move(request));
+}
+
+void IoLoop::Flush() {
+  want_pollout_ = false;
+  if (!handshaken_ && handshake_id_ == 0 && handshake_wanted_) StartHandshake();
+  while (!outbox_.empty()) {
+    const uint64_t id = outbox_.front();
+    Request* request = pending_.Find(id);
+    if (request == nullptr) {  // ended (timed out) before it was sent
+      outbox_.pop_front();
+      continue;
+    }
+    if (!handshaken_ && id != handshake_id_) return;  // waits for the Hello
+    if (request->boot_epoch != 0 && request->boot_epoch != boot_epoch_.load()) {
+      outbox_.pop_front();
+      Complete(*request, Status::Unavailable(
+                             request->Name() + " names a registration made before kvstashd at " +
+                             options_.endpoint + " restarted; register again"));
+      continue;
+    }
+    if (request->bytes.size() > max_message_bytes_) {
+      outbox_.pop_front();
+      Complete(*request, Status::TooLarge(request->Name() + " is " +
+                                          std::to_string(request->bytes.size()) +
+                                          " bytes, over kvstashd's max_message_bytes of " +
+                                          std::to_string(max_message_bytes_)));
+      continue;
+    }
+    zmq::message_t message(request->bytes.data(), request->bytes.size());
+    if (!dealer_->send(message, zmq::send_flags::dontwait)) {
+      want_pollout_ = true;  // no connection yet, or the pipe is full
+      return;
+    }
+    request->sent = true;
+    proto::Bytes().swap(request->bytes);
+    outbox_.pop_front();
+  }
+}
+
+void IoLoop::Poll() {
+  zmq_pollitem_t items[] = {
+      {dealer_->handle(), 0, short(ZMQ_POLLIN | (want_pollout_ ? ZMQ_POLLOUT : 0)), 0},
+      {monitor_->handle(), 0, ZMQ_POLLIN, 0},
+      {nullptr, queue_.fd(), ZMQ_POLLIN, 0},
+  };
+  std::chrono::milliseconds timeout{-1};
+  if (auto deadline = pending_.NextDeadline()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
+    timeout = std::max(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0));
+  }
+  try {
+    zmq::poll(items, 3, timeout);
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return;
+    throw;
+  }
+  if (items[1].revents & ZMQ_POLLIN) HandleMonitorEvents();
+  if (items[0].revents & ZMQ_POLLIN) ReceiveReplies();
+}
+
+void IoLoop::ExpireDeadlines() {
+  for (Request& request : pending_.TakeExpired(Clock::now())) {
+    Status why;
+    if (request.sent) {
+      why = Status::TimedOut(request.Name() + " got no reply from kvstashd at " +
+                             options_.endpoint + " within " + Millis(request.timeout));
+    } else if (connected_) {
+      why = Status::Unavailable(request.Name() + " waited " + Millis(request.timeout) +
+                                " for the Hello handshake with kvstashd at " + options_.endpoint);
+    } else {
+      why = Status::Unavailable(request.Name() + " could not be sent within " +
+                                Millis(request.timeout) + ": no connection to kvstashd at " +
+                                options_.endpoint + " (is it running?)");
+    }
+    Complete(request, why);
+  }
+}
+
+void IoLoop::ReceiveReplies() {
+  zmq::message_t message;
+  while (dealer_->recv(message, zmq::recv_flags::dontwait)) {
+    if (!message.more()) {
+      HandleReply(message);
+      continue;
+    }
+    while (message.more() && dealer_->recv(message)) {
+    }
+    FailSent(Status::Malformed("kvstashd at " + options_.endpoint +
+                               " sent a multi-frame message; replies are one frame"));
+  }
+}
+
+void IoLoop::HandleReply(const zmq::message_t& message) {
+  // FlatBuffers reads scalars in place, so the buffer must be aligned for the
+  // widest one; ZeroMQ gives no such promise for a message's data.
+  const void* data = message.data();
+  if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) != 0) {
+    aligned_.assign(message.data<uint8_t>(), message.data<uint8_t>() + message.size());
+    data = aligned_.data();
+  }
+  auto verified = proto::VerifyEnvelope(data, message.size(), max_message_bytes_);
+  if (!verified.ok()) {
+    const uint64_t id = PeekRequestId(data, message.size());
+    if (Request* request = id != 0 ? pending_.Find(id) : nullptr) {
+      Complete(*request, Status(verified.status().code(), "the reply to " + request->Name() +
+                                                              " is unusable: " +
+                                                              verified.status().message()));
+    } else {
+      FailSent(Status(verified.status().code(), "kvstashd at " + options_.endpoint +
+                                                    " sent a reply naming no known request: " +
+                                                    verified.status().message()));
+    }
+    return;
+  }
+  const wire::Envelope& envelope = **verified;
+  const uint64_t id = envelope.request_id();
+  if (const wire::ErrorReply* error = envelope.body_as_ErrorReply()) {
+    StatusCode code = proto::FromWire(error->code());
+    if (code == StatusCode::kOk) code = StatusCode::kInternal;
+    const std::string text = error->message() ? error->message()->str() : std::string();
+    if (id == 0) {
+      FailSent(Status(code, "kvstashd at " + options_.endpoint +
+                                " could not read a request: " + text));
+    } else if (Request* request = pending_.Find(id)) {
+      Complete(*request, Status(code, text));
+    }
+    return;
+  }
+  Request* request = pending_.Find(id);
+  if (request == nullptr || !request->sent) {
+    Log(LogLevel::kDebug, "dropped a reply to request " + std::to_string(id) +
+                              ", which already ended (timed out?)");
+    return;
+  }
+  Complete(*request, Reply{&envelope, boot_epoch_.load()});
+}
+
+void IoLoop::HandleMonitorEvents() {
+  zmq::message_t event;
+  while (monitor_->recv(event, zmq::recv_flags::dontwait)) {
+    uint16_t id = 0;
+    if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
+    // The second frame (the endpoint) arrives with the first.
+    zmq::message_t endpoint;
+    while (event.more() && monitor_->recv(endpoint, zmq::recv_flags::dontwait)) {
+      if (!endpoint.more()) break;
+    }
+    if (id == ZMQ_EVENT_CONNECTED) OnConnected();
+    if (id == ZMQ_EVENT_DISCONNECTED) OnDisconnected();
+  }
+}
+
+void IoLoop::OnConnected() {
+  connected_ = true;
+  Log(LogLevel::kDebug, "connected to kvstashd at " + options_.endpoint);
+  if (!handshaken_ && handshake_id_ == 0) handshake_wanted_ = true;
+}
+
+void IoLoop::OnDisconnected() {
+  connected_ = false;
+  handshaken_ = false;
+  Log(LogLevel::kWarn, "lost the connection to kvstashd at " + options_.endpoint);
+  FailSent(Status::Unavailable("the connection to kvstashd at " + options_.endpoint +
+                               " was lost"));
+}
+
+void IoLoop::StartHandshake() {
+  Request hello;
+  hello.id = next_id_.fetch_add(1);
+  hello.kind = "Hello";
+  hello.bytes = EncodeHello(hello.id, options_.client_name);
+  hello.timeout = options_.timeout;
+  hello.deadline = Clock::now() + options_.timeout;
+  hello.on_reply = [this](Result<Reply> reply) { OnHello(std::move(reply)); };
+  handshake_wanted_ = false;
+  handshake_id_ = hello.id;
+  pending_.Add(std::move(hello));
+  outbox_.push_front(handshake_id_);
+}
+
+void IoLoop::OnHello(Result<Reply> reply) {
+  handshake_id_ = 0;
+  Result<ServerInfo> info = reply.ok() ? DecodeHello(*reply->envelope) : reply.status();
+  if (info.ok() && info->protocol_version != proto::kProtocolVersion) {
+    info = Status(StatusCode::kUnsupportedVersion,
+                  "kvstashd at " + options_.endpoint + " speaks protocol version " +
+                      std::to_string(info->protocol_version) + ", this client " +
+                      std::to_string(proto::kProtocolVersion));
+  }
+  if (!info.ok()) {
+    const Status failed(info.status().code(), "handshake failed: " + info.status().message());
+    Log(LogLevel::kWarn, failed.message());
+    FailQueued(failed);
+    if (first_hello_) {
+      first_hello_->set_value(failed);
+      first_hello_.reset();
+    }
+    return;
+  }
+  bool restarted = false;
+  std::string old_boot;
+  {
+    std::lock_guard<std::mutex> lock(info_mutex_);
+    restarted = info_.has_value() && info_->boot_id != info->boot_id;
+    if (restarted) old_boot = ToHex(info_->boot_id.data(), info_->boot_id.size());
+    info_ = *info;
+  }
+  if (restarted) {
+    boot_epoch_.fetch_add(1);
+    Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint + " restarted (boot id " + old_boot +
+                             " -> " + ToHex(info->boot_id.data(), info->boot_id.size()) +
+                             "): registrations made before are gone");
+  }
+  if (info->max_message_bytes != 0) max_message_bytes_ = info->max_message_bytes;
+  handshaken_ = true;
+  if (first_hello_) {
+    first_hello_->set_value(std::move(info));
+    first_hello_.reset();
+  }
+}
+
+void IoLoop::Complete(Request& request, Result<Reply> outcome) {
+  // Take it out first: the handler may run code that touches pending_.
+  std::optional<Request> taken = pending_.Take(request.id);
+  Request& owned = taken ? *taken : request;
+  ReplyHandler handler = std::move(owned.on_reply);
+  if (handler) handler(std::move(outcome));
+}
+
+void IoLoop::FailQueued(const Status& why) {
+  std::deque<uint64_t> ids;
+  ids.swap(outbox_);
+  for (uint64_t id : ids) {
+    if (Request* request = pending_.Find(id)) {
+      Complete(*request, Status(why.code(), request->Name() + " not sent: " + why.message()));
+    }
+  }
+}
+
+void IoLoop::FailSent(const Status& why) {
+  for (Request& request : pending_.TakeSent()) {
+    Complete(request, Status(why.code(), request.Name() + " failed: " + why.message()));
+  }
+}
+
+void IoLoop::FailAll(StatusCode code, const std::string& why) {
+  outbox_.clear();
+  std::vector<Request> all = pending_.TakeAll();
+  for (Request& request : queue_.Drain()) all.push_back(std::move(request));
+  for (Request& request : all) {
+    Complete(request, Status(code, request.Name() + " did not complete: " + why));
+  }
+  if (first_hello_) {
+    first_hello_->set_value(Status(code, why));
+    first_hello_.reset();
+  }
+}
+
+void IoLoop::Log(LogLevel level, const std::string& text) const {
+  if (!options_.log) return;
+  try {
+    options_.log(level, text);
+  } catch (...) {
+    // A throwing sink must not take the I/O thread down.
+  }
+}
+
+}  // namespace kvstash::client

@@ -1,0 +1,35 @@
+// The requests the I/O thread is responsible for, sent or not yet sent, by
+// id and by deadline.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "request.h"
+
+namespace kvstash::client {
+
+// Owned and used by the I/O thread only.
+class PendingRequests {
+ public:
+  void Add(Request request);
+  Request* Find(uint64_t id);
+  std::optional<Request> Take(uint64_t id);
+  // Requests whose deadline is not after `now`, earliest first.
+  std::vector<Request> TakeExpired(Clock::time_point now);
+  // Requests already handed to the socket (a lost connection loses them).
+  std::vector<Request> TakeSent();
+  std::vector<Request> TakeAll();
+  std::optional<Clock::time_point> NextDeadline() const;
+  size_t size() const { return by_id_.size(); }
+
+ private:
+  std::unordered_map<uint64_t, Request> by_id_;
+  std::set<std::pair<Clock::time_point, uint64_t>> by_deadline_;
+};
+
+}  // namespace kvstash::client

@@ -1,0 +1,338 @@
+// kvstash::Client against a fake ROUTER driven by the test thread: the Hello
+// handshake, request-id matching with many requests in flight, timeouts,
+// malformed replies, lost connections and daemon restarts. No daemon needed.
+#include "kvstash/client.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <memory>
+#include <mutex>
+
+#include "fake_router.h"
+
+namespace kvstash::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::array<uint8_t, 16> kBoot1 = {1, 1, 1};
+constexpr std::array<uint8_t, 16> kBoot2 = {2, 2, 2};
+
+std::unique_ptr<Client> ConnectTo(FakeRouter& router, milliseconds timeout = milliseconds(3000),
+                                  uint32_t max_chunks = 1024, LogSink log = nullptr) {
+  ClientOptions options;
+  options.socket = router.endpoint();
+  options.request_timeout = timeout;
+  options.log = std::move(log);
+  auto connecting = std::async(std::launch::async, [options] { return Client::Connect(options); });
+  EXPECT_TRUE(router.AnswerHello(kBoot1, max_chunks));
+  auto client = connecting.get();
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  return client.ok() ? std::move(client.value()) : nullptr;
+}
+
+std::vector<ChunkBlocks> DummyChunks(size_t n) {
+  std::vector<ChunkBlocks> chunks(n);
+  for (size_t i = 0; i < n; ++i) {
+    chunks[i].key[0] = uint8_t(i);
+    chunks[i].num_tokens = 256;
+    chunks[i].block_ids = {uint32_t(i)};
+  }
+  return chunks;
+}
+
+template <typename T>
+bool ReadyWithin(std::future<T>& future, milliseconds timeout = milliseconds(3000)) {
+  return future.wait_for(timeout) == std::future_status::ready;
+}
+
+TEST(Client, ConnectKeepsTheServerInfoOfItsHello) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  const ServerInfo info = client->server_info();
+  EXPECT_EQ(info.boot_id, kBoot1);
+  EXPECT_EQ(info.chunk_tokens, 256u);
+  EXPECT_EQ(info.backend, "host");
+  EXPECT_EQ(info.server_version, "fake-0.0");
+}
+
+TEST(Client, ConnectRejectsAnotherProtocolVersion) {
+  FakeRouter router;
+  ClientOptions options;
+  options.socket = router.endpoint();
+  auto connecting = std::async(std::launch::async, [options] { return Client::Connect(options); });
+  auto hello = router.Receive();
+  ASSERT_TRUE(hello);
+  router.Reply(*hello, HelloReply(hello->request_id(), kBoot1, proto::kProtocolVersion + 1));
+  auto client = connecting.get();
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kUnsupportedVersion);
+  EXPECT_NE(client.status().message().find("protocol version"), std::string::npos);
+}
+
+TEST(Client, ConnectFailsWithUnavailableWhenNoDaemonListens) {
+  ClientOptions options;
+  options.socket = UniqueIpcEndpoint();  // nobody binds it
+  options.request_timeout = milliseconds(200);
+  const auto start = Clock::now();
+  auto client = Client::Connect(options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status().ToString();
+  EXPECT_NE(client.status().message().find("is it running"), std::string::npos);
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+}
+
+TEST(Client, ConnectRejectsABadEndpoint) {
+  ClientOptions options;
+  options.socket = "nonsense://x";
+  auto client = Client::Connect(options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Client, RequestWithoutReplyTimesOutAtItsDeadline) {
+  FakeRouter router;
+  auto client = ConnectTo(router, milliseconds(300));
+  ASSERT_NE(client, nullptr);
+  const auto start = Clock::now();
+  auto ping = client->Ping();
+  ASSERT_TRUE(router.Receive());  // received, never answered
+  ASSERT_TRUE(ReadyWithin(ping));
+  const auto elapsed = Clock::now() - start;
+  Result<uint64_t> result = ping.get();
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kTimedOut);
+  EXPECT_NE(result.status().message().find("(Ping) got no reply"), std::string::npos)
+      << result.status().message();
+  EXPECT_NE(result.status().message().find("within 300 ms"), std::string::npos);
+  EXPECT_GE(elapsed, milliseconds(290));
+  EXPECT_LT(elapsed, milliseconds(1500));
+}
+
+TEST(Client, MatchesOutOfOrderRepliesToTheirRequests) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  std::vector<std::future<Result<std::vector<ChunkOutcome>>>> stores;
+  for (size_t n = 1; n <= 3; ++n) stores.push_back(client->Store(7, DummyChunks(n)));
+  auto ping = client->Ping();
+  std::vector<Received> requests;
+  for (int i = 0; i < 4; ++i) {
+    auto request = router.Receive();
+    ASSERT_TRUE(request);
+    requests.push_back(std::move(*request));
+  }
+  // Answer newest first; each store's outcomes carry its own chunk count.
+  for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
+    if (it->type() == wire::Body::PingRequest) {
+      router.Reply(*it, PingReply(it->request_id(), 4242));
+      continue;
+    }
+    const size_t n = ChunkCount(*it);
+    std::vector<std::pair<ChunkResult, uint32_t>> outcomes;
+    for (size_t i = 0; i < n; ++i) outcomes.emplace_back(ChunkResult::kStored, uint32_t(100 * n + i));
+    router.Reply(*it, StoreReply(it->request_id(), outcomes));
+  }
+  for (size_t n = 1; n <= 3; ++n) {
+    auto outcomes = stores[n - 1].get();
+    ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+    ASSERT_EQ(outcomes->size(), n);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ((*outcomes)[i].num_tokens, 100 * n + i);
+  }
+  auto uptime = ping.get();
+  ASSERT_TRUE(uptime.ok());
+  EXPECT_EQ(*uptime, 4242u);
+}
+
+TEST(Client, ReplyOfTheWrongTypeFailsItsRequest) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  auto store = client->Store(7, DummyChunks(1));
+  auto request = router.Receive();
+  ASSERT_TRUE(request);
+  router.Reply(*request, PingReply(request->request_id(), 1));
+  auto result = store.get();
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kMalformedMessage);
+  EXPECT_NE(result.status().message().find("expected a StoreReply but kvstashd answered with a PingReply"),
+            std::string::npos)
+      << result.status().message();
+}
+
+TEST(Client, ReplyWithAnotherChunkCountIsMalformed) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  auto store = client->Store(7, DummyChunks(3));
+  auto request = router.Receive();
+  ASSERT_TRUE(request);
+  router.Reply(*request, StoreReply(request->request_id(), {{ChunkResult::kStored, 256}}));
+  auto result = store.get();
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kMalformedMessage);
+  EXPECT_NE(result.status().message().find("1 chunk outcomes for 3 chunks"), std::string::npos);
+}
+
+TEST(Client, UnverifiableReplyWithReadableIdFailsOnlyItsRequest) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  auto store = client->Store(7, DummyChunks(1));
+  auto request = router.Receive();
+  ASSERT_TRUE(request);
+  auto ping = client->Ping();
+  auto ping_request = router.Receive();
+  ASSERT_TRUE(ping_request);
+  // A PingReply table labelled StoreReply: its uptime reads as a wild offset.
+  flatbuffers::FlatBufferBuilder fbb;
+  auto body = wire::CreatePingReply(fbb, 0x7ffffff0u);
+  router.Reply(*request, proto::Finish(fbb, request->request_id(), wire::Body::StoreReply, body.Union()));
+  auto result = store.get();
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kMalformedMessage);
+  EXPECT_NE(result.status().message().find("(Store) is unusable"), std::string::npos)
+      << result.status().message();
+  // The other request is untouched and still gets its reply.
+  EXPECT_EQ(ping.wait_for(milliseconds(50)), std::future_status::timeout);
+  router.Reply(*ping_request, PingReply(ping_request->request_id(), 5));
+  EXPECT_TRUE(ping.get().ok());
+}
+
+TEST(Client, UnreadableReplyFailsTheRequestsInFlight) {
+  FakeRouter router;
+  auto client = ConnectTo(router, milliseconds(5000));
+  ASSERT_NE(client, nullptr);
+  auto ping = client->Ping();
+  auto request = router.Receive();
+  ASSERT_TRUE(request);
+  router.Reply(*request, proto::Bytes{'n', 'o', 't', ' ', 'k', 'v', 's', 't', 'a', 's', 'h'});
+  ASSERT_TRUE(ReadyWithin(ping, milliseconds(2000)));  // at once, not at the deadline
+  auto result = ping.get();
+  EXPECT_EQ(result.status().code(), StatusCode::kMalformedMessage);
+  EXPECT_NE(result.status().message().find("naming no known request"), std::string::npos)
+      << result.status().message();
+}
+
+TEST(Client, MultiFrameReplyFailsTheRequestsInFlight) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  auto ping = client->Ping();
+  auto request = router.Receive();
+  ASSERT_TRUE(request);
+  const proto::Bytes reply = PingReply(request->request_id(), 1);
+  router.Send(request->peer, {reply, reply});
+  auto result = ping.get();
+  EXPECT_EQ(result.status().code(), StatusCode::kMalformedMessage);
+  EXPECT_NE(result.status().message().find("multi-frame"), std::string::npos);
+}
+
+TEST(Client, ErrorReplyBecomesTheRequestsStatus) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  auto store = client->Store(7, DummyChunks(1));
+  auto request = router.Receive();
+  ASSERT_TRUE(request);
+  const Status error = Status::OutOfRange("block id 5000 out of range [0, 4096) for layer 3");
+  router.Reply(*request, proto::ErrorMessage(request->request_id(), error));
+  auto result = store.get();
+  EXPECT_EQ(result.status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(result.status().message(), error.message());
+}
+
+TEST(Client, ErrorReplyWithoutRequestIdFailsTheRequestsInFlight) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  auto ping = client->Ping();
+  auto request = router.Receive();
+  ASSERT_TRUE(request);
+  router.Reply(*request, proto::ErrorMessage(0, Status::Malformed("message failed verification")));
+  auto result = ping.get();
+  EXPECT_EQ(result.status().code(), StatusCode::kMalformedMessage);
+  EXPECT_NE(result.status().message().find("could not read a request"), std::string::npos);
+}
+
+TEST(Client, TooManyChunksFailLocallyWithTooLarge) {
+  FakeRouter router;
+  auto client = ConnectTo(router, milliseconds(3000), /*max_chunks=*/2);
+  ASSERT_NE(client, nullptr);
+  auto result = client->Store(7, DummyChunks(3)).get();
+  EXPECT_EQ(result.status().code(), StatusCode::kTooLarge);
+  EXPECT_FALSE(router.Receive(milliseconds(100)));  // nothing was sent
+}
+
+TEST(Client, DestructionCancelsPendingRequests) {
+  FakeRouter router;
+  auto client = ConnectTo(router, milliseconds(60000));
+  ASSERT_NE(client, nullptr);
+  auto ping = client->Ping();
+  ASSERT_TRUE(router.Receive());
+  client.reset();
+  ASSERT_TRUE(ReadyWithin(ping, milliseconds(0)));
+  EXPECT_EQ(ping.get().status().code(), StatusCode::kCancelled);
+}
+
+TEST(Client, LostConnectionFailsSentRequestsAndRestartInvalidatesRegistrations) {
+  std::mutex log_mutex;
+  std::vector<std::string> warnings;
+  auto log = [&](LogLevel level, std::string_view text) {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    if (level == LogLevel::kWarn) warnings.emplace_back(text);
+  };
+  auto first = std::make_unique<FakeRouter>();
+  const std::string endpoint = first->endpoint();
+  auto client = ConnectTo(*first, milliseconds(5000), 1024, log);
+  ASSERT_NE(client, nullptr);
+
+  // Register (reply id 7) in the first boot.
+  auto registering = client->RegisterKV(RegisterOptions{});
+  auto request = first->Receive();
+  ASSERT_TRUE(request);
+  first->Reply(*request, RegisterKVReply(request->request_id(), 7));
+  auto reg = registering.get();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  EXPECT_EQ(reg->id, 7u);
+  EXPECT_EQ(reg->groups.size(), 1u);
+
+  // The daemon dies with a store in flight: it fails at once, not at its deadline.
+  auto in_flight = client->Store(7, DummyChunks(1));
+  ASSERT_TRUE(first->Receive());
+  first.reset();
+  ASSERT_TRUE(ReadyWithin(in_flight, milliseconds(2000)));
+  EXPECT_EQ(in_flight.get().status().code(), StatusCode::kUnavailable);
+
+  // While it is away, requests wait; a new daemon (new boot id) comes up.
+  auto stale = client->Store(7, DummyChunks(1));
+  auto ping = client->Ping();
+  FakeRouter second(endpoint);
+  auto hello = second.Receive();
+  ASSERT_TRUE(hello);
+  ASSERT_EQ(hello->type(), wire::Body::HelloRequest);
+  second.Reply(*hello, HelloReply(hello->request_id(), kBoot2));
+
+  // The store names a registration of the old boot: failed, never sent.
+  auto stale_result = stale.get();
+  EXPECT_EQ(stale_result.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(stale_result.status().message().find("restarted"), std::string::npos)
+      << stale_result.status().message();
+  auto next = second.Receive();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->type(), wire::Body::PingRequest);
+  second.Reply(*next, PingReply(next->request_id(), 1));
+  EXPECT_TRUE(ping.get().ok());
+  EXPECT_EQ(client->server_info().boot_id, kBoot2);
+
+  std::lock_guard<std::mutex> lock(log_mutex);
+  bool logged_restart = false;
+  for (const auto& warning : warnings) logged_restart |= warning.find("restarted") != std::string::npos;
+  EXPECT_TRUE(logged_restart);
+}
+
+}  // namespace
+}  // namespace kvstash::testing

@@ -1,0 +1,64 @@
+// A ROUTER socket standing in for kvstashd in client unit tests. The test
+// thread owns it and decides what to answer, when, and in which order.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "kvstash/client_types.h"
+#include "kvstash/proto/codec.h"
+
+namespace kvstash::testing {
+
+// A fresh ipc:// endpoint under /tmp for this process.
+std::string UniqueIpcEndpoint();
+
+struct Received {
+  std::string peer;
+  proto::Bytes bytes;
+  const wire::Envelope& envelope() const { return *wire::GetEnvelope(bytes.data()); }
+  uint64_t request_id() const { return envelope().request_id(); }
+  wire::Body type() const { return envelope().body_type(); }
+};
+
+// Owned by one thread (the test's).
+class FakeRouter {
+ public:
+  explicit FakeRouter(std::string endpoint = UniqueIpcEndpoint());
+  ~FakeRouter();  // closes the socket and removes an ipc:// socket file
+  FakeRouter(const FakeRouter&) = delete;
+  FakeRouter& operator=(const FakeRouter&) = delete;
+  const std::string& endpoint() const { return endpoint_; }
+
+  // The next request (verified), or nothing within the timeout.
+  std::optional<Received> Receive(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  void Reply(const Received& to, const proto::Bytes& bytes) { Send(to.peer, {bytes}); }
+  void Send(const std::string& peer, const std::vector<proto::Bytes>& frames);
+  // Receives a Hello and answers it.
+  bool AnswerHello(const std::array<uint8_t, 16>& boot_id, uint32_t max_chunks = 1024);
+
+ private:
+  std::string endpoint_;
+  zmq::context_t context_{1};
+  zmq::socket_t socket_;
+};
+
+// ---- canned replies ----
+
+proto::Bytes HelloReply(uint64_t request_id, const std::array<uint8_t, 16>& boot_id,
+                        uint32_t protocol_version = proto::kProtocolVersion,
+                        uint32_t max_chunks = 1024);
+proto::Bytes RegisterKVReply(uint64_t request_id, uint64_t registration_id);
+// One outcome per entry: (result, num_tokens).
+proto::Bytes StoreReply(uint64_t request_id,
+                        const std::vector<std::pair<ChunkResult, uint32_t>>& outcomes);
+proto::Bytes PingReply(uint64_t request_id, uint64_t uptime_ms);
+
+// A StoreRequest's chunk count.
+size_t ChunkCount(const Received& store);
+
+}  // namespace kvstash::testing
