@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
   libssl-dev
   libcpp-httplib-dev nlohmann-json3-dev
-  python3 python3-yaml
+  python3 python3-yaml python3-prometheus-client
 )
 
 missing=()

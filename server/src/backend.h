@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "kvstash/kernels/chunk_copy.h"
 #include "kvstash/status.h"
 #include "l1_pool.h"
@@ -65,9 +67,13 @@ class Backend {
   }
   // Copies a batch of chunks of one registration, every group, in one
   // direction: Store gathers engine blocks into the flat L1 slots, Retrieve
-  // scatters them back. Safe to call from the two lanes of one device at once.
+  // scatters them back. Safe to call from the two lanes of one device at once;
+  // each (device, direction) has one lane thread, so per-lane state needs no
+  // lock. Returns once the data is in its destination.
   virtual Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
                       const std::vector<kernels::ChunkCopy>& chunks) = 0;
+  // Backend figures for `kvstash describe` (transfer mode, GPU memory held).
+  virtual void Describe(nlohmann::json& /*out*/) const {}
 };
 
 }  // namespace kvstash::server

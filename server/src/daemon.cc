@@ -8,11 +8,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <vector>
+
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "backend_factory.h"
 #include "ipc_path.h"
+#include "metrics_endpoint.h"
+#include "prometheus_text.h"
 #include "reply_queue.h"
 #include "service.h"
 
@@ -35,9 +40,11 @@ struct Daemon::Impl {
   config::ServerConfig config;
   ReplyQueue replies;
   std::unique_ptr<Service> service;
+  std::unique_ptr<MetricsEndpoint> metrics;  // null unless metrics_port is set
   int stop_fd = -1;
 
   ~Impl() {
+    metrics.reset();  // its threads read the service
     service.reset();  // joins workers before the queue goes
     if (stop_fd >= 0) close(stop_fd);
   }
@@ -57,6 +64,15 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& confi
       Service::Create(config, std::move(*backend), impl->replies);
   if (!service.ok()) return service.status();
   impl->service = std::move(*service);
+  if (config.metrics_port != 0) {
+    const Service* serving = impl->service.get();
+    Result<std::unique_ptr<MetricsEndpoint>> metrics =
+        MetricsEndpoint::Start(config.metrics_bind, uint16_t(config.metrics_port),
+                               [serving] { return PrometheusText(serving->ReadStats()); });
+    if (!metrics.ok()) return metrics.status();
+    impl->metrics = std::move(*metrics);
+    Logger()->info("metrics at http://{}:{}/metrics", config.metrics_bind, config.metrics_port);
+  }
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
 
@@ -139,8 +155,16 @@ void Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
       service->stats().request_errors.fetch_add(1);
       continue;
     }
-    std::optional<proto::Bytes> reply =
-        service->Handle(peer, frames[1].data<uint8_t>(), frames[1].size());
+    // FlatBuffers reads scalars in place and ZeroMQ does not align message
+    // data (small messages live inside zmq_msg_t): copy a misaligned one.
+    const uint8_t* data = frames[1].data<uint8_t>();
+    std::vector<uint64_t> aligned;
+    if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) != 0) {
+      aligned.resize((frames[1].size() + 7) / 8);
+      std::memcpy(aligned.data(), data, frames[1].size());
+      data = reinterpret_cast<const uint8_t*>(aligned.data());
+    }
+    std::optional<proto::Bytes> reply = service->Handle(peer, data, frames[1].size());
     if (reply) Send(router, peer, *reply);
   }
 }

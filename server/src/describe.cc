@@ -76,6 +76,8 @@ std::string Service::DescribeJson() const {
             {"slabs_ready", pool_->ready_slabs()},
             {"slabs_failed", pool_->failed_slabs()},
             {"ready_bytes", pool_->ready_bytes()}};
+  json backend = json::object();
+  backend_->Describe(backend);
   json doc{{"server",
             {{"version", KVSTASH_VERSION},
              {"protocol_version", proto::kProtocolVersion},
@@ -83,39 +85,72 @@ std::string Service::DescribeJson() const {
              {"backend", backend_->name()},
              {"devices", backend_->num_devices()},
              {"uptime_ms", uptime}}},
+           {"backend", backend},
            {"config", config},
            {"tiers", json::array({json{{"name", "L1"}, {"kind", "pinned host memory"}, {"pool", pool}}})},
            {"registrations", registrations}};
   return doc.dump();
 }
 
-std::string Service::StatsJson() const {
-  json counters = json::object();
-  for (const Stats::Counter& c : stats_.ReadCounters()) counters[c.name] = c.value;
+StatsSnapshot Service::ReadStats() const {
+  StatsSnapshot s;
+  s.counters = stats_.ReadCounters();
   const ChunkStore::Usage usage = store_->usage();
-  json gauges{{"l1_capacity_bytes", usage.capacity_bytes},
-              {"l1_used_bytes", usage.used_bytes},
-              {"l1_chunks", usage.chunks},
-              {"l1_ready_bytes", pool_->ready_bytes()},
-              {"leases_active", usage.leases},
-              {"registrations_active", registry_->List().size()},
-              {"requests_deferred", deferred_.load()}};
+  const std::vector<std::shared_ptr<Registration>> registrations = registry_->List();
+  s.gauges = {
+      {"l1_capacity_bytes", "bytes of the L1 pool", usage.capacity_bytes},
+      {"l1_used_bytes", "bytes of L1 slots holding chunks", usage.used_bytes},
+      {"l1_chunks", "chunks in L1", usage.chunks},
+      {"l1_ready_bytes", "bytes of L1 pinned and ready to use", pool_->ready_bytes()},
+      {"l1_slabs", "L1 slabs (the pinning unit)", pool_->num_slabs()},
+      {"l1_slabs_ready", "L1 slabs pinned and ready to use", pool_->ready_slabs()},
+      {"l1_slabs_failed", "L1 slabs that could not be pinned", pool_->failed_slabs()},
+      {"leases_active", "lookup leases held", usage.leases},
+      {"registrations_active", "registered engine ranks", registrations.size()},
+      {"requests_deferred", "Store, Retrieve and UnregisterKV requests in flight",
+       deferred_.load()}};
+  for (size_t k = 0; k < s.latency.size(); ++k) s.latency[k] = stats_.latency(RequestKind(k)).Read();
+  for (const auto& reg : registrations) {
+    s.registrations.push_back(
+        {reg->id, reg->request.model, reg->request.tp_rank, reg->stats.ReadCounters()});
+  }
+  return s;
+}
+
+std::string Service::StatsJson() const {
+  const StatsSnapshot snapshot = ReadStats();
+  json counters = json::object();
+  for (const Stats::Counter& c : snapshot.counters) counters[c.name] = c.value;
+  json gauges = json::object();
+  for (const Gauge& g : snapshot.gauges) gauges[g.name] = g.value;
   json latency = json::object();
-  for (size_t k = 0; k < size_t(RequestKind::kCount); ++k) {
-    const LatencyHistogram::Snapshot s = stats_.latency(RequestKind(k)).Read();
+  for (size_t k = 0; k < snapshot.latency.size(); ++k) {
+    const LatencyHistogram::Snapshot& s = snapshot.latency[k];
     if (s.count == 0) continue;
     latency[RequestKindName(RequestKind(k))] = json{{"count", s.count},
                                                     {"mean_us", s.sum_us / s.count},
                                                     {"p50_us_le", s.Percentile(0.50)},
                                                     {"p99_us_le", s.Percentile(0.99)}};
   }
+  json registrations = json::array();
+  for (const StatsSnapshot::Registration& reg : snapshot.registrations) {
+    json reg_counters = json::object();
+    for (const Stats::Counter& c : reg.counters) reg_counters[c.name] = c.value;
+    registrations.push_back(
+        json{{"id", reg.id}, {"model", reg.model}, {"tp_rank", reg.tp_rank}, {"counters", reg_counters}});
+  }
   // Rates are derived from counters, never stored.
   const uint64_t keys = counters["lookup_keys"];
   const uint64_t hits = counters["lookup_hit_chunks"];
+  const uint64_t used = gauges["l1_used_bytes"];
+  const uint64_t capacity = gauges["l1_capacity_bytes"];
   json derived{{"lookup_hit_rate", keys ? double(hits) / double(keys) : 0.0},
-               {"l1_used_fraction",
-                usage.capacity_bytes ? double(usage.used_bytes) / double(usage.capacity_bytes) : 0.0}};
-  return json{{"counters", counters}, {"gauges", gauges}, {"latency", latency}, {"derived", derived}}
+               {"l1_used_fraction", capacity ? double(used) / double(capacity) : 0.0}};
+  return json{{"counters", counters},
+              {"gauges", gauges},
+              {"latency", latency},
+              {"per_registration", registrations},
+              {"derived", derived}}
       .dump();
 }
 

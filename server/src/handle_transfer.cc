@@ -126,7 +126,7 @@ Service::Reply Service::Store(const Request& r, const wire::StoreRequest& m) {
     return std::optional<proto::Bytes>(OutcomeReply(r.id, wire::Body::StoreReply, *outcomes));
   }
   for (size_t c = 0; c < job.chunks.size(); ++c) job.chunks[c].block_ids = job.block_ids[c].data();
-  job.complete = [this, r, outcomes, reserved, chunk_bytes](const Status& copied) {
+  job.complete = [this, r, reg, outcomes, reserved, chunk_bytes](const Status& copied) {
     for (auto [index, entry] : *reserved) {
       Outcome& outcome = (*outcomes)[index];
       if (copied.ok()) {
@@ -135,6 +135,9 @@ Service::Reply Service::Store(const Request& r, const wire::StoreRequest& m) {
         Stats::Add(stats_.store_chunks_stored);
         Stats::Add(stats_.store_tokens, outcome.num_tokens);
         Stats::Add(stats_.store_bytes, chunk_bytes);
+        Stats::Add(reg->stats.store_chunks);
+        Stats::Add(reg->stats.store_tokens, outcome.num_tokens);
+        Stats::Add(reg->stats.store_bytes, chunk_bytes);
       } else {
         store_->AbortStore(entry);
         outcome = Outcome{wire::ChunkResult::Failed, 0, copied};
@@ -203,7 +206,7 @@ Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& 
   }
   for (size_t c = 0; c < job.chunks.size(); ++c) job.chunks[c].block_ids = job.block_ids[c].data();
   const uint64_t chunk_bytes = layout.chunk_bytes();
-  job.complete = [this, r, outcomes, reading, lease_id, chunk_bytes](const Status& copied) {
+  job.complete = [this, r, reg, outcomes, reading, lease_id, chunk_bytes](const Status& copied) {
     for (auto [index, entry] : *reading) {
       store_->EndRead(entry);
       Outcome& outcome = (*outcomes)[index];
@@ -212,6 +215,9 @@ Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& 
         Stats::Add(stats_.retrieve_chunks);
         Stats::Add(stats_.retrieve_tokens, outcome.num_tokens);
         Stats::Add(stats_.retrieve_bytes, chunk_bytes);
+        Stats::Add(reg->stats.retrieve_chunks);
+        Stats::Add(reg->stats.retrieve_tokens, outcome.num_tokens);
+        Stats::Add(reg->stats.retrieve_bytes, chunk_bytes);
       } else {
         outcome = Outcome{wire::ChunkResult::Failed, 0, copied};
         Stats::Add(stats_.retrieve_chunks_failed);
@@ -229,7 +235,7 @@ Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& 
 Service::Reply Service::Lookup(const Request& r, const wire::LookupRequest& m) {
   Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id());
   if (!found.ok()) return found.status();
-  const Registration& reg = **found;
+  Registration& reg = **found;
   if (m.keys() == nullptr) return Status::InvalidArgument("Lookup names no keys");
   if (m.keys()->size() > config_.max_chunks_per_request) {
     return Status::TooLarge("Lookup names " + std::to_string(m.keys()->size()) +
@@ -251,6 +257,9 @@ Service::Reply Service::Lookup(const Request& r, const wire::LookupRequest& m) {
   Stats::Add(stats_.lookup_hit_chunks, hit.hit_chunks);
   Stats::Add(stats_.lookup_miss_chunks, keys.size() - hit.hit_chunks);
   Stats::Add(stats_.lookup_hit_tokens, hit.hit_tokens);
+  Stats::Add(reg.stats.lookup_hit_chunks, hit.hit_chunks);
+  Stats::Add(reg.stats.lookup_miss_chunks, keys.size() - hit.hit_chunks);
+  Stats::Add(reg.stats.lookup_hit_tokens, hit.hit_tokens);
   flatbuffers::FlatBufferBuilder fbb(64);
   auto body = wire::CreateLookupReply(fbb, hit.hit_chunks, hit.hit_tokens, hit.lease_id,
                                       hit.lease_id ? lease_ms : 0);

@@ -3,8 +3,9 @@
 // and shares it between layers and registrations; an allocation closes when
 // the last registration using it goes.
 //
-// Thread-safe. A Registration is immutable once built and shared by
-// shared_ptr, so queued work keeps its memory mapped until it finishes.
+// Thread-safe. A Registration is immutable once built (but for its work
+// count and traffic counters) and shared by shared_ptr, so queued work keeps
+// its memory mapped until it finishes.
 #pragma once
 
 #include <condition_variable>
@@ -20,6 +21,7 @@
 #include "chunk_store.h"
 #include "kvstash/chunk_layout.h"
 #include "kvstash/keys.h"
+#include "stats.h"
 
 namespace kvstash::server {
 
@@ -49,6 +51,7 @@ class Registration {
   std::vector<std::shared_ptr<MappedAllocation>> allocations;
   std::vector<GroupAddresses> groups;  // per layout group, for the copy engine
   std::shared_ptr<void> backend_state;  // from Backend::PrepareRegistration
+  RegistrationStats stats;               // its share of the traffic
 
   // Work in flight: Unregister answers only once it has drained.
   void BeginWork();

@@ -49,6 +49,9 @@ class Service {
   L1Pool& pool() { return *pool_; }
   std::string DescribeJson() const;
   std::string StatsJson() const;
+  // Counters, gauges, histograms and per-registration counters: what
+  // StatsJson and the metrics endpoint render. Thread-safe.
+  StatsSnapshot ReadStats() const;
 
  private:
   struct Request {

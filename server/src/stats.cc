@@ -40,13 +40,21 @@ uint64_t LatencyHistogram::Snapshot::Percentile(double q) const {
   return kBoundsUs.back();
 }
 
+#define KVSTASH_READ_COUNTER(name, help) \
+  out.push_back(Stats::Counter{#name, help, name.load(std::memory_order_relaxed)});
+
 std::vector<Stats::Counter> Stats::ReadCounters() const {
   std::vector<Counter> out;
-#define KVSTASH_READ_COUNTER(name, help) \
-  out.push_back(Counter{#name, help, name.load(std::memory_order_relaxed)});
   KVSTASH_COUNTERS(KVSTASH_READ_COUNTER)
-#undef KVSTASH_READ_COUNTER
   return out;
 }
+
+std::vector<Stats::Counter> RegistrationStats::ReadCounters() const {
+  std::vector<Stats::Counter> out;
+  KVSTASH_REGISTRATION_COUNTERS(KVSTASH_READ_COUNTER)
+  return out;
+}
+
+#undef KVSTASH_READ_COUNTER
 
 }  // namespace kvstash::server

@@ -1,6 +1,7 @@
 // The daemon's counters, declared once (memcached's X-macro idea: "no longer
 // have to add new stats in 3+ places"): the struct, the Stats reply, the JSON
-// and the metrics endpoint are all generated from KVSTASH_COUNTERS.
+// and the metrics endpoint are all generated from KVSTASH_COUNTERS and
+// KVSTASH_REGISTRATION_COUNTERS. StatsSnapshot is what both readers render.
 // Thread-safe: every field is a relaxed atomic.
 #pragma once
 
@@ -42,6 +43,20 @@ namespace kvstash::server {
   X(evicted_chunks, "chunks evicted to make room")                                 \
   X(evicted_bytes, "bytes of evicted chunks")                                      \
   X(cleared_chunks, "chunks dropped by Clear")
+
+// X(name, help): one registration's share of the traffic. Lookup misses are
+// counted in chunks only: a Lookup sends keys, not the prompt's length, so the
+// number of tokens past the stored prefix is unknown.
+#define KVSTASH_REGISTRATION_COUNTERS(X)                                                    \
+  X(store_chunks, "chunks the registration copied into L1")                                 \
+  X(store_tokens, "tokens the registration stored")                                         \
+  X(store_bytes, "bytes the registration copied into L1")                                   \
+  X(retrieve_chunks, "chunks copied back to the registration's memory")                     \
+  X(retrieve_tokens, "tokens written back to the registration's memory")                    \
+  X(retrieve_bytes, "bytes copied out of L1 into the registration's memory")                \
+  X(lookup_hit_chunks, "chunks the registration's Lookups found")                           \
+  X(lookup_miss_chunks, "keys the registration's Lookups asked for past the stored prefix") \
+  X(lookup_hit_tokens, "tokens the registration's Lookups found")
 
 enum class RequestKind : uint8_t {
   kHello, kRegisterKV, kUnregisterKV, kStore, kRetrieve, kLookup, kRelease,
@@ -92,6 +107,37 @@ class Stats {
 
  private:
   std::array<LatencyHistogram, size_t(RequestKind::kCount)> latency_;
+};
+
+class RegistrationStats {
+ public:
+#define KVSTASH_DECLARE_COUNTER(name, help) std::atomic<uint64_t> name{0};
+  KVSTASH_REGISTRATION_COUNTERS(KVSTASH_DECLARE_COUNTER)
+#undef KVSTASH_DECLARE_COUNTER
+
+  std::vector<Stats::Counter> ReadCounters() const;
+};
+
+// A value that goes up and down, read when the snapshot is taken.
+struct Gauge {
+  const char* name;
+  const char* help;
+  uint64_t value;
+};
+
+// Everything `kvstash stats` and the metrics endpoint show, read at one
+// moment by Service::ReadStats. Plain data.
+struct StatsSnapshot {
+  struct Registration {
+    uint64_t id = 0;
+    std::string model;
+    uint32_t tp_rank = 0;
+    std::vector<Stats::Counter> counters;  // KVSTASH_REGISTRATION_COUNTERS
+  };
+  std::vector<Stats::Counter> counters;  // KVSTASH_COUNTERS
+  std::vector<Gauge> gauges;
+  std::array<LatencyHistogram::Snapshot, size_t(RequestKind::kCount)> latency{};
+  std::vector<Registration> registrations;
 };
 
 }  // namespace kvstash::server

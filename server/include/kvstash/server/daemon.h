@@ -13,7 +13,8 @@ namespace kvstash::server {
 class Daemon {
  public:
   // Builds the backend, L1 pool (pinned in the background), index and
-  // transfer workers. Binding happens in Run.
+  // transfer workers, and starts the metrics endpoint when metrics_port is
+  // set (a port it cannot bind is an error here). The socket binds in Run.
   static Result<std::unique_ptr<Daemon>> Create(const config::ServerConfig& config);
   ~Daemon();
   Daemon(const Daemon&) = delete;
