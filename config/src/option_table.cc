@@ -98,6 +98,11 @@ std::vector<OptionSpec> BuildTable() {
                  "(kernels access pinned host memory)"),
       UintOption("staging-mb", "KVSTASH_STAGING_MB", &C::staging_mb, 1, 65536,
                  "GPU staging ring per device in MiB (dma mode)"),
+      EnumOption("completion-wait", "KVSTASH_COMPLETION_WAIT", &C::completion_wait,
+                 {"block", "poll"},
+                 "CUDA backend: how a copy lane waits for the GPU: block (sleep on a "
+                 "blocking-sync event until the driver wakes the thread) or poll (sleep through "
+                 "the shortest possible copy time, then check every few microseconds)"),
       EnumOption("log-level", "KVSTASH_LOG_LEVEL", &C::log_level,
                  {"trace", "debug", "info", "warn", "error", "off"}, "Log level"),
       UintOption("metrics-port", "KVSTASH_METRICS_PORT", &C::metrics_port, 0, 65535,

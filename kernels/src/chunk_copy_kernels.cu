@@ -11,7 +11,7 @@
 
 #include "access_width_dispatch.h"
 #include "chunk_copy_checks.h"
-#include "cuda_check.h"
+#include "kvstash/cuda/cuda_status.h"
 #include "kvstash/kernels/access_width.h"
 #include "kvstash/kernels/chunk_copy_cuda.h"
 #include "merged_heads.h"
@@ -220,12 +220,12 @@ Status Launch(Direction direction, const DeviceGroupCopy& device_group,
       GatherChunksKernel<kWidth><<<grid, kThreadsPerCta, 0, cuda_stream>>>(
           merged.geometry, s, merged.flat_offset_bytes, device_group.device_layer_bases,
           batch.device_chunks, static_cast<uint32_t>(tile_tokens));
-      return internal::CudaStatus(cudaGetLastError(), "GatherChunksKernel launch");
+      return cuda::CudaStatus(cudaGetLastError(), "GatherChunksKernel launch");
     }
     ScatterChunksKernel<kWidth><<<grid, kThreadsPerCta, 0, cuda_stream>>>(
         merged.geometry, s, merged.flat_offset_bytes, device_group.device_layer_bases,
         batch.device_chunks, static_cast<uint32_t>(tile_tokens));
-    return internal::CudaStatus(cudaGetLastError(), "ScatterChunksKernel launch");
+    return cuda::CudaStatus(cudaGetLastError(), "ScatterChunksKernel launch");
   });
 }
 

@@ -1,25 +1,56 @@
 // Backend selection.
 #include "backend_factory.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <thread>
 
 #include "host_backend.h"
+#if KVSTASH_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
 
 namespace kvstash::server {
 
-Result<std::unique_ptr<Backend>> CreateBackend(const config::ServerConfig& config) {
+namespace {
+
+std::unique_ptr<Backend> MakeHostBackend(const config::ServerConfig& config) {
   const size_t copy_threads =
       config.copy_threads ? config.copy_threads
                           : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  if (config.backend == "host" || config.backend == "auto") {
-    return std::unique_ptr<Backend>(std::make_unique<HostBackend>(copy_threads));
+  return std::make_unique<HostBackend>(copy_threads);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> CreateBackend(const config::ServerConfig& config) {
+  if (config.backend == "host") return MakeHostBackend(config);
+  if (config.backend != "auto" && config.backend != "cuda") {
+    return Status::InvalidArgument("unknown backend \"" + config.backend + "\"");
   }
-  if (config.backend == "cuda") {
-    return Status::Unavailable(
-        "the cuda backend is not available in this build of kvstashd; use --backend host");
+#if KVSTASH_HAVE_CUDA
+  Result<std::unique_ptr<Backend>> cuda = CudaBackend::Create(config);
+  if (cuda.ok()) return cuda;
+  // auto: a machine without a usable GPU (or driver) runs the host backend;
+  // any other failure of a GPU that is there is reported.
+  if (config.backend == "auto" && cuda.status().code() == StatusCode::kUnavailable) {
+    auto logger = spdlog::get("kvstashd");
+    (logger ? logger : spdlog::default_logger())
+        ->info("backend auto: {}; using the host backend", cuda.status().message());
+    return MakeHostBackend(config);
   }
-  return Status::InvalidArgument("unknown backend \"" + config.backend + "\"");
+  return Status(cuda.status().code(),
+                "--backend " + config.backend + ": " + cuda.status().message() +
+                    (cuda.status().code() == StatusCode::kUnavailable
+                         ? "; on a machine without a GPU use --backend host"
+                         : ""));
+#else
+  if (config.backend == "auto") return MakeHostBackend(config);
+  return Status::Unavailable(
+      "--backend cuda: this kvstashd was built without CUDA; use --backend host, or build with "
+      "nvcc on the PATH (KVSTASH_WITH_CUDA=ON)");
+#endif
 }
 
 }  // namespace kvstash::server

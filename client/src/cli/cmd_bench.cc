@@ -6,6 +6,9 @@
 #include "bench_report.h"
 #include "bench_workload.h"
 #include "common.h"
+#if KVSTASH_HAVE_CUDA
+#include "cuda_bench.h"
+#endif
 
 namespace kvstash::cli {
 
@@ -14,6 +17,8 @@ namespace {
 struct BenchOptions : CommonOptions {
   BenchConfig config;
   std::string dtype = "bf16";
+  std::vector<uint32_t> cuda_chunk_counts = {1, 4, 16, 64};
+  int cuda_latency_samples = 1000;
   BenchOptions() { timeout_ms = 60000; }
 };
 
@@ -27,7 +32,27 @@ const std::map<std::string, DType>& DTypeNames() {
   return names;
 }
 
+// --backend cuda: the GPU benchmark (cuda_bench.h), not the verified workload.
+int RunCudaBenchCommand(const BenchOptions& options) {
+#if KVSTASH_HAVE_CUDA
+  auto client = ConnectCli(options);
+  if (!client.ok()) return Fail("bench", client.status());
+  CudaBenchConfig config;
+  config.chunk_counts = options.cuda_chunk_counts;
+  config.latency_samples = options.cuda_latency_samples;
+  Result<CudaBenchResults> results = RunCudaBench(**client, config);
+  if (!results.ok()) return Fail("bench", results.status());
+  std::cout << (options.json ? CudaBenchJson(*results).dump(2) + "\n" : CudaBenchText(*results));
+  return results->passed() ? 0 : 1;
+#else
+  (void)options;
+  return Fail("bench", Status::Unavailable("this kvstash was built without CUDA; --backend cuda "
+                                           "needs a build with nvcc (KVSTASH_WITH_CUDA=ON)"));
+#endif
+}
+
 int RunBenchCommand(BenchOptions& options) {
+  if (options.config.backend == "cuda") return RunCudaBenchCommand(options);
   options.config.shape.dtype = DTypeNames().at(options.dtype);
   auto client = ConnectCli(options);
   if (!client.ok()) return Fail("bench", client.status());
@@ -50,8 +75,19 @@ Command AddBenchCommand(CLI::App& app) {
       "bench", "Run a synthetic engine: register, store prompts sharing a prefix, look up, "
                "retrieve into other blocks and verify every byte");
   AddCommonOptions(*command, *options);
-  command->add_option("--backend", c.backend, "memory sharing: host (cuda later)")
-      ->check(CLI::IsMember({"host"}))
+  command->add_option("--backend", c.backend,
+                      "host: the verified synthetic workload in shared memory; cuda: GPU "
+                      "throughput and latency against raw copies (needs kvstashd --backend cuda)")
+      ->check(CLI::IsMember({"host", "cuda"}))
+      ->capture_default_str();
+  command->add_option("--chunk-counts", options->cuda_chunk_counts,
+                      "cuda: chunks per request to measure, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  command->add_option("--latency-samples", options->cuda_latency_samples,
+                      "cuda: requests per latency figure")
+      ->check(CLI::Range(10, 1000000))
       ->capture_default_str();
   command->add_option("--model", c.model, "model name (part of the key namespace)")
       ->capture_default_str();

@@ -28,6 +28,7 @@ struct ServerConfig {
   uint32_t pin_threads = 0;               // background pinning; 0 = auto
   std::string transfer_mode = "dma";      // dma | direct (CUDA backend)
   uint32_t staging_mb = 256;              // GPU staging ring per device (dma mode)
+  std::string completion_wait = "block";  // block | poll (CUDA backend)
   std::string log_level = "info";         // trace | debug | info | warn | error | off
   uint32_t metrics_port = 0;              // Prometheus endpoint; 0 = off
   std::string metrics_bind = "127.0.0.1";

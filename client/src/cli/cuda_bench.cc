@@ -1,0 +1,296 @@
+// The measurements of `kvstash bench --backend cuda`.
+#include "cuda_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "bench_report.h"
+#include "cuda_bench_kv.h"
+#include "raw_copy.h"
+#include "zmq_echo.h"
+
+namespace kvstash::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Median(std::vector<double> values) { return Percentile(std::move(values), 0.5); }
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+// The daemon as Describe shows it, once its L1 pool is pinned.
+Result<json> DescribeWhenReady(Client& client) {
+  const auto deadline = Clock::now() + std::chrono::minutes(2);
+  for (;;) {
+    auto described = client.Describe().get();
+    if (!described.ok()) return described.status();
+    json doc = json::parse(*described);
+    if (doc["server"]["backend"] != "cuda") {
+      return Status::InvalidArgument("kvstashd runs the " + doc["server"]["backend"].get<std::string>() +
+                                     " backend; start it with --backend cuda");
+    }
+    const json& pool = doc["tiers"][0]["pool"];
+    if (pool["slabs_ready"].get<uint64_t>() + pool["slabs_failed"].get<uint64_t>() >=
+        pool["slabs"].get<uint64_t>()) {
+      return doc;
+    }
+    if (Clock::now() > deadline) return Status::TimedOut("the L1 pool was not pinned within 2 minutes");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// One registered layout and the requests the bench sends for it.
+class LayoutRun {
+ public:
+  LayoutRun(Client& client, const Registration& reg, std::vector<uint32_t> blocks, uint32_t max_chunks)
+      : client_(client), reg_(reg), blocks_(std::move(blocks)), max_chunks_(max_chunks) {
+    nonce_ = std::random_device{}();
+  }
+
+  // n chunks with fresh keys, from the first half of the blocks.
+  std::vector<ChunkBlocks> Fresh(uint32_t n) {
+    std::vector<ChunkBlocks> chunks(n);
+    for (uint32_t c = 0; c < n; ++c) {
+      const uint64_t id = ++counter_;
+      std::memcpy(chunks[c].key.data(), &nonce_, sizeof(nonce_));
+      std::memcpy(chunks[c].key.data() + 8, &id, sizeof(id));
+      Fill(chunks[c], c, 0);
+    }
+    return chunks;
+  }
+  // The same keys, aimed at the second half of the blocks.
+  std::vector<ChunkBlocks> Into(std::vector<ChunkBlocks> chunks) {
+    for (uint32_t c = 0; c < chunks.size(); ++c) Fill(chunks[c], c, max_chunks_);
+    return chunks;
+  }
+
+  Status Store(const std::vector<ChunkBlocks>& chunks) {
+    return Check("store", client_.Store(reg_.id, chunks).get(), ChunkResult::kStored);
+  }
+  Status Retrieve(const std::vector<ChunkBlocks>& chunks) {
+    return Check("retrieve", client_.Retrieve(reg_.id, chunks).get(), ChunkResult::kRetrieved);
+  }
+  Status Both(const std::vector<ChunkBlocks>& store, const std::vector<ChunkBlocks>& retrieve) {
+    auto stored = client_.Store(reg_.id, store);
+    auto retrieved = client_.Retrieve(reg_.id, retrieve);
+    const Status s = Check("store", stored.get(), ChunkResult::kStored);
+    const Status r = Check("retrieve", retrieved.get(), ChunkResult::kRetrieved);
+    return s.ok() ? r : s;
+  }
+
+ private:
+  void Fill(ChunkBlocks& chunk, uint32_t c, uint32_t first_chunk) {
+    const uint32_t per_chunk = reg_.chunk_tokens / reg_.block_tokens;
+    const auto first = blocks_.begin() + (first_chunk + c) * per_chunk;
+    chunk.num_tokens = reg_.chunk_tokens;
+    chunk.block_ids.assign(first, first + per_chunk);
+  }
+  static Status Check(const char* what, const Result<std::vector<ChunkOutcome>>& outcomes,
+                      ChunkResult expected) {
+    if (!outcomes.ok()) return outcomes.status();
+    for (const ChunkOutcome& o : *outcomes) {
+      if (o.result != expected) {
+        return Status::Internal(std::string(what) + " chunk " + NameOf(o.result) +
+                                (o.error.ok() ? "" : ": " + o.error.ToString()));
+      }
+    }
+    return Status::Ok();
+  }
+
+  Client& client_;
+  const Registration& reg_;
+  const std::vector<uint32_t> blocks_;  // shuffled: engines' blocks are scattered
+  const uint32_t max_chunks_;
+  uint64_t nonce_ = 0;
+  uint64_t counter_ = 0;
+};
+
+template <typename Op>
+Result<double> MedianSeconds(int reps, Op op) {
+  KVSTASH_RETURN_IF_ERROR(op());  // warm-up
+  std::vector<double> seconds;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = Clock::now();
+    KVSTASH_RETURN_IF_ERROR(op());
+    seconds.push_back(Seconds(start));
+  }
+  return Median(seconds);
+}
+
+int Reps(uint32_t chunks) { return chunks <= 4 ? 30 : chunks <= 16 ? 12 : 6; }
+
+Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBenchConfig& config,
+                     RawCopy& raw, CudaBenchResults& out) {
+  const uint32_t max_chunks = *std::max_element(config.chunk_counts.begin(), config.chunk_counts.end());
+  const uint32_t chunk_tokens = client.server_info().chunk_tokens;
+  const uint32_t per_chunk = chunk_tokens / layout.block_tokens;
+  const uint32_t num_blocks = 2 * max_chunks * per_chunk;
+  Result<CudaBenchKv> kv = CudaBenchKv::Create(layout, num_blocks);
+  if (!kv.ok()) return kv.status();
+  RegisterOptions options;
+  options.model = "kvstash-bench-cuda-" + layout.name;
+  KVSTASH_RETURN_IF_ERROR(AddCudaLayers(kv->Layers(), options));
+  auto reg = client.RegisterKV(options).get();
+  if (!reg.ok()) return reg.status();
+  std::vector<uint32_t> blocks(num_blocks);
+  std::iota(blocks.begin(), blocks.end(), 0u);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
+  LayoutRun run(client, *reg, blocks, max_chunks);
+
+  std::vector<ChunkBlocks> readable;  // stored once, retrieved again and again
+  for (uint32_t n : config.chunk_counts) {
+    const uint64_t bytes = n * reg->chunk_bytes;
+    const int reps = Reps(n);
+    auto row = [&](const std::string& op, uint64_t moved, double seconds, double raw_seconds, double target) {
+      out.throughput.push_back({layout.name, reg->chunk_bytes, op, n, moved, seconds, raw_seconds, target});
+    };
+    const double one_way_target = n == 1 ? 0.8 : 0.95;
+
+    Result<double> store = MedianSeconds(reps, [&] { return run.Store(run.Fresh(n)); });
+    if (!store.ok()) return store.status();
+    Result<double> raw_d2h = raw.MedianSeconds(RawCopy::Way::kDeviceToHost, bytes, reps);
+    if (!raw_d2h.ok()) return raw_d2h.status();
+    row("store", bytes, *store, *raw_d2h, one_way_target);
+
+    readable = run.Fresh(n);
+    KVSTASH_RETURN_IF_ERROR(run.Store(readable));
+    const std::vector<ChunkBlocks> targets = run.Into(readable);
+    Result<double> retrieve = MedianSeconds(reps, [&] { return run.Retrieve(targets); });
+    if (!retrieve.ok()) return retrieve.status();
+    Result<double> raw_h2d = raw.MedianSeconds(RawCopy::Way::kHostToDevice, bytes, reps);
+    if (!raw_h2d.ok()) return raw_h2d.status();
+    row("retrieve", bytes, *retrieve, *raw_h2d, one_way_target);
+
+    Result<double> both = MedianSeconds(reps, [&] { return run.Both(run.Fresh(n), targets); });
+    if (!both.ok()) return both.status();
+    Result<double> raw_both = raw.MedianSeconds(RawCopy::Way::kBoth, bytes, reps);
+    if (!raw_both.ok()) return raw_both.status();
+    row("concurrent", 2 * bytes, *both, *raw_both, 0.9);
+  }
+
+  // Latency of a one-chunk retrieve, beside the raw copy of that chunk.
+  const std::vector<ChunkBlocks> one = run.Into({readable.front()});
+  std::vector<double> micros;
+  for (int i = 0; i < config.latency_samples / 4; ++i) {
+    const auto start = Clock::now();
+    KVSTASH_RETURN_IF_ERROR(run.Retrieve(one));
+    micros.push_back(Seconds(start) * 1e6);
+  }
+  Result<double> raw_one = raw.MedianSeconds(RawCopy::Way::kHostToDevice, reg->chunk_bytes, 50);
+  if (!raw_one.ok()) return raw_one.status();
+  out.latency.push_back({"retrieve 1 chunk, " + layout.name, Percentile(micros, 0.5),
+                         Percentile(micros, 0.99), "raw H2D copy of the chunk", *raw_one * 1e6, 0});
+
+  if (layout.name == CudaBenchLayouts().front().name) {
+    // A 64-key lookup that hits every key (and pins them, released untimed).
+    std::vector<ChunkKey> keys;
+    for (const ChunkBlocks& c : readable) keys.push_back(c.key);
+    keys.resize(std::min<size_t>(keys.size(), 64));
+    micros.clear();
+    for (int i = 0; i < config.latency_samples; ++i) {
+      const auto start = Clock::now();
+      auto hit = client.Lookup(reg->id, keys).get();
+      micros.push_back(Seconds(start) * 1e6);
+      if (!hit.ok()) return hit.status();
+      if (hit->hit_chunks != keys.size()) return Status::Internal("lookup missed stored keys");
+      if (hit->lease_id != 0) (void)client.Release(hit->lease_id).get();
+    }
+    out.latency.push_back({std::to_string(keys.size()) + "-key lookup", Percentile(micros, 0.5),
+                           Percentile(micros, 0.99), "", 0, 1.5});
+  }
+  KVSTASH_RETURN_IF_ERROR(client.UnregisterKV(reg->id).get());
+  auto cleared = client.Clear(options.model).get();
+  return cleared.ok() ? Status::Ok() : cleared.status();
+}
+
+}  // namespace
+
+Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& config) {
+  CudaBenchResults out;
+  Result<json> described = DescribeWhenReady(client);
+  if (!described.ok()) return described.status();
+  const json& backend = (*described)["backend"];
+  out.transfer_mode = backend.value("transfer_mode", "");
+  out.gpu = backend["devices"].empty() ? "" : backend["devices"][0].value("name", "");
+  out.chunk_tokens = client.server_info().chunk_tokens;
+  if (config.chunk_counts.empty()) return Status::InvalidArgument("no chunk counts to measure");
+
+  // The floor of every request: a raw ZeroMQ round trip of a lookup's size.
+  constexpr size_t kLookupMessageBytes = 64 * 32 + 128;
+  Result<std::vector<double>> zmq = ZmqRoundTripsUs(kLookupMessageBytes, config.latency_samples);
+  if (!zmq.ok()) return zmq.status();
+  const double zmq_p50 = Percentile(*zmq, 0.5);
+  out.latency.push_back({"raw ZeroMQ round trip", zmq_p50, Percentile(*zmq, 0.99), "", 0, 0});
+  std::vector<double> pings;
+  for (int i = 0; i < config.latency_samples; ++i) {
+    const auto start = Clock::now();
+    auto ping = client.Ping().get();
+    if (!ping.ok()) return ping.status();
+    pings.push_back(Seconds(start) * 1e6);
+  }
+  out.latency.push_back({"ping", Percentile(pings, 0.5), Percentile(pings, 0.99), "raw ZeroMQ round trip",
+                         zmq_p50, 0});
+
+  const uint32_t max_chunks = *std::max_element(config.chunk_counts.begin(), config.chunk_counts.end());
+  uint64_t largest_chunk = 0;
+  for (const CudaBenchLayout& l : CudaBenchLayouts()) {
+    largest_chunk = std::max<uint64_t>(largest_chunk, uint64_t(2) * l.layers * out.chunk_tokens *
+                                                          l.kv_heads * l.head_dim * DTypeBytes(l.dtype));
+  }
+  // Copies longer than the raw buffers repeat them back to back.
+  Result<RawCopy> raw = RawCopy::Create(std::min<uint64_t>(max_chunks, 16) * largest_chunk);
+  if (!raw.ok()) return raw.status();
+  for (const CudaBenchLayout& layout : CudaBenchLayouts()) {
+    if (Status s = MeasureLayout(client, layout, config, *raw, out); !s.ok()) {
+      out.errors.push_back(layout.name + ": " + s.ToString());
+    }
+  }
+  // Time spent inside the daemon, from its own latency figures, for the
+  // requests only the latency loops send.
+  auto stats = client.Stats().get();
+  if (stats.ok()) {
+    const json latency = json::parse(stats->json)["latency"];
+    for (LatencyRow& row : out.latency) {
+      const char* kind = row.name == "ping" ? "ping" : row.name.find("lookup") != std::string::npos ? "lookup" : "";
+      if (*kind && latency.contains(kind)) row.daemon_mean_us = latency[kind].value("mean_us", 0.0);
+    }
+  }
+  for (LatencyRow& row : out.latency) {
+    if (row.target > 0) {
+      row.reference = "raw ZeroMQ round trip";
+      row.reference_us = zmq_p50;
+    }
+  }
+
+  described = DescribeWhenReady(client);
+  if (described.ok()) {
+    for (const json& d : (*described)["backend"]["devices"]) {
+      out.daemon_gpu_memory_bytes += d.value("staging_bytes", uint64_t{0});
+      out.daemon_pinned_plan_bytes += d.value("pinned_plan_bytes", uint64_t{0});
+    }
+  }
+  for (const ThroughputRow& r : out.throughput) {
+    if (r.ratio() < r.target) {
+      out.short_of_targets.push_back(r.layout + " " + r.op + " x" + std::to_string(r.chunks) + ": " +
+                                     std::to_string(r.ratio()) + " of raw < " + std::to_string(r.target));
+    }
+  }
+  for (const LatencyRow& r : out.latency) {
+    if (r.target > 0 && r.ratio() > r.target) {
+      out.short_of_targets.push_back(r.name + ": p50 " + std::to_string(r.ratio()) + "x the " +
+                                     r.reference + " > " + std::to_string(r.target));
+    }
+  }
+  if (out.transfer_mode == "direct" && out.daemon_gpu_memory_bytes != 0) {
+    out.short_of_targets.push_back("direct mode holds " + std::to_string(out.daemon_gpu_memory_bytes) +
+                                   " bytes of GPU staging, not 0");
+  }
+  return out;
+}
+
+}  // namespace kvstash::cli

@@ -1,0 +1,70 @@
+// `kvstash bench --backend cuda`: how close kvstash comes to the hardware.
+// In one run it measures raw pinned cudaMemcpy (device to host, host to
+// device, both at once), then kvstash Store, Retrieve and both at once
+// through the daemon (client -> ZeroMQ -> kvstashd -> GPU copies -> reply)
+// for 1, 4, 16 and 64 chunks of a Llama-3-8B layout and of a small one, the
+// p50/p99 latency of a 1-chunk retrieve and of a 64-key lookup against a raw
+// ZeroMQ round trip, and the GPU memory the daemon holds. The engine side
+// is this process: its KV lives in cudaMalloc memory, registered through
+// kvstash/cuda_memory.h, on the daemon's GPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvstash/client.h"
+
+namespace kvstash::cli {
+
+struct CudaBenchConfig {
+  std::vector<uint32_t> chunk_counts = {1, 4, 16, 64};
+  int latency_samples = 1000;
+};
+
+struct ThroughputRow {
+  std::string layout;
+  uint64_t chunk_bytes = 0;
+  std::string op;          // store | retrieve | concurrent
+  uint32_t chunks = 0;
+  uint64_t bytes = 0;      // moved, both directions counted for concurrent
+  double seconds = 0;      // median of the kvstash requests
+  double raw_seconds = 0;  // median of the same bytes by plain cudaMemcpyAsync
+  double target = 0;       // ratio to reach
+  double gbps() const { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0; }
+  double raw_gbps() const { return raw_seconds > 0 ? double(bytes) / raw_seconds / 1e9 : 0; }
+  double ratio() const { return seconds > 0 ? raw_seconds / seconds : 0; }
+};
+
+struct LatencyRow {
+  std::string name;
+  double p50_us = 0;
+  double p99_us = 0;
+  std::string reference;   // what the ratio divides by
+  double reference_us = 0;
+  double target = 0;       // the highest ratio allowed; 0: none
+  double daemon_mean_us = 0;  // inside kvstashd, receive to reply (0: not measured)
+  double ratio() const { return reference_us > 0 ? p50_us / reference_us : 0; }
+};
+
+struct CudaBenchResults {
+  std::string gpu;
+  std::string transfer_mode;
+  uint32_t chunk_tokens = 0;
+  std::vector<ThroughputRow> throughput;
+  std::vector<LatencyRow> latency;
+  uint64_t daemon_gpu_memory_bytes = 0;  // staging the daemon allocated
+  uint64_t daemon_pinned_plan_bytes = 0;
+  std::vector<std::string> short_of_targets;
+  std::vector<std::string> errors;  // requests whose chunks did not all succeed
+  bool passed() const { return short_of_targets.empty() && errors.empty(); }
+};
+
+Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& config);
+
+std::string CudaBenchText(const CudaBenchResults& results);
+nlohmann::ordered_json CudaBenchJson(const CudaBenchResults& results);
+
+}  // namespace kvstash::cli

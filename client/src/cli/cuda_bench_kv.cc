@@ -1,0 +1,43 @@
+// Bench KV memory on the GPU.
+#include "cuda_bench_kv.h"
+
+#include <cuda_runtime_api.h>
+
+#include "kvstash/cuda/cuda_status.h"
+
+namespace kvstash::cli {
+
+std::vector<CudaBenchLayout> CudaBenchLayouts() {
+  return {{"llama-3-8b", 32, 8, 128, 16, DType::kBF16}, {"qwen2.5-0.5b", 24, 2, 64, 16, DType::kBF16}};
+}
+
+Result<CudaBenchKv> CudaBenchKv::Create(const CudaBenchLayout& layout, uint32_t num_blocks) {
+  CudaBenchKv kv;
+  LayerGeometry& g = kv.geometry_;
+  g.num_blocks = num_blocks;
+  g.kv_count = 2;
+  g.block_tokens = layout.block_tokens;
+  g.num_heads = layout.kv_heads;
+  g.head_bytes = layout.head_dim * DTypeBytes(layout.dtype);
+  g.dtype = layout.dtype;
+  g.head_stride = g.head_bytes;
+  g.token_stride = g.head_stride * g.num_heads;
+  g.block_stride = g.token_stride * g.block_tokens;
+  g.kv_stride = g.block_stride * g.num_blocks;
+  for (uint32_t l = 0; l < layout.layers; ++l) {
+    Result<cuda::DeviceBuffer> layer = cuda::DeviceBuffer::Allocate(g.kv_stride * g.kv_count);
+    if (!layer.ok()) return layer.status();
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemset(layer->data(), 0x5A + l, layer->size()));
+    kv.layers_.push_back(std::move(*layer));
+  }
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // written before any Store reads it
+  return kv;
+}
+
+std::vector<CudaLayer> CudaBenchKv::Layers() const {
+  std::vector<CudaLayer> layers;
+  for (const cuda::DeviceBuffer& layer : layers_) layers.push_back({layer.data(), geometry_});
+  return layers;
+}
+
+}  // namespace kvstash::cli

@@ -1,0 +1,56 @@
+// The CUDA backend: engines share GPU memory through CUDA IPC handles, L1
+// slabs are pinned with cudaHostRegister, and chunks move by the gather and
+// scatter kernels (kernels/) in dma or direct mode (cuda_copy_lane.h). One
+// pair of copy lanes per visible GPU.
+//
+// Open, PrepareRegistration and Describe may run on any thread; Copy runs on
+// the lane threads, each (device, direction) on its own.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cuda_copy_lane.h"
+#include "kvstash/config/server_config.h"
+#include "kvstash/cuda/devices.h"
+#include "pinned_ranges.h"
+
+namespace kvstash::server {
+
+class CudaBackend : public Backend {
+ public:
+  // Unavailable, with the runtime's reason, where no GPU is usable.
+  static Result<std::unique_ptr<Backend>> Create(const config::ServerConfig& config);
+  ~CudaBackend() override;
+
+  const char* name() const override { return "cuda"; }
+  int num_devices() const override { return int(devices_.size()); }
+  Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) override;
+  SlabHooks slab_hooks() override;
+  Result<std::shared_ptr<void>> PrepareRegistration(int device,
+                                                    std::vector<GroupAddresses>& groups) override;
+  Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
+              const std::vector<kernels::ChunkCopy>& chunks) override;
+  void Describe(nlohmann::json& out) const override;
+
+ private:
+  struct Device {
+    int ordinal = 0;
+    cuda::GpuUuid uuid{};
+    std::string name;
+    std::unique_ptr<CudaCopyLane> store;
+    std::unique_ptr<CudaCopyLane> retrieve;
+  };
+  CudaBackend(TransferMode mode, CompletionWait wait) : mode_(mode), wait_(wait) {}
+
+  const TransferMode mode_;
+  const CompletionWait wait_;
+  std::vector<Device> devices_;  // index = CUDA ordinal; fixed after Create
+  PinnedRanges pinned_;
+  std::shared_ptr<std::atomic<int64_t>> ipc_open_ = std::make_shared<std::atomic<int64_t>>(0);
+};
+
+}  // namespace kvstash::server

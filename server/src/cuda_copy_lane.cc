@@ -1,0 +1,233 @@
+// dma and direct copies of one lane.
+#include "cuda_copy_lane.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "kvstash/cuda/cuda_status.h"
+
+namespace kvstash::server {
+
+namespace {
+
+// Bytes of one sub-batch of a staged copy (one chunk at least).
+constexpr uint64_t kSubBatchBytes = 8 << 20;
+
+}  // namespace
+
+const char* NameOf(TransferMode mode) { return mode == TransferMode::kDma ? "dma" : "direct"; }
+
+Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& options,
+                                                           const PinnedRanges& pinned) {
+  std::unique_ptr<CudaCopyLane> lane(new CudaCopyLane(options, pinned));
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  for (cuda::Stream* stream : {&lane->kernel_stream_, &lane->copy_stream_}) {
+    Result<cuda::Stream> created = cuda::Stream::Create();
+    if (!created.ok()) return created.status();
+    *stream = std::move(*created);
+  }
+  std::vector<cuda::Event*> events = {&lane->kernels_done_};
+  for (size_t r = 0; r < kMaxRegions; ++r) {
+    events.push_back(&lane->region_ready_[r]);
+    events.push_back(&lane->region_free_[r]);
+  }
+  for (cuda::Event* event : events) {
+    Result<cuda::Event> created = cuda::Event::Create(cuda::Event::Wait::kSpin);
+    if (!created.ok()) return created.status();
+    *event = std::move(*created);
+  }
+  Result<cuda::Event> started = cuda::Event::Create(cuda::Event::Wait::kSpin, cuda::Event::Timing::kOn);
+  if (!started.ok()) return started.status();
+  lane->started_ = std::move(*started);
+  Result<cuda::Event> done = cuda::Event::Create(cuda::Event::Wait::kBlock, cuda::Event::Timing::kOn);
+  if (!done.ok()) return done.status();
+  lane->done_ = std::move(*done);
+  if (options.mode == TransferMode::kDma) {
+    Result<cuda::DeviceBuffer> staging = cuda::DeviceBuffer::Allocate(options.staging_bytes);
+    if (!staging.ok()) {
+      return Status::Exhausted("cannot allocate a " + std::to_string(options.staging_bytes >> 20) +
+                               " MiB staging ring on GPU " + std::to_string(options.device) + ": " +
+                               staging.status().message() +
+                               "; lower --staging-mb or use --transfer-mode direct");
+    }
+    lane->staging_ = std::move(*staging);
+  }
+  return lane;
+}
+
+Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
+                          const std::vector<kernels::ChunkCopy>& chunks) {
+  if (chunks.empty()) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_.get(), kernel_stream_.get()));
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), started_.get(), 0));
+  const Status copied = options_.mode == TransferMode::kDirect ? CopyDirect(groups, chunks)
+                                                               : CopyThroughStaging(groups, chunks);
+  plan_bytes_.store(plan_.arena_bytes(), std::memory_order_relaxed);
+  const auto enqueued = std::chrono::steady_clock::now();
+  // Whatever was enqueued finishes before the plan, the ring or a slot is
+  // touched again, also after a failed launch.
+  const uint64_t bytes = chunks.size() * FlatChunkBytes(groups);
+  const Status drained = Drain(bytes, start);
+  if (!copied.ok() || !drained.ok()) return copied.ok() ? drained : copied;
+  const auto woke = std::chrono::steady_clock::now();
+  float gpu_ms = 0;
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&gpu_ms, started_.get(), done_.get()));
+  // Large copies teach the lane its bandwidth; small ones are all overhead.
+  // The maximum, not an average: a copy slowed by contention must not make
+  // the next one oversleep (an average did, by 10% on a 2 GiB retrieve).
+  if (bytes >= (1u << 20) && gpu_ms > 0) {
+    const double measured = double(bytes) / (double(gpu_ms) * 1e6);
+    bytes_per_ns_ = std::min(std::max(bytes_per_ns_, measured), 1000.0);
+  }
+  auto logger = spdlog::get("kvstashd");
+  if (logger && logger->should_log(spdlog::level::debug)) {
+    const auto us = [&](auto t) {
+      return std::chrono::duration_cast<std::chrono::microseconds>(t - start).count();
+    };
+    logger->debug("{} of {} chunks, {} bytes: enqueued after {} us, {:.0f} us on the GPU, lane "
+                  "awake after {} us",
+                  options_.direction == Direction::kStore ? "store" : "retrieve", chunks.size(),
+                  bytes, us(enqueued), double(gpu_ms) * 1000, us(woke));
+  }
+  return Status::Ok();
+}
+
+Status CudaCopyLane::CopyDirect(const std::vector<GroupAddresses>& groups,
+                                const std::vector<kernels::ChunkCopy>& chunks) {
+  std::vector<uint8_t*> flats(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (options_.host_pointers_on_device) {
+      flats[i] = chunks[i].flat;
+      continue;
+    }
+    void* mapped = nullptr;
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, chunks[i].flat, 0));
+    flats[i] = static_cast<uint8_t*>(mapped);
+  }
+  KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
+  return Launch(groups, 0, chunks.size());
+}
+
+Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& groups,
+                                        const std::vector<kernels::ChunkCopy>& chunks) {
+  const uint64_t chunk_bytes = FlatChunkBytes(groups);
+  const uint64_t slots = staging_.size() / chunk_bytes;
+  if (slots == 0) {  // PrepareRegistration refuses such layouts; kept as a guard
+    return Status::TooLarge("a chunk of " + std::to_string(chunk_bytes) +
+                            " bytes does not fit the staging ring of " +
+                            std::to_string(staging_.size()) + " bytes");
+  }
+  // The ring is cut into regions of one sub-batch each, so that the kernel
+  // of one sub-batch runs while the copies of others are under way. A
+  // sub-batch is as small as keeps per-copy overheads negligible: the
+  // kernel time nothing overlaps (that of the first or last sub-batch)
+  // shrinks with it.
+  const size_t per_region = size_t(std::clamp<uint64_t>((kSubBatchBytes + chunk_bytes - 1) / chunk_bytes, 1,
+                                                         std::max<uint64_t>(1, slots / 2)));
+  const size_t regions = std::min<size_t>(kMaxRegions, size_t(slots) / per_region);
+  std::vector<uint8_t*> flats(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const size_t region = i / per_region % regions;
+    flats[i] = staging_.data() + (region * per_region + i % per_region) * chunk_bytes;
+  }
+  KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
+
+  const bool store = options_.direction == Direction::kStore;
+  cudaStream_t kernels = kernel_stream_.get();
+  cudaStream_t copies = copy_stream_.get();
+  for (size_t k = 0, begin = 0; begin < chunks.size(); ++k, begin += per_region) {
+    const size_t end = std::min(chunks.size(), begin + per_region);
+    const size_t r = k % regions;
+    cudaEvent_t ready = region_ready_[r].get();
+    cudaEvent_t free = region_free_[r].get();
+    if (store) {
+      // gather -> ready -> D2H copy -> free (the gather of k + regions waits for it)
+      if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, free, 0));
+      KVSTASH_RETURN_IF_ERROR(Launch(groups, begin, end - begin));
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, kernels));
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, ready, 0));
+      KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes));
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, copies));
+    } else {
+      // H2D copy -> ready -> scatter -> free (the copy of k + regions waits for it)
+      if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, free, 0));
+      KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes));
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, copies));
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, ready, 0));
+      KVSTASH_RETURN_IF_ERROR(Launch(groups, begin, end - begin));
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaCopyLane::Launch(const std::vector<GroupAddresses>& groups, size_t begin, size_t count) {
+  const kernels::DeviceChunkBatch batch = plan_.Slice(begin, count);
+  for (const GroupAddresses& g : groups) {
+    const kernels::DeviceGroupCopy group{g.group, g.device_layer_bases};
+    KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore
+                                ? kernels::GatherChunks(group, batch, kernel_stream_.get())
+                                : kernels::ScatterChunks(group, batch, kernel_stream_.get()));
+  }
+  return Status::Ok();
+}
+
+Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
+                               const std::vector<uint8_t*>& flats, size_t begin, size_t end,
+                               uint64_t chunk_bytes) {
+  const bool store = options_.direction == Direction::kStore;
+  size_t first = begin;
+  while (first < end) {
+    size_t last = first + 1;  // the run is [first, last)
+    while (last < end && chunks[last].flat == chunks[last - 1].flat + chunk_bytes &&
+           flats[last] == flats[last - 1] + chunk_bytes &&
+           pinned_.Contains(chunks[first].flat, chunks[last].flat + chunk_bytes)) {
+      ++last;
+    }
+    const uint64_t bytes = (last - first) * chunk_bytes;
+    uint8_t* slot = chunks[first].flat;
+    uint8_t* staging = flats[first];
+    KVSTASH_CUDA_RETURN_IF_ERROR(
+        store ? cudaMemcpyAsync(slot, staging, bytes, cudaMemcpyDeviceToHost, copy_stream_.get())
+              : cudaMemcpyAsync(staging, slot, bytes, cudaMemcpyHostToDevice, copy_stream_.get()));
+    first = last;
+  }
+  return Status::Ok();
+}
+
+Status CudaCopyLane::Drain(uint64_t bytes, std::chrono::steady_clock::time_point start) {
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(kernels_done_.get(), kernel_stream_.get()));
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), kernels_done_.get(), 0));
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_.get(), copy_stream_.get()));
+  if (options_.wait == CompletionWait::kPoll) return Poll(bytes, start);
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_.get()));
+  return Status::Ok();
+}
+
+Status CudaCopyLane::Poll(uint64_t bytes, std::chrono::steady_clock::time_point start) {
+  using std::chrono::microseconds;
+  // Short sleeps on this thread end when asked, not up to 50 us later.
+  thread_local const bool fine_timer_slack = prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
+  (void)fine_timer_slack;
+  const auto shortest = std::chrono::nanoseconds(uint64_t(double(bytes) / bytes_per_ns_));
+  std::this_thread::sleep_until(start + shortest * 19 / 20);
+  // Checks for a while past that; a copy far slower (a contended link) ends
+  // on the blocking wait instead.
+  const auto give_up = std::chrono::steady_clock::now() + microseconds(2000) + shortest / 2;
+  while (std::chrono::steady_clock::now() < give_up) {
+    const cudaError_t state = cudaEventQuery(done_.get());
+    if (state != cudaErrorNotReady) return cuda::CudaStatus(state, "cudaEventQuery");
+    std::this_thread::sleep_for(microseconds(5));
+  }
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_.get()));
+  return Status::Ok();
+}
+
+}  // namespace kvstash::server

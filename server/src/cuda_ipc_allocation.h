@@ -1,0 +1,19 @@
+// Engine GPU memory opened from a CUDA IPC handle. The allocation closes
+// (cudaIpcCloseMemHandle) when its owner, shared by every registration and
+// layer that uses it, goes.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "backend.h"
+
+namespace kvstash::server {
+
+// Opens `spec` on `device` (the ordinal of its GPU UUID) and checks the
+// declared size against the real size of the opened allocation. `open_count`
+// counts allocations open at once (for describe and tests).
+Result<std::shared_ptr<MappedAllocation>> OpenIpcAllocation(
+    const AllocationSpec& spec, int device, std::shared_ptr<std::atomic<int64_t>> open_count);
+
+}  // namespace kvstash::server
