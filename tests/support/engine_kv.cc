@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "kvstash/layouts.h"
+
 namespace kvstash::testing {
 
 namespace {
@@ -25,17 +27,14 @@ Result<EngineKv> EngineKv::Create(const EngineShape& s) {
 
 RegisterOptions EngineKv::Registration(const std::string& model, const std::string& tenant) const {
   const EngineShape& s = shape_;
-  const uint64_t head = s.head_bytes, token = head * s.num_heads, block = token * s.block_tokens;
-  const uint64_t kv = block * s.num_blocks;
+  const LayerGeometry g =
+      VllmFlashNhdGeometry(s.num_blocks, s.block_tokens, s.num_heads, s.head_bytes, s.dtype);
   RegisterOptions options;
   options.model = model;
   options.tenant_salt = tenant;
   options.allocations.push_back(memory_.handle());
   for (uint32_t l = 0; l < s.num_layers; ++l) {
-    options.layers.push_back(LayerDesc{
-        0, l * 2 * kv,
-        LayerGeometry{s.num_blocks, 2, s.block_tokens, s.num_heads, s.head_bytes, block, kv, token,
-                      head, s.dtype}});
+    options.layers.push_back(LayerDesc{0, l * LayerExtentBytes(g), g});
   }
   return options;
 }

@@ -6,22 +6,14 @@
 
 #include "bench_pattern.h"
 #include "kvstash/geometry_check.h"
+#include "kvstash/layouts.h"
 
 namespace kvstash::cli {
 
 Result<SyntheticKv> SyntheticKv::Create(const KvShape& shape) {
-  LayerGeometry g;
-  g.num_blocks = shape.num_blocks;
-  g.kv_count = 2;
-  g.block_tokens = shape.block_tokens;
-  g.num_heads = shape.kv_heads;
-  g.head_bytes = shape.head_dim * DTypeBytes(shape.dtype);
-  g.dtype = shape.dtype;
-  // NHD: [kv][block][token][head][head_bytes]
-  g.head_stride = g.head_bytes;
-  g.token_stride = g.head_stride * g.num_heads;
-  g.block_stride = g.token_stride * g.block_tokens;
-  g.kv_stride = g.block_stride * g.num_blocks;
+  const LayerGeometry g =
+      VllmFlashNhdGeometry(shape.num_blocks, shape.block_tokens, shape.kv_heads,
+                           shape.head_dim * DTypeBytes(shape.dtype), shape.dtype);
   KVSTASH_RETURN_IF_ERROR(ValidateGeometry(g));
   const uint64_t layer_bytes = g.kv_stride * g.kv_count;
   auto memory = HostKvMemory::Create(layer_bytes * shape.layers);

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kvstash/cuda/cuda_status.h"
+#include "kvstash/layouts.h"
 
 namespace kvstash::cli {
 
@@ -13,17 +14,9 @@ std::vector<CudaBenchLayout> CudaBenchLayouts() {
 
 Result<CudaBenchKv> CudaBenchKv::Create(const CudaBenchLayout& layout, uint32_t num_blocks) {
   CudaBenchKv kv;
-  LayerGeometry& g = kv.geometry_;
-  g.num_blocks = num_blocks;
-  g.kv_count = 2;
-  g.block_tokens = layout.block_tokens;
-  g.num_heads = layout.kv_heads;
-  g.head_bytes = layout.head_dim * DTypeBytes(layout.dtype);
-  g.dtype = layout.dtype;
-  g.head_stride = g.head_bytes;
-  g.token_stride = g.head_stride * g.num_heads;
-  g.block_stride = g.token_stride * g.block_tokens;
-  g.kv_stride = g.block_stride * g.num_blocks;
+  kv.geometry_ = VllmFlashNhdGeometry(num_blocks, layout.block_tokens, layout.kv_heads,
+                                      layout.head_dim * DTypeBytes(layout.dtype), layout.dtype);
+  const LayerGeometry& g = kv.geometry_;
   for (uint32_t l = 0; l < layout.layers; ++l) {
     Result<cuda::DeviceBuffer> layer = cuda::DeviceBuffer::Allocate(g.kv_stride * g.kv_count);
     if (!layer.ok()) return layer.status();
