@@ -16,8 +16,11 @@ namespace {
 
 // Factories in the manner of Redis's createIntConfig(): one call per option,
 // arguments in the same order for every type.
-OptionSpec UintOption(std::string name, std::string env, uint32_t ServerConfig::*member,
-                      uint32_t min, uint32_t max, std::string help) {
+// Numbers of either type: bounds are kept as doubles, which hold every
+// uint32_t exactly.
+template <typename T>
+OptionSpec NumberOption(std::string name, std::string env, T ServerConfig::*member, T min, T max,
+                        std::string help) {
   OptionSpec spec;
   spec.name = std::move(name);
   spec.env = std::move(env);
@@ -26,6 +29,11 @@ OptionSpec UintOption(std::string name, std::string env, uint32_t ServerConfig::
   spec.max = max;
   spec.help = std::move(help);
   return spec;
+}
+
+OptionSpec UintOption(std::string name, std::string env, uint32_t ServerConfig::*member,
+                      uint32_t min, uint32_t max, std::string help) {
+  return NumberOption(std::move(name), std::move(env), member, min, max, std::move(help));
 }
 
 OptionSpec ModeOption(std::string name, std::string env, uint32_t ServerConfig::*member,
@@ -37,14 +45,7 @@ OptionSpec ModeOption(std::string name, std::string env, uint32_t ServerConfig::
 
 OptionSpec FloatOption(std::string name, std::string env, double ServerConfig::*member,
                        double min, double max, std::string help) {
-  OptionSpec spec;
-  spec.name = std::move(name);
-  spec.env = std::move(env);
-  spec.member = member;
-  spec.min = min;
-  spec.max = max;
-  spec.help = std::move(help);
-  return spec;
+  return NumberOption(std::move(name), std::move(env), member, min, max, std::move(help));
 }
 
 OptionSpec StringOption(std::string name, std::string env, std::string ServerConfig::*member,

@@ -50,24 +50,25 @@ Status Service::CheckChunks(const Registration& reg, const ChunkList* chunks,
   const ChunkLayout& layout = reg.layout;
   for (size_t i = 0; i < chunks->size(); ++i) {
     const wire::ChunkBlocks* chunk = chunks->Get(i);
-    const std::string where = "chunk " + std::to_string(i) + " of registration " + std::to_string(reg.id);
-    if (chunk == nullptr || chunk->key() == nullptr) return Status::InvalidArgument(where + " has no key");
-    if (chunk->block_ids() == nullptr) return Status::InvalidArgument(where + " names no blocks");
+    // Built only for an error message: this loop runs for every chunk.
+    auto where = [&] { return "chunk " + std::to_string(i) + " of registration " + std::to_string(reg.id); };
+    if (chunk == nullptr || chunk->key() == nullptr) return Status::InvalidArgument(where() + " has no key");
+    if (chunk->block_ids() == nullptr) return Status::InvalidArgument(where() + " names no blocks");
     const uint32_t num_blocks = chunk->block_ids()->size();
     if (num_blocks > layout.blocks_per_chunk()) {
-      return Status::InvalidArgument(where + " names " + std::to_string(num_blocks) +
+      return Status::InvalidArgument(where() + " names " + std::to_string(num_blocks) +
                                      " blocks; a chunk spans " +
                                      std::to_string(layout.blocks_per_chunk()));
     }
     if (need_tokens) {
       if (chunk->num_tokens() == 0 || chunk->num_tokens() > layout.chunk_tokens()) {
-        return Status::InvalidArgument(where + " has " + std::to_string(chunk->num_tokens()) +
+        return Status::InvalidArgument(where() + " has " + std::to_string(chunk->num_tokens()) +
                                        " tokens; expected 1 to " +
                                        std::to_string(layout.chunk_tokens()));
       }
       const uint32_t needed = CeilDiv(chunk->num_tokens(), layout.block_tokens());
       if (num_blocks < needed) {
-        return Status::InvalidArgument(where + " holds " + std::to_string(chunk->num_tokens()) +
+        return Status::InvalidArgument(where() + " holds " + std::to_string(chunk->num_tokens()) +
                                        " tokens in " + std::to_string(num_blocks) +
                                        " blocks; it needs " + std::to_string(needed) + " of " +
                                        std::to_string(layout.block_tokens()) + " tokens");
@@ -81,12 +82,21 @@ Status Service::CheckChunks(const Registration& reg, const ChunkList* chunks,
                                     std::to_string(group.geometry.num_blocks) + ") for group " +
                                     std::to_string(g) + " (layer " +
                                     std::to_string(group.layers.front()) + " and " +
-                                    std::to_string(group.layers.size() - 1) + " more) in " + where);
+                                    std::to_string(group.layers.size() - 1) + " more) in " + where());
         }
       }
     }
   }
   return Status::Ok();
+}
+
+Service::Reply Service::SubmitTransfer(Direction direction, TransferJob job) {
+  // block_ids grew while the job was built: point the copies at it only now.
+  for (size_t c = 0; c < job.chunks.size(); ++c) job.chunks[c].block_ids = job.block_ids[c].data();
+  deferred_.fetch_add(1);
+  const size_t device = size_t(job.registration->device);
+  workers_[device]->Submit(direction, std::move(job));
+  return std::optional<proto::Bytes>();  // the reply comes when the copy completes
 }
 
 Service::Reply Service::Store(const Request& r, const wire::StoreRequest& m) {
@@ -146,9 +156,7 @@ Service::Reply Service::Store(const Request& r, const wire::StoreRequest& m) {
     }
     Finish(r, OutcomeReply(r.id, wire::Body::StoreReply, *outcomes));
   };
-  deferred_.fetch_add(1);
-  workers_[size_t(reg->device)]->Submit(Direction::kStore, std::move(job));
-  return std::optional<proto::Bytes>();
+  return SubmitTransfer(Direction::kStore, std::move(job));
 }
 
 Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& m) {
@@ -204,7 +212,6 @@ Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& 
     if (lease_id != 0) store_->Release(lease_id);
     return std::optional<proto::Bytes>(OutcomeReply(r.id, wire::Body::RetrieveReply, *outcomes));
   }
-  for (size_t c = 0; c < job.chunks.size(); ++c) job.chunks[c].block_ids = job.block_ids[c].data();
   const uint64_t chunk_bytes = layout.chunk_bytes();
   job.complete = [this, r, reg, outcomes, reading, lease_id, chunk_bytes](const Status& copied) {
     for (auto [index, entry] : *reading) {
@@ -227,9 +234,7 @@ Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& 
     if (lease_id != 0) store_->Release(lease_id);
     Finish(r, OutcomeReply(r.id, wire::Body::RetrieveReply, *outcomes));
   };
-  deferred_.fetch_add(1);
-  workers_[size_t(reg->device)]->Submit(Direction::kRetrieve, std::move(job));
-  return std::optional<proto::Bytes>();
+  return SubmitTransfer(Direction::kRetrieve, std::move(job));
 }
 
 Service::Reply Service::Lookup(const Request& r, const wire::LookupRequest& m) {

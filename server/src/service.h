@@ -82,6 +82,9 @@ class Service {
   Status CheckChunks(const Registration& registration,
                      const flatbuffers::Vector<flatbuffers::Offset<wire::ChunkBlocks>>* chunks,
                      bool need_tokens) const;
+  // Hands a Store or Retrieve copy to its device's worker; the reply comes
+  // through the reply queue.
+  Reply SubmitTransfer(Direction direction, TransferJob job);
   // Finishes a request answered later: records latency, pushes the reply.
   void Finish(const Request& request, proto::Bytes bytes);
   void RecordLatency(const Request& request);
