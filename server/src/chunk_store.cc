@@ -2,6 +2,7 @@
 #include "chunk_store.h"
 
 #include <cstring>
+#include <random>
 
 namespace kvstash::server {
 
@@ -17,12 +18,12 @@ struct ChunkStore::Entry {
 };
 
 size_t ChunkStore::ScopedKeyHash::operator()(const ScopedKey& k) const {
-  uint64_t prefix;  // keys are SHA-256 output: any 8 bytes are well mixed
-  std::memcpy(&prefix, k.key.data(), sizeof(prefix));
-  return size_t(prefix ^ (uint64_t(k.scope) * 0x9E3779B97F4A7C15ull));
+  return hash(k.scope, k.key);
 }
 
-ChunkStore::ChunkStore(L1Pool& pool, Stats& stats) : pool_(pool), stats_(stats) {}
+ChunkStore::ChunkStore(L1Pool& pool, Stats& stats)
+    : pool_(pool), stats_(stats),
+      index_(0, ScopedKeyHash{ChunkKeyHash((uint64_t(std::random_device{}()) << 32) | std::random_device{}())}) {}
 
 ChunkStore::~ChunkStore() = default;
 

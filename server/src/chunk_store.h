@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "chunk_key_hash.h"
 #include "kvstash/keys.h"
 #include "l1_pool.h"
 #include "stats.h"
@@ -92,6 +93,7 @@ class ChunkStore {
     bool operator==(const ScopedKey& o) const { return scope == o.scope && key == o.key; }
   };
   struct ScopedKeyHash {
+    ChunkKeyHash hash;
     size_t operator()(const ScopedKey& k) const;
   };
   struct Lease {
