@@ -84,7 +84,8 @@ std::future<R> Ready(R value) {
 
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   client::SessionOptions session{std::move(options.socket), options.request_timeout,
-                                 std::move(options.client_name), std::move(options.log)};
+                                 std::move(options.client_name), std::move(options.log),
+                                 std::chrono::microseconds(options.busy_poll_us)};
   std::future<Result<ServerInfo>> hello;
   auto transport = client::Transport::Start(std::move(session), hello);
   if (!transport.ok()) return transport.status();

@@ -103,6 +103,7 @@ Result<ServerInfo> DecodeHello(const wire::Envelope& envelope) {
   info.max_chunks_per_request = r.max_chunks_per_request();
   info.max_message_bytes = r.max_message_bytes();
   info.backend = Str(r.backend());
+  info.peer_timeout_ms = r.peer_timeout_ms();
   return info;
 }
 

@@ -3,8 +3,10 @@
 
 #include <zmq.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "decode.h"
@@ -64,6 +66,13 @@ Status IoLoop::OpenSockets() {
     dealer_.emplace(context_, zmq::socket_type::dealer);
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->set(zmq::sockopt::immediate, 1);
+    // One identity for the client's life, kept across reconnects: kvstashd
+    // ties registrations to it (ZeroMQ reserves identities that start with 0).
+    std::array<uint8_t, 16> identity{};
+    std::random_device random;
+    for (uint8_t& byte : identity) byte = uint8_t(random());
+    identity[0] = 'k';
+    dealer_->set(zmq::sockopt::routing_id, zmq::const_buffer(identity.data(), identity.size()));
     // Watch the connection so that a lost one fails its requests at once.
     if (zmq_socket_monitor(dealer_->handle(), kMonitorEndpoint,
                            ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
@@ -92,8 +101,12 @@ void IoLoop::CloseSockets() {
 }
 
 bool IoLoop::Step() {
-  for (Request& request : queue_.Drain()) Accept(std::move(request));
+  for (Request& request : queue_.Drain()) {
+    Accept(std::move(request));
+    last_activity_ = Clock::now();
+  }
   if (queue_.closed()) return false;
+  KeepAlive();
   Flush();
   ExpireDeadlines();
   Poll();
@@ -152,6 +165,7 @@ void IoLoop::Flush() {
       return;
     }
     request->sent = true;
+    last_sent_ = Clock::now();
     proto::Bytes().swap(request->bytes);
     outbox_.pop_front();
   }
@@ -164,12 +178,20 @@ void IoLoop::Poll() {
       {nullptr, queue_.fd(), ZMQ_POLLIN, 0},
   };
   std::chrono::milliseconds timeout{-1};
-  if (auto deadline = pending_.NextDeadline()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
+  std::optional<Clock::time_point> wake = pending_.NextDeadline();
+  if (handshaken_ && keepalive_.count() > 0) {
+    const Clock::time_point ping = last_sent_ + keepalive_;
+    wake = wake ? std::min(*wake, ping) : ping;
+  }
+  if (wake) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*wake - Clock::now());
     timeout = std::max(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0));
   }
+  const bool busy_poll = options_.busy_poll.count() > 0 &&
+                         (pending_.size() > 0 || Clock::now() - last_activity_ < options_.busy_poll);
+  if (busy_poll) timeout = std::chrono::milliseconds(0);
   try {
-    zmq::poll(items, 3, timeout);
+    if (zmq::poll(items, 3, timeout) > 0) last_activity_ = Clock::now();
   } catch (const zmq::error_t& e) {
     if (e.num() == EINTR) return;
     throw;
@@ -298,6 +320,20 @@ void IoLoop::StartHandshake() {
   outbox_.push_front(handshake_id_);
 }
 
+void IoLoop::KeepAlive() {
+  if (!handshaken_ || keepalive_.count() == 0 || !outbox_.empty()) return;
+  if (Clock::now() - last_sent_ < keepalive_) return;
+  Request ping;
+  ping.id = next_id_.fetch_add(1);
+  ping.kind = "Ping (keep-alive)";
+  ping.bytes = EncodePing(ping.id);
+  ping.timeout = options_.timeout;
+  ping.deadline = Clock::now() + options_.timeout;
+  ping.on_reply = [](Result<Reply>) {};  // only its arrival matters
+  outbox_.push_back(ping.id);
+  pending_.Add(std::move(ping));
+}
+
 void IoLoop::OnHello(Result<Reply> reply) {
   handshake_id_ = 0;
   Result<ServerInfo> info = reply.ok() ? DecodeHello(*reply->envelope) : reply.status();
@@ -332,6 +368,7 @@ void IoLoop::OnHello(Result<Reply> reply) {
                              "): registrations made before are gone");
   }
   if (info->max_message_bytes != 0) max_message_bytes_ = info->max_message_bytes;
+  keepalive_ = std::chrono::milliseconds(info->peer_timeout_ms / 4);
   handshaken_ = true;
   if (first_hello_) {
     first_hello_->set_value(std::move(info));

@@ -36,6 +36,7 @@ struct SessionOptions {
   std::chrono::milliseconds timeout{5000};
   std::string client_name;
   LogSink log;
+  std::chrono::microseconds busy_poll{0};  // see ClientOptions::busy_poll_us
 };
 
 class IoLoop {
@@ -72,6 +73,10 @@ class IoLoop {
 
   void StartHandshake();
   void OnHello(Result<Reply> reply);
+  // Sends a Ping when nothing went out for a while, so that kvstashd does
+  // not take this engine for dead (peer_timeout_ms) and drop its
+  // registrations.
+  void KeepAlive();
 
   void Complete(Request& request, Result<Reply> outcome);
   void FailQueued(const Status& why);
@@ -95,6 +100,9 @@ class IoLoop {
   bool handshake_wanted_ = false;
   uint64_t handshake_id_ = 0;   // the Hello in progress, 0 when none
   bool want_pollout_ = false;
+  Clock::time_point last_activity_;  // busy polling goes on for a while after it
+  Clock::time_point last_sent_;      // the last message to kvstashd
+  std::chrono::milliseconds keepalive_{0};  // a quarter of the daemon's peer timeout
   uint64_t max_message_bytes_;
   proto::Bytes aligned_;  // a misaligned reply's copy (operator new aligns it)
 

@@ -90,6 +90,9 @@ std::vector<OptionSpec> BuildTable() {
                  "Largest request message in MiB"),
       UintOption("lease-ms", "KVSTASH_LEASE_MS", &C::lease_ms, 1, 3600000,
                  "Default lookup lease in milliseconds"),
+      UintOption("peer-timeout-ms", "KVSTASH_PEER_TIMEOUT_MS", &C::peer_timeout_ms, 0, 86400000,
+                 "Drop the registrations of an engine silent this long (it died); "
+                 "0 = keep them until UnregisterKV"),
       UintOption("copy-threads", "KVSTASH_COPY_THREADS", &C::copy_threads, 0, kMaxThreads,
                  "Threads for host-side copies; 0 = one per core"),
       UintOption("pin-threads", "KVSTASH_PIN_THREADS", &C::pin_threads, 0, kMaxThreads,
@@ -104,6 +107,10 @@ std::vector<OptionSpec> BuildTable() {
                  "CUDA backend: how a copy lane waits for the GPU: block (sleep on a "
                  "blocking-sync event until the driver wakes the thread) or poll (sleep through "
                  "the shortest possible copy time, then check every few microseconds)"),
+      UintOption("busy-poll-us", "KVSTASH_BUSY_POLL_US", &C::busy_poll_us, 0, 1000000,
+                 "Microseconds the frontend and copy lanes keep polling on a core after "
+                 "their last work (and while copies are in flight) instead of sleeping; "
+                 "0 = never"),
       EnumOption("log-level", "KVSTASH_LOG_LEVEL", &C::log_level,
                  {"trace", "debug", "info", "warn", "error", "off"}, "Log level"),
       UintOption("metrics-port", "KVSTASH_METRICS_PORT", &C::metrics_port, 0, 65535,

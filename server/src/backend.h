@@ -46,9 +46,6 @@ enum class Direction { kStore, kRetrieve };
 struct GroupAddresses {
   kernels::GroupCopy group;           // layer_bases points into `layer_bases`
   std::vector<uint8_t*> layer_bases;
-  // The same addresses where a device can read them (CUDA backend), set by
-  // Backend::PrepareRegistration; null on the host backend.
-  uint8_t* const* device_layer_bases = nullptr;
 };
 
 class Backend {
@@ -59,11 +56,10 @@ class Backend {
   virtual Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) = 0;
   // How L1 slabs are prepared (touched, pinned) and released.
   virtual SlabHooks slab_hooks() = 0;
-  // Backend state a registration needs for its copies (device copies of the
-  // layer addresses); owned by the registration, released with it.
-  virtual Result<std::shared_ptr<void>> PrepareRegistration(int /*device*/,
-                                                            std::vector<GroupAddresses>& /*groups*/) {
-    return std::shared_ptr<void>();
+  // Refuses a layout this backend cannot copy (a chunk larger than its
+  // staging ring, say) before the registration is accepted.
+  virtual Status CheckRegistration(int /*device*/, const std::vector<GroupAddresses>& /*groups*/) const {
+    return Status::Ok();
   }
   // Copies a batch of chunks of one registration, every group, in one
   // direction: Store gathers engine blocks into the flat L1 slots, Retrieve

@@ -8,26 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_ipc_allocation.h"
+#include "daemon_logger.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/cuda/driver_api.h"
 
 namespace kvstash::server {
-
-namespace {
-
-std::shared_ptr<spdlog::logger> Logger() {
-  auto logger = spdlog::get("kvstashd");
-  return logger ? logger : spdlog::default_logger();
-}
-
-// Device copies of a registration's layer base arrays, in pinned host memory
-// mapped into the device: no GPU memory, read once per kernel CTA.
-struct RegistrationState {
-  cuda::PinnedHostBuffer layer_bases;
-};
-
-}  // namespace
 
 Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig& config) {
   Result<int> count = cuda::DeviceCount();
@@ -64,6 +50,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
     options.staging_bytes = staging_per_lane;
     options.host_pointers_on_device = same_address != 0;
     options.wait = wait;
+    options.busy_poll = config.busy_poll_us > 0;
+    options.trace = config.log_level == "debug" || config.log_level == "trace";
     for (Direction direction : {Direction::kStore, Direction::kRetrieve}) {
       options.direction = direction;
       Result<std::unique_ptr<CudaCopyLane>> lane = CudaCopyLane::Create(options, backend->pinned_);
@@ -128,8 +116,7 @@ SlabHooks CudaBackend::slab_hooks() {
   return hooks;
 }
 
-Result<std::shared_ptr<void>> CudaBackend::PrepareRegistration(
-    int device, std::vector<GroupAddresses>& groups) {
+Status CudaBackend::CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const {
   if (device < 0 || device >= num_devices()) {
     return Status::Internal("registration on unknown device " + std::to_string(device));
   }
@@ -142,20 +129,7 @@ Result<std::shared_ptr<void>> CudaBackend::PrepareRegistration(
                             std::to_string((2 * chunk_bytes + (1 << 20) - 1) >> 20) +
                             " or use --transfer-mode direct");
   }
-  size_t layers = 0;
-  for (const GroupAddresses& g : groups) layers += g.layer_bases.size();
-  Result<cuda::PinnedHostBuffer> bases = cuda::PinnedHostBuffer::Allocate(layers * sizeof(uint8_t*));
-  if (!bases.ok()) return bases.status();
-  auto state = std::make_shared<RegistrationState>();
-  state->layer_bases = std::move(*bases);
-  size_t offset = 0;
-  for (GroupAddresses& g : groups) {
-    const size_t bytes = g.layer_bases.size() * sizeof(uint8_t*);
-    std::memcpy(state->layer_bases.host() + offset, g.layer_bases.data(), bytes);
-    g.device_layer_bases = reinterpret_cast<uint8_t* const*>(state->layer_bases.device() + offset);
-    offset += bytes;
-  }
-  return std::shared_ptr<void>(std::move(state));
+  return Status::Ok();
 }
 
 Status CudaBackend::Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
@@ -169,16 +143,18 @@ void CudaBackend::Describe(nlohmann::json& out) const {
   nlohmann::json devices = nlohmann::json::array();
   for (const Device& d : devices_) {
     const uint64_t staging = d.store->staging_bytes() + d.retrieve->staging_bytes();
-    gpu_bytes += staging;
+    const uint64_t plans = d.store->plan_bytes() + d.retrieve->plan_bytes();
+    gpu_bytes += staging + plans;
     devices.push_back({{"device", d.ordinal},
                        {"name", d.name},
                        {"uuid", cuda::UuidText(d.uuid)},
                        {"staging_bytes", staging},
-                       {"pinned_plan_bytes", d.store->plan_bytes() + d.retrieve->plan_bytes()}});
+                       {"plan_bytes", plans}});  // on the GPU, and as much pinned
   }
   out["transfer_mode"] = NameOf(mode_);
   out["completion_wait"] = wait_ == CompletionWait::kPoll ? "poll" : "block";
-  // What kvstashd allocated on GPUs (its CUDA contexts come on top).
+  // What kvstashd allocated on GPUs: staging and plans (its CUDA contexts
+  // come on top).
   out["gpu_memory_bytes"] = gpu_bytes;
   out["ipc_allocations_open"] = ipc_open_->load();
   out["devices"] = devices;

@@ -3,7 +3,7 @@
 // scatter kernels (kernels/) in dma or direct mode (cuda_copy_lane.h). One
 // pair of copy lanes per visible GPU.
 //
-// Open, PrepareRegistration and Describe may run on any thread; Copy runs on
+// Open, CheckRegistration and Describe may run on any thread; Copy runs on
 // the lane threads, each (device, direction) on its own.
 #pragma once
 
@@ -30,8 +30,7 @@ class CudaBackend : public Backend {
   int num_devices() const override { return int(devices_.size()); }
   Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) override;
   SlabHooks slab_hooks() override;
-  Result<std::shared_ptr<void>> PrepareRegistration(int device,
-                                                    std::vector<GroupAddresses>& groups) override;
+  Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const override;
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
               const std::vector<kernels::ChunkCopy>& chunks) override;
   void Describe(nlohmann::json& out) const override;

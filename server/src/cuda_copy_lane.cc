@@ -47,6 +47,7 @@ Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& option
   Result<cuda::Event> done = cuda::Event::Create(cuda::Event::Wait::kBlock, cuda::Event::Timing::kOn);
   if (!done.ok()) return done.status();
   lane->done_ = std::move(*done);
+  if (options.trace) KVSTASH_RETURN_IF_ERROR(lane->trace_.Enable());
   if (options.mode == TransferMode::kDma) {
     Result<cuda::DeviceBuffer> staging = cuda::DeviceBuffer::Allocate(options.staging_bytes);
     if (!staging.ok()) {
@@ -64,12 +65,13 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
                           const std::vector<kernels::ChunkCopy>& chunks) {
   if (chunks.empty()) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
+  traced_steps_ = 0;
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_.get(), kernel_stream_.get()));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), started_.get(), 0));
   const Status copied = options_.mode == TransferMode::kDirect ? CopyDirect(groups, chunks)
                                                                : CopyThroughStaging(groups, chunks);
-  plan_bytes_.store(plan_.arena_bytes(), std::memory_order_relaxed);
+  plan_bytes_.store(plan_.device_bytes(), std::memory_order_relaxed);
   const auto enqueued = std::chrono::steady_clock::now();
   // Whatever was enqueued finishes before the plan, the ring or a slot is
   // touched again, also after a failed launch.
@@ -92,9 +94,10 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
       return std::chrono::duration_cast<std::chrono::microseconds>(t - start).count();
     };
     logger->debug("{} of {} chunks, {} bytes: enqueued after {} us, {:.0f} us on the GPU, lane "
-                  "awake after {} us",
+                  "awake after {} us; GPU steps (us): {}",
                   options_.direction == Direction::kStore ? "store" : "retrieve", chunks.size(),
-                  bytes, us(enqueued), double(gpu_ms) * 1000, us(woke));
+                  bytes, us(enqueued), double(gpu_ms) * 1000, us(woke),
+                  trace_.Report(started_.get(), traced_steps_));
   }
   return Status::Ok();
 }
@@ -111,15 +114,16 @@ Status CudaCopyLane::CopyDirect(const std::vector<GroupAddresses>& groups,
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, chunks[i].flat, 0));
     flats[i] = static_cast<uint8_t*>(mapped);
   }
-  KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
-  return Launch(groups, 0, chunks.size());
+  KVSTASH_RETURN_IF_ERROR(plan_.Build(groups, chunks, flats));
+  KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernel_stream_.get()));
+  return Launch(groups.size(), 0, chunks.size(), 0);
 }
 
 Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& groups,
                                         const std::vector<kernels::ChunkCopy>& chunks) {
   const uint64_t chunk_bytes = FlatChunkBytes(groups);
   const uint64_t slots = staging_.size() / chunk_bytes;
-  if (slots == 0) {  // PrepareRegistration refuses such layouts; kept as a guard
+  if (slots == 0) {  // CheckRegistration refuses such layouts; kept as a guard
     return Status::TooLarge("a chunk of " + std::to_string(chunk_bytes) +
                             " bytes does not fit the staging ring of " +
                             std::to_string(staging_.size()) + " bytes");
@@ -137,7 +141,8 @@ Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& group
     const size_t region = i / per_region % regions;
     flats[i] = staging_.data() + (region * per_region + i % per_region) * chunk_bytes;
   }
-  KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
+  KVSTASH_RETURN_IF_ERROR(plan_.Build(groups, chunks, flats));
+  KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernel_stream_.get()));
 
   const bool store = options_.direction == Direction::kStore;
   cudaStream_t kernels = kernel_stream_.get();
@@ -150,39 +155,42 @@ Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& group
     if (store) {
       // gather -> ready -> D2H copy -> free (the gather of k + regions waits for it)
       if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, free, 0));
-      KVSTASH_RETURN_IF_ERROR(Launch(groups, begin, end - begin));
+      KVSTASH_RETURN_IF_ERROR(Launch(groups.size(), begin, end - begin, k));
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, kernels));
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, ready, 0));
-      KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes));
+      KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes, k));
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, copies));
     } else {
       // H2D copy -> ready -> scatter -> free (the copy of k + regions waits for it)
       if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, free, 0));
-      KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes));
+      KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes, k));
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, copies));
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, ready, 0));
-      KVSTASH_RETURN_IF_ERROR(Launch(groups, begin, end - begin));
+      KVSTASH_RETURN_IF_ERROR(Launch(groups.size(), begin, end - begin, k));
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
     }
   }
   return Status::Ok();
 }
 
-Status CudaCopyLane::Launch(const std::vector<GroupAddresses>& groups, size_t begin, size_t count) {
+Status CudaCopyLane::Launch(size_t num_groups, size_t begin, size_t count, size_t step) {
   const kernels::DeviceChunkBatch batch = plan_.Slice(begin, count);
-  for (const GroupAddresses& g : groups) {
-    const kernels::DeviceGroupCopy group{g.group, g.device_layer_bases};
+  cudaStream_t stream = kernel_stream_.get();
+  KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, step, LaneTrace::Stage::kKernel, true));
+  for (size_t g = 0; g < num_groups; ++g) {
     KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore
-                                ? kernels::GatherChunks(group, batch, kernel_stream_.get())
-                                : kernels::ScatterChunks(group, batch, kernel_stream_.get()));
+                                ? kernels::GatherChunks(plan_.Group(g), batch, stream)
+                                : kernels::ScatterChunks(plan_.Group(g), batch, stream));
   }
-  return Status::Ok();
+  traced_steps_ = std::max(traced_steps_, step + 1);
+  return trace_.Mark(stream, step, LaneTrace::Stage::kKernel, false);
 }
 
 Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
                                const std::vector<uint8_t*>& flats, size_t begin, size_t end,
-                               uint64_t chunk_bytes) {
+                               uint64_t chunk_bytes, size_t step) {
   const bool store = options_.direction == Direction::kStore;
+  KVSTASH_RETURN_IF_ERROR(trace_.Mark(copy_stream_.get(), step, LaneTrace::Stage::kCopy, true));
   size_t first = begin;
   while (first < end) {
     size_t last = first + 1;  // the run is [first, last)
@@ -199,7 +207,7 @@ Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
               : cudaMemcpyAsync(staging, slot, bytes, cudaMemcpyHostToDevice, copy_stream_.get()));
     first = last;
   }
-  return Status::Ok();
+  return trace_.Mark(copy_stream_.get(), step, LaneTrace::Stage::kCopy, false);
 }
 
 Status CudaCopyLane::Drain(uint64_t bytes, std::chrono::steady_clock::time_point start) {
@@ -224,7 +232,7 @@ Status CudaCopyLane::Poll(uint64_t bytes, std::chrono::steady_clock::time_point 
   while (std::chrono::steady_clock::now() < give_up) {
     const cudaError_t state = cudaEventQuery(done_.get());
     if (state != cudaErrorNotReady) return cuda::CudaStatus(state, "cudaEventQuery");
-    std::this_thread::sleep_for(microseconds(5));
+    if (!options_.busy_poll) std::this_thread::sleep_for(microseconds(5));
   }
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_.get()));
   return Status::Ok();

@@ -10,13 +10,13 @@
 //   direct the kernels read and write the mapped pinned L1 slots themselves:
 //          no GPU staging memory at all.
 //
-// Copy returns once every byte has arrived. Meanwhile the lane thread sleeps,
-// never spinning: `block` sleeps on a blocking-sync event until the driver
-// wakes it; `poll` sleeps through the shortest time the copy can take (its
-// bytes over the highest bandwidth this lane has measured) and then checks
-// every few microseconds, falling back to the blocking wait for a copy far
-// slower than that. Only its lane thread calls Copy, so nothing here needs a
-// lock.
+// Copy returns once every byte has arrived. Meanwhile the lane thread
+// sleeps: `block` sleeps on a blocking-sync event until the driver wakes it;
+// `poll` sleeps through the shortest time the copy can take (its bytes over
+// the highest bandwidth this lane has measured) and then checks every few
+// microseconds (with busy polling: checks on a core without sleeping),
+// falling back to the blocking wait for a copy far slower than that. Only
+// its lane thread calls Copy, so nothing here needs a lock.
 #pragma once
 
 #include <atomic>
@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "cuda_copy_plan.h"
+#include "cuda_lane_trace.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
 #include "pinned_ranges.h"
@@ -45,6 +46,8 @@ class CudaCopyLane {
     TransferMode mode = TransferMode::kDma;
     uint64_t staging_bytes = 0;            // dma mode
     CompletionWait wait = CompletionWait::kBlock;
+    bool busy_poll = false;                // poll: check on a core, no sleeps
+    bool trace = false;                    // time each sub-batch (debug logs)
     bool host_pointers_on_device = false;  // registered host memory has one address everywhere
   };
   // `pinned` must outlive the lane.
@@ -55,6 +58,7 @@ class CudaCopyLane {
               const std::vector<kernels::ChunkCopy>& chunks);
 
   uint64_t staging_bytes() const { return staging_.size(); }
+  // The plan arenas: each as large in pinned host memory as on the GPU.
   uint64_t plan_bytes() const { return plan_bytes_.load(std::memory_order_relaxed); }
 
  private:
@@ -64,12 +68,13 @@ class CudaCopyLane {
                     const std::vector<kernels::ChunkCopy>& chunks);
   Status CopyThroughStaging(const std::vector<GroupAddresses>& groups,
                             const std::vector<kernels::ChunkCopy>& chunks);
-  // One kernel per group over chunks [begin, begin + count) of the plan.
-  Status Launch(const std::vector<GroupAddresses>& groups, size_t begin, size_t count);
+  // One kernel per group over chunks [begin, begin + count) of the plan;
+  // `step` names the sub-batch for the trace.
+  Status Launch(size_t num_groups, size_t begin, size_t count, size_t step);
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end),
   // one copy per run of slots adjacent in both (and inside one pinned slab).
   Status CopySlots(const std::vector<kernels::ChunkCopy>& chunks, const std::vector<uint8_t*>& flats,
-                   size_t begin, size_t end, uint64_t chunk_bytes);
+                   size_t begin, size_t end, uint64_t chunk_bytes, size_t step);
   // Waits, sleeping, for everything enqueued on both streams since `start`.
   Status Drain(uint64_t bytes, std::chrono::steady_clock::time_point start);
   // Sleeps through the shortest time the copy can take, then polls done_.
@@ -90,6 +95,8 @@ class CudaCopyLane {
   double bytes_per_ns_ = 40;
   cuda::DeviceBuffer staging_;   // dma mode only
   CopyPlan plan_;
+  LaneTrace trace_;
+  size_t traced_steps_ = 0;
   std::atomic<uint64_t> plan_bytes_{0};
 };
 

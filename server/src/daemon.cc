@@ -15,6 +15,7 @@
 #include <zmq_addon.hpp>
 
 #include "backend_factory.h"
+#include "daemon_logger.h"
 #include "ipc_path.h"
 #include "metrics_endpoint.h"
 #include "prometheus_text.h"
@@ -26,13 +27,9 @@ namespace kvstash::server {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr auto kTickInterval = std::chrono::milliseconds(10);  // lease expiry
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int kMaxRequestsPerWake = 256;  // then send replies, so none starve
-
-std::shared_ptr<spdlog::logger> Logger() {
-  auto logger = spdlog::get("kvstashd");
-  return logger ? logger : spdlog::default_logger();
-}
 
 }  // namespace
 
@@ -95,6 +92,10 @@ Status Daemon::Run() {
     router.set(zmq::sockopt::linger, 0);
     router.set(zmq::sockopt::sndhwm, 100000);
     router.set(zmq::sockopt::rcvhwm, 100000);
+    // libkvstash keeps one identity across reconnects (registrations belong
+    // to it): a reconnecting engine takes its identity over from the old,
+    // possibly not yet closed, connection.
+    router.set(zmq::sockopt::router_handover, 1);
     // A hard guard against memory exhaustion; messages up to the configured
     // limit get a clear TooLarge reply, far larger ones drop the peer.
     router.set(zmq::sockopt::maxmsgsize,
@@ -116,14 +117,26 @@ Status Daemon::Run() {
 Status Daemon::Impl::Serve(zmq::socket_t& router) {
   bool stopping = false;
   Clock::time_point drain_deadline;
+  const auto busy_poll = std::chrono::microseconds(config.busy_poll_us);
+  Clock::time_point last_activity;
+  Clock::time_point last_tick;
   for (;;) {
     zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, replies.wake_fd(), ZMQ_POLLIN, 0},
                                {nullptr, stop_fd, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 3, kPollInterval);
+    // Busy polling: no sleep while copies are in flight or shortly after
+    // the last message, so replies and requests need no wake-up.
+    const bool busy = busy_poll.count() > 0 && (service->deferred_in_flight() > 0 ||
+                                                Clock::now() - last_activity < busy_poll);
+    if (zmq::poll(items, 3, busy ? std::chrono::milliseconds(0) : kPollInterval) > 0) {
+      last_activity = Clock::now();
+    }
     if (items[0].revents & ZMQ_POLLIN) ReceiveRequests(router);
     for (const OutgoingReply& reply : replies.TakeAll()) Send(router, reply.peer, reply.bytes);
-    service->Tick();
+    if (const Clock::time_point now = Clock::now(); now - last_tick >= kTickInterval) {
+      service->Tick();
+      last_tick = now;
+    }
     if ((items[2].revents & ZMQ_POLLIN) && !stopping) {
       Logger()->info("stopping: answering {} requests in flight", service->deferred_in_flight());
       service->BeginShutdown();

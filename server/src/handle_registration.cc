@@ -76,6 +76,7 @@ Service::Reply Service::RegisterKV(const Request& r, const wire::RegisterKVReque
   if (!registered.ok()) return registered.status();
   const Registration& reg = **registered;
   Stats::Add(stats_.registrations);
+  peers_.Own(r.peer, reg.id, Clock::now());
 
   flatbuffers::FlatBufferBuilder fbb(1024);
   std::vector<flatbuffers::Offset<wire::GroupInfo>> groups;
@@ -101,6 +102,7 @@ Service::Reply Service::UnregisterKV(const Request& r, const wire::UnregisterKVR
     return Status::NotFound("unknown registration " + std::to_string(m.registration_id()));
   }
   Stats::Add(stats_.unregistrations);
+  peers_.Disown(removed->id);
   // Queued work finishes first; the reply comes once it has.
   deferred_.fetch_add(1);
   removed->WhenDrained([this, r] {

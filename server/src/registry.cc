@@ -115,10 +115,7 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
     registration->groups.push_back(std::move(addresses));
   }
   for (GroupAddresses& g : registration->groups) g.group.layer_bases = g.layer_bases.data();
-  Result<std::shared_ptr<void>> state =
-      backend_.PrepareRegistration(registration->device, registration->groups);
-  if (!state.ok()) return state.status();
-  registration->backend_state = std::move(*state);
+  KVSTASH_RETURN_IF_ERROR(backend_.CheckRegistration(registration->device, registration->groups));
 
   KeyNamespace ns{request.model, request.tenant_salt, layout->fingerprint(), request.tp_rank,
                   request.tp_size, layout->rank_independent()};

@@ -50,7 +50,6 @@ class Registration {
   int device = 0;
   std::vector<std::shared_ptr<MappedAllocation>> allocations;
   std::vector<GroupAddresses> groups;  // per layout group, for the copy engine
-  std::shared_ptr<void> backend_state;  // from Backend::PrepareRegistration
   RegistrationStats stats;               // its share of the traffic
 
   // Work in flight: Unregister answers only once it has drained.

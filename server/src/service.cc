@@ -2,9 +2,12 @@
 // Describe, Stats, Ping).
 #include "service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <random>
 #include <thread>
 
+#include "daemon_logger.h"
 #include "kvstash/version.h"
 
 namespace kvstash::server {
@@ -23,7 +26,8 @@ std::array<uint8_t, 16> NewBootId() {
 Service::Service(const config::ServerConfig& config, std::unique_ptr<Backend> backend,
                  ReplyQueue& replies)
     : config_(config), boot_id_(NewBootId()), started_(Clock::now()),
-      backend_(std::move(backend)), replies_(replies) {}
+      backend_(std::move(backend)), replies_(replies),
+      peers_(std::chrono::milliseconds(config.peer_timeout_ms)) {}
 
 Service::~Service() = default;
 
@@ -43,7 +47,8 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   service->registry_ = std::make_unique<Registry>(*service->backend_, config.chunk_tokens,
                                                   service->pool_->slab_bytes());
   for (int d = 0; d < service->backend_->num_devices(); ++d) {
-    service->workers_.push_back(std::make_unique<TransferWorker>(*service->backend_, d));
+    service->workers_.push_back(std::make_unique<TransferWorker>(
+        *service->backend_, d, std::chrono::microseconds(config.busy_poll_us)));
   }
   return service;
 }
@@ -59,6 +64,7 @@ std::optional<proto::Bytes> Service::Handle(const PeerId& peer, const uint8_t* d
     return proto::ErrorMessage(0, envelope.status());
   }
   Request request{peer, (*envelope)->request_id(), RequestKind::kPing, Clock::now()};
+  peers_.Heard(peer, request.start);
   if (shutting_down_) {
     Stats::Add(stats_.request_errors);
     return proto::ErrorMessage(request.id, Status::Unavailable("kvstashd is shutting down"));
@@ -106,7 +112,22 @@ void Service::Finish(const Request& request, proto::Bytes bytes) {
   deferred_.fetch_sub(1);
 }
 
-void Service::Tick() { store_->ExpireLeases(Clock::now()); }
+void Service::Tick() {
+  const Clock::time_point now = Clock::now();
+  store_->ExpireLeases(now);
+  for (const PeerWatch::Gone& gone : peers_.TakeGone(now)) {
+    for (uint64_t id : gone.registration_ids) {
+      // Copies in flight keep it alive until they finish; then its
+      // allocations close.
+      std::shared_ptr<Registration> removed = registry_->Remove(id);
+      if (!removed) continue;
+      Stats::Add(stats_.registrations_dropped);
+      Logger()->warn("dropped registration {} (model {}): its engine sent nothing for {} ms and "
+                     "is taken for dead",
+                     id, removed->request.model, gone.silent.count());
+    }
+  }
+}
 
 Result<std::shared_ptr<Registration>> Service::FindRegistration(uint64_t id) const {
   std::shared_ptr<Registration> registration = registry_->Find(id);
@@ -136,6 +157,7 @@ Service::Reply Service::Hello(const Request& r, const wire::HelloRequest& m) {
   reply.add_max_chunks_per_request(config_.max_chunks_per_request);
   reply.add_max_message_bytes(uint64_t(config_.max_message_mb) << 20);
   reply.add_backend(backend);
+  reply.add_peer_timeout_ms(config_.peer_timeout_ms);
   auto offset = reply.Finish();
   return std::optional<proto::Bytes>(
       proto::Finish(b, r.id, wire::Body::HelloReply, offset.Union()));

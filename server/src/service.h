@@ -21,6 +21,7 @@
 #include "kvstash/config/server_config.h"
 #include "kvstash/proto/codec.h"
 #include "l1_pool.h"
+#include "peer_watch.h"
 #include "registry.h"
 #include "reply_queue.h"
 #include "stats.h"
@@ -42,7 +43,8 @@ class Service {
   void BeginShutdown() { shutting_down_ = true; }
   // Requests whose reply is still to come through the reply queue.
   uint64_t deferred_in_flight() const { return deferred_.load(); }
-  // Ends expired leases; called from the frontend's poll loop.
+  // Ends expired leases and drops the registrations of engines gone
+  // silent; called from the frontend's poll loop.
   void Tick();
 
   Stats& stats() { return stats_; }
@@ -100,6 +102,7 @@ class Service {
   std::vector<std::unique_ptr<TransferWorker>> workers_;  // one per device
   ReplyQueue& replies_;
   std::atomic<uint64_t> deferred_{0};
+  PeerWatch peers_;  // frontend thread only
   bool shutting_down_ = false;
 };
 

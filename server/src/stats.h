@@ -21,6 +21,7 @@ namespace kvstash::server {
   X(malformed_messages, "messages that failed verification")                       \
   X(registrations, "RegisterKV requests that succeeded")                           \
   X(unregistrations, "UnregisterKV requests that succeeded")                       \
+  X(registrations_dropped, "registrations dropped because their engine went silent") \
   X(store_chunks_stored, "chunks copied into L1")                                  \
   X(store_chunks_already_present, "chunks a Store found already stored")           \
   X(store_chunks_no_room, "chunks a Store skipped for lack of room")               \

@@ -3,8 +3,9 @@
 
 namespace kvstash::server {
 
-TransferWorker::TransferWorker(Backend& backend, int device)
-    : store_(backend, device, Direction::kStore), retrieve_(backend, device, Direction::kRetrieve) {}
+TransferWorker::TransferWorker(Backend& backend, int device, std::chrono::microseconds busy_poll)
+    : store_(backend, device, Direction::kStore, busy_poll),
+      retrieve_(backend, device, Direction::kRetrieve, busy_poll) {}
 
 TransferWorker::~TransferWorker() = default;
 
@@ -12,8 +13,10 @@ void TransferWorker::Submit(Direction direction, TransferJob job) {
   (direction == Direction::kStore ? store_ : retrieve_).Submit(std::move(job));
 }
 
-TransferWorker::Lane::Lane(Backend& backend, int device, Direction direction)
-    : backend_(backend), device_(device), direction_(direction), thread_([this] { Loop(); }) {}
+TransferWorker::Lane::Lane(Backend& backend, int device, Direction direction,
+                           std::chrono::microseconds busy_poll)
+    : backend_(backend), device_(device), direction_(direction), busy_poll_(busy_poll),
+      thread_([this] { Loop(); }) {}
 
 TransferWorker::Lane::~Lane() {
   {
@@ -30,12 +33,26 @@ void TransferWorker::Lane::Submit(TransferJob job) {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(job));
   }
+  submitted_.fetch_add(1, std::memory_order_release);
   wake_.notify_one();
+}
+
+bool TransferWorker::Lane::PollForJob() const {
+  if (busy_poll_.count() == 0) return false;
+  const auto until = std::chrono::steady_clock::now() + busy_poll_;
+  while (std::chrono::steady_clock::now() < until) {
+    if (submitted_.load(std::memory_order_acquire) != taken_) return true;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return false;
 }
 
 void TransferWorker::Lane::Loop() {
   for (;;) {
     std::vector<TransferJob> batch;
+    if (taken_ > 0) PollForJob();  // not before the first job: an idle daemon sleeps
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -43,6 +60,7 @@ void TransferWorker::Lane::Loop() {
       for (auto& job : queue_) batch.push_back(std::move(job));
       queue_.clear();
     }
+    taken_ += batch.size();
     RunBatch(batch);
   }
 }

@@ -1,10 +1,14 @@
 // One transfer worker per device, with a lane (thread + queue) per direction
 // so stores and retrieves overlap (PCIe is full duplex). Each lane takes every
 // job queued since its last batch and copies jobs of one registration in one
-// backend call. Completion callbacks run on the lane thread.
+// backend call. Completion callbacks run on the lane thread. With busy
+// polling, a lane that finished a batch polls its queue on a core for that
+// long before it sleeps.
 // Thread-safe: Submit from any thread.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -27,7 +31,7 @@ struct TransferJob {
 
 class TransferWorker {
  public:
-  TransferWorker(Backend& backend, int device);
+  TransferWorker(Backend& backend, int device, std::chrono::microseconds busy_poll);
   ~TransferWorker();  // finishes queued jobs, then joins
   TransferWorker(const TransferWorker&) = delete;
   TransferWorker& operator=(const TransferWorker&) = delete;
@@ -37,16 +41,21 @@ class TransferWorker {
  private:
   class Lane {
    public:
-    Lane(Backend& backend, int device, Direction direction);
+    Lane(Backend& backend, int device, Direction direction, std::chrono::microseconds busy_poll);
     ~Lane();
     void Submit(TransferJob job);
 
    private:
     void Loop();
+    // Polls for a job until busy_poll_ has passed; true when one came.
+    bool PollForJob() const;
     void RunBatch(std::vector<TransferJob>& jobs);
     Backend& backend_;
     const int device_;
     const Direction direction_;
+    const std::chrono::microseconds busy_poll_;
+    std::atomic<uint64_t> submitted_{0};  // jobs ever queued: polling reads it without the lock
+    uint64_t taken_ = 0;                  // jobs ever taken; lane thread only
     std::mutex mutex_;
     std::condition_variable wake_;
     std::deque<TransferJob> queue_;  // GUARDED_BY(mutex_)

@@ -1,9 +1,13 @@
 // kvstashd's cuda backend seen from one engine process: IPC allocations
-// opened once, shared between registrations and closed with the last one;
+// opened once, shared between registrations and closed with the last one
+// (or when the engine that registered them goes silent, as a dead one does);
 // declared sizes checked against the real allocation; GPUs found by UUID;
 // the GPU memory each transfer mode holds. Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -22,7 +26,8 @@ class CudaDaemonTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     KVSTASH_SKIP_WITHOUT_GPU();
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    auto daemon = StartCudaDaemon(GetParam());
+    // Registrations of a client silent for 600 ms are dropped (a dead engine).
+    auto daemon = StartCudaDaemon(GetParam(), {"--peer-timeout-ms", "600"});
     ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
     daemon_ = std::move(*daemon);
     ClientOptions options;
@@ -73,6 +78,29 @@ TEST_P(CudaDaemonTest, AllocationsAreOpenedOnceAndClosedWithTheLastRegistration)
   EXPECT_EQ(Backend()["ipc_allocations_open"], 0);
 }
 
+TEST_P(CudaDaemonTest, AnEngineGoneSilentLosesItsRegistrationsAndTheirAllocationsClose) {
+  {
+    ClientOptions options;
+    options.socket = daemon_->socket();
+    auto engine = Client::Connect(options);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    auto reg = (*engine)->RegisterKV(Options("model-gone")).get();
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    EXPECT_EQ(Backend()["ipc_allocations_open"], 2);
+  }  // destroyed without UnregisterKV: silent from now on, as a dead engine is
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Backend()["ipc_allocations_open"] != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Backend()["ipc_allocations_open"], 0) << "the dead engine's GPU memory is still open";
+  // This client's own registration, idle as long, stays (its pings).
+  auto kept = client_->RegisterKV(Options("model-kept")).get();
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(Backend()["ipc_allocations_open"], 2);
+  EXPECT_TRUE(client_->UnregisterKV(kept->id).get().ok());
+}
+
 TEST_P(CudaDaemonTest, DeclaredSizeLargerThanTheRealAllocationIsOutOfRange) {
   RegisterOptions options = Options("model");
   std::get<CudaIpc>(options.allocations[1]).size_bytes += 64 << 20;
@@ -109,8 +137,15 @@ TEST_P(CudaDaemonTest, HostSharedMemoryIsRefused) {
 TEST_P(CudaDaemonTest, DescribeShowsTheModeAndTheGpuMemoryHeld) {
   const nlohmann::json backend = Backend();
   EXPECT_EQ(backend["transfer_mode"], GetParam());
-  // dma: the staging ring (--staging-mb 32); direct: no GPU memory at all.
-  EXPECT_EQ(backend["gpu_memory_bytes"], GetParam() == "dma" ? 32ull << 20 : 0ull);
+  // dma: the staging ring (--staging-mb 32); direct: no staging at all. Both:
+  // the plan arenas of the lanes that copied so far.
+  uint64_t staging = 0, plans = 0;
+  for (const auto& device : backend["devices"]) {
+    staging += device["staging_bytes"].get<uint64_t>();
+    plans += device["plan_bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(staging, GetParam() == "dma" ? 32ull << 20 : 0ull);
+  EXPECT_EQ(backend["gpu_memory_bytes"].get<uint64_t>(), staging + plans);
   std::printf("%s: %s\n", GetParam().c_str(), backend.dump().c_str());
 }
 

@@ -26,6 +26,9 @@ struct ServerInfo {
   uint32_t max_chunks_per_request = 0;
   uint64_t max_message_bytes = 0;
   std::string backend;  // "host" or "cuda"
+  // kvstashd drops the registrations of a connection silent this long; the
+  // client pings on its own well within it. 0: never.
+  uint32_t peer_timeout_ms = 0;
 };
 
 // ---- memory sharing ----

@@ -16,6 +16,11 @@ void AddCommonOptions(CLI::App& command, CommonOptions& options) {
   command.add_option("--timeout-ms", options.timeout_ms, "per-request timeout")
       ->check(CLI::Range(1, 3600 * 1000))
       ->capture_default_str();
+  command.add_option("--busy-poll-us", options.busy_poll_us,
+                     "keep the client's I/O thread polling this long after its last message "
+                     "(and while replies are awaited) instead of sleeping; 0 = never")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
   command.add_flag("-v,--verbose", options.verbose, "log the client library's messages");
 }
 
@@ -33,6 +38,7 @@ Result<std::unique_ptr<Client>> ConnectCli(const CommonOptions& options) {
   client_options.socket = options.socket;
   client_options.request_timeout = std::chrono::milliseconds(options.timeout_ms);
   client_options.client_name = "kvstash-cli";
+  client_options.busy_poll_us = options.busy_poll_us;
   if (options.verbose) {
     client_options.log = [](LogLevel level, std::string_view text) {
       static const char* const kNames[] = {"debug", "info", "warn", "error"};

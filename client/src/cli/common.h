@@ -17,9 +17,10 @@ struct CommonOptions {
   bool json = false;
   int timeout_ms = 10000;
   bool verbose = false;
+  uint32_t busy_poll_us = 0;  // ClientOptions::busy_poll_us
 };
 
-// --socket (env KVSTASH_SOCKET), --json, --timeout-ms, --verbose.
+// --socket (env KVSTASH_SOCKET), --json, --timeout-ms, --busy-poll-us, --verbose.
 void AddCommonOptions(CLI::App& command, CommonOptions& options);
 
 // Connects, failing at once with a hint when an ipc:// socket file is missing.

@@ -110,19 +110,34 @@ class LayoutRun {
   uint64_t counter_ = 0;
 };
 
+// Times `op` and the raw copy of the same bytes in turns, `reps` pairs after
+// one untimed of each, so that both see the same state of the machine (the
+// raw figures themselves drift between runs by up to 20%).
 template <typename Op>
-Result<double> MedianSeconds(int reps, Op op) {
-  KVSTASH_RETURN_IF_ERROR(op());  // warm-up
-  std::vector<double> seconds;
+Status MeasurePairs(int reps, Op op, RawCopy& raw, RawCopy::Way way, uint64_t raw_bytes,
+                    ThroughputRow& row) {
+  KVSTASH_RETURN_IF_ERROR(op());
+  KVSTASH_RETURN_IF_ERROR(raw.Seconds(way, raw_bytes).status());
+  std::vector<double> seconds, raw_seconds, ratios;
   for (int r = 0; r < reps; ++r) {
     const auto start = Clock::now();
     KVSTASH_RETURN_IF_ERROR(op());
     seconds.push_back(Seconds(start));
+    Result<double> raw_one = raw.Seconds(way, raw_bytes);
+    if (!raw_one.ok()) return raw_one.status();
+    raw_seconds.push_back(*raw_one);
+    ratios.push_back(raw_seconds.back() / seconds.back());
   }
-  return Median(seconds);
+  row.seconds = Median(seconds);
+  row.raw_seconds = Median(raw_seconds);
+  row.ratio_median = Median(ratios);
+  row.ratio_p10 = Percentile(ratios, 0.1);
+  row.ratio_p90 = Percentile(ratios, 0.9);
+  row.samples = reps;
+  return Status::Ok();
 }
 
-int Reps(uint32_t chunks) { return chunks <= 4 ? 30 : chunks <= 16 ? 12 : 6; }
+int Reps(uint32_t chunks) { return chunks <= 4 ? 40 : chunks <= 16 ? 20 : 10; }
 
 Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBenchConfig& config,
                      RawCopy& raw, CudaBenchResults& out) {
@@ -146,31 +161,24 @@ Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBe
   for (uint32_t n : config.chunk_counts) {
     const uint64_t bytes = n * reg->chunk_bytes;
     const int reps = Reps(n);
-    auto row = [&](const std::string& op, uint64_t moved, double seconds, double raw_seconds, double target) {
-      out.throughput.push_back({layout.name, reg->chunk_bytes, op, n, moved, seconds, raw_seconds, target});
-    };
     const double one_way_target = n == 1 ? 0.8 : 0.95;
-
-    Result<double> store = MedianSeconds(reps, [&] { return run.Store(run.Fresh(n)); });
-    if (!store.ok()) return store.status();
-    Result<double> raw_d2h = raw.MedianSeconds(RawCopy::Way::kDeviceToHost, bytes, reps);
-    if (!raw_d2h.ok()) return raw_d2h.status();
-    row("store", bytes, *store, *raw_d2h, one_way_target);
-
+    auto measure = [&](const std::string& op, uint64_t moved, double target, RawCopy::Way way,
+                       auto request) {
+      ThroughputRow row{layout.name, reg->chunk_bytes, op, n, moved};
+      row.target = target;
+      KVSTASH_RETURN_IF_ERROR(MeasurePairs(reps, request, raw, way, bytes, row));
+      out.throughput.push_back(row);
+      return Status::Ok();
+    };
+    KVSTASH_RETURN_IF_ERROR(measure("store", bytes, one_way_target, RawCopy::Way::kDeviceToHost,
+                                    [&] { return run.Store(run.Fresh(n)); }));
     readable = run.Fresh(n);
     KVSTASH_RETURN_IF_ERROR(run.Store(readable));
     const std::vector<ChunkBlocks> targets = run.Into(readable);
-    Result<double> retrieve = MedianSeconds(reps, [&] { return run.Retrieve(targets); });
-    if (!retrieve.ok()) return retrieve.status();
-    Result<double> raw_h2d = raw.MedianSeconds(RawCopy::Way::kHostToDevice, bytes, reps);
-    if (!raw_h2d.ok()) return raw_h2d.status();
-    row("retrieve", bytes, *retrieve, *raw_h2d, one_way_target);
-
-    Result<double> both = MedianSeconds(reps, [&] { return run.Both(run.Fresh(n), targets); });
-    if (!both.ok()) return both.status();
-    Result<double> raw_both = raw.MedianSeconds(RawCopy::Way::kBoth, bytes, reps);
-    if (!raw_both.ok()) return raw_both.status();
-    row("concurrent", 2 * bytes, *both, *raw_both, 0.9);
+    KVSTASH_RETURN_IF_ERROR(measure("retrieve", bytes, one_way_target, RawCopy::Way::kHostToDevice,
+                                    [&] { return run.Retrieve(targets); }));
+    KVSTASH_RETURN_IF_ERROR(measure("concurrent", 2 * bytes, 0.9, RawCopy::Way::kBoth,
+                                    [&] { return run.Both(run.Fresh(n), targets); }));
   }
 
   // Latency of a one-chunk retrieve, beside the raw copy of that chunk.
@@ -271,7 +279,7 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
   if (described.ok()) {
     for (const json& d : (*described)["backend"]["devices"]) {
       out.daemon_gpu_memory_bytes += d.value("staging_bytes", uint64_t{0});
-      out.daemon_pinned_plan_bytes += d.value("pinned_plan_bytes", uint64_t{0});
+      out.daemon_plan_bytes += d.value("plan_bytes", uint64_t{0});
     }
   }
   for (const ThroughputRow& r : out.throughput) {

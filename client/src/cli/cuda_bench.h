@@ -32,10 +32,17 @@ struct ThroughputRow {
   uint64_t bytes = 0;      // moved, both directions counted for concurrent
   double seconds = 0;      // median of the kvstash requests
   double raw_seconds = 0;  // median of the same bytes by plain cudaMemcpyAsync
+  // Each kvstash request is paired with the raw copy timed right after it:
+  // the median of the pairs' ratios (raw seconds / kvstash seconds) and
+  // their 10th and 90th percentiles, the spread of the measurement.
+  double ratio_median = 0;
+  double ratio_p10 = 0;
+  double ratio_p90 = 0;
+  int samples = 0;
   double target = 0;       // ratio to reach
   double gbps() const { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0; }
   double raw_gbps() const { return raw_seconds > 0 ? double(bytes) / raw_seconds / 1e9 : 0; }
-  double ratio() const { return seconds > 0 ? raw_seconds / seconds : 0; }
+  double ratio() const { return ratio_median; }
 };
 
 struct LatencyRow {
@@ -56,7 +63,7 @@ struct CudaBenchResults {
   std::vector<ThroughputRow> throughput;
   std::vector<LatencyRow> latency;
   uint64_t daemon_gpu_memory_bytes = 0;  // staging the daemon allocated
-  uint64_t daemon_pinned_plan_bytes = 0;
+  uint64_t daemon_plan_bytes = 0;        // plan arenas on the GPU (as much pinned)
   std::vector<std::string> short_of_targets;
   std::vector<std::string> errors;  // requests whose chunks did not all succeed
   bool passed() const { return short_of_targets.empty() && errors.empty(); }

@@ -51,13 +51,19 @@ Status RawCopy::Run(Way way, uint64_t bytes) {
   return Status::Ok();
 }
 
+Result<double> RawCopy::Seconds(Way way, uint64_t bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  KVSTASH_RETURN_IF_ERROR(Run(way, bytes));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 Result<double> RawCopy::MedianSeconds(Way way, uint64_t bytes, int reps) {
   KVSTASH_RETURN_IF_ERROR(Run(way, bytes));  // warm-up
   std::vector<double> seconds;
   for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    KVSTASH_RETURN_IF_ERROR(Run(way, bytes));
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    Result<double> one = Seconds(way, bytes);
+    if (!one.ok()) return one.status();
+    seconds.push_back(*one);
   }
   std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
   return seconds[seconds.size() / 2];

@@ -18,7 +18,9 @@ class RawCopy {
   enum class Way { kDeviceToHost, kHostToDevice, kBoth };
   // Buffers of `bytes` in each direction; larger copies repeat them.
   static Result<RawCopy> Create(uint64_t bytes);
-  // Median seconds of `reps` copies of `bytes` (each way, for kBoth).
+  // Seconds of one copy of `bytes` (each way, for kBoth).
+  Result<double> Seconds(Way way, uint64_t bytes);
+  // Median seconds of `reps` such copies, after one untimed.
   Result<double> MedianSeconds(Way way, uint64_t bytes, int reps);
 
  private:

@@ -24,11 +24,13 @@ struct ServerConfig {
   uint32_t max_chunks_per_request = 1024;
   uint32_t max_message_mb = 64;
   uint32_t lease_ms = 30000;              // default lookup lease
+  uint32_t peer_timeout_ms = 10000;       // drop registrations of owners silent this long; 0 = never
   uint32_t copy_threads = 0;              // host copies; 0 = auto
   uint32_t pin_threads = 0;               // background pinning; 0 = auto
   std::string transfer_mode = "dma";      // dma | direct (CUDA backend)
   uint32_t staging_mb = 256;              // GPU staging ring per device (dma mode)
   std::string completion_wait = "block";  // block | poll (CUDA backend)
+  uint32_t busy_poll_us = 0;              // poll on a core after work instead of sleeping; 0 = never
   std::string log_level = "info";         // trace | debug | info | warn | error | off
   uint32_t metrics_port = 0;              // Prometheus endpoint; 0 = off
   std::string metrics_bind = "127.0.0.1";
