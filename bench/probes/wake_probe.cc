@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     const char* suffix = gap ? ", after 200 us idle" : ", back to back";
     auto run = [&](const char* kind, auto make) {
       auto a = make(), b = make();
-      Measure((std::string(kind) + suffix).c_str(), *a, *b, kind[0] == 's' && gap ? n / 4 : n, gap);
+      Measure((std::string(kind) + suffix).c_str(), *a, *b, n, gap);
     };
     run("condvar", [] { return std::make_unique<CondVarChannel>(); });
     run("eventfd", [] { return std::make_unique<EventFdChannel>(); });

@@ -101,9 +101,14 @@ void IoLoop::CloseSockets() {
 }
 
 bool IoLoop::Step() {
-  for (Request& request : queue_.Drain()) {
-    Accept(std::move(request));
-    last_activity_ = Clock::now();
+  // Every Push and Close wakes the queue's eventfd: a busy-polling loop need
+  // not read it idly.
+  if (queue_woken_) {
+    queue_woken_ = false;
+    for (Request& request : queue_.Drain()) {
+      Accept(std::move(request));
+      last_activity_ = Clock::now();
+    }
   }
   if (queue_.closed()) return false;
   KeepAlive();
@@ -196,6 +201,7 @@ void IoLoop::Poll() {
     if (e.num() == EINTR) return;
     throw;
   }
+  if (items[2].revents & ZMQ_POLLIN) queue_woken_ = true;
   if (items[1].revents & ZMQ_POLLIN) HandleMonitorEvents();
   if (items[0].revents & ZMQ_POLLIN) ReceiveReplies();
 }
@@ -306,14 +312,19 @@ void IoLoop::OnDisconnected() {
                                " was lost"));
 }
 
+Request IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
+  Request request;
+  request.id = next_id_.fetch_add(1);
+  request.kind = kind;
+  request.timeout = options_.timeout;
+  request.deadline = Clock::now() + options_.timeout;
+  request.on_reply = std::move(on_reply);
+  return request;
+}
+
 void IoLoop::StartHandshake() {
-  Request hello;
-  hello.id = next_id_.fetch_add(1);
-  hello.kind = "Hello";
+  Request hello = OwnRequest("Hello", [this](Result<Reply> reply) { OnHello(std::move(reply)); });
   hello.bytes = EncodeHello(hello.id, options_.client_name);
-  hello.timeout = options_.timeout;
-  hello.deadline = Clock::now() + options_.timeout;
-  hello.on_reply = [this](Result<Reply> reply) { OnHello(std::move(reply)); };
   handshake_wanted_ = false;
   handshake_id_ = hello.id;
   pending_.Add(std::move(hello));
@@ -323,13 +334,8 @@ void IoLoop::StartHandshake() {
 void IoLoop::KeepAlive() {
   if (!handshaken_ || keepalive_.count() == 0 || !outbox_.empty()) return;
   if (Clock::now() - last_sent_ < keepalive_) return;
-  Request ping;
-  ping.id = next_id_.fetch_add(1);
-  ping.kind = "Ping (keep-alive)";
+  Request ping = OwnRequest("Ping (keep-alive)", [](Result<Reply>) {});  // only its arrival matters
   ping.bytes = EncodePing(ping.id);
-  ping.timeout = options_.timeout;
-  ping.deadline = Clock::now() + options_.timeout;
-  ping.on_reply = [](Result<Reply>) {};  // only its arrival matters
   outbox_.push_back(ping.id);
   pending_.Add(std::move(ping));
 }

@@ -71,6 +71,9 @@ class IoLoop {
   void OnConnected();
   void OnDisconnected();
 
+  // A request of the loop's own (Hello, keep-alive Ping) with a fresh id and
+  // the session's timeout; the caller encodes its bytes and queues it.
+  Request OwnRequest(const char* kind, ReplyHandler on_reply);
   void StartHandshake();
   void OnHello(Result<Reply> reply);
   // Sends a Ping when nothing went out for a while, so that kvstashd does
@@ -100,6 +103,7 @@ class IoLoop {
   bool handshake_wanted_ = false;
   uint64_t handshake_id_ = 0;   // the Hello in progress, 0 when none
   bool want_pollout_ = false;
+  bool queue_woken_ = true;  // the submission queue's eventfd fired since the last Drain
   Clock::time_point last_activity_;  // busy polling goes on for a while after it
   Clock::time_point last_sent_;      // the last message to kvstashd
   std::chrono::milliseconds keepalive_{0};  // a quarter of the daemon's peer timeout

@@ -132,7 +132,10 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
       last_activity = Clock::now();
     }
     if (items[0].revents & ZMQ_POLLIN) ReceiveRequests(router);
-    for (const OutgoingReply& reply : replies.TakeAll()) Send(router, reply.peer, reply.bytes);
+    // Every Push wakes the eventfd: a busy-polling loop need not read it idly.
+    if (items[1].revents & ZMQ_POLLIN) {
+      for (const OutgoingReply& reply : replies.TakeAll()) Send(router, reply.peer, reply.bytes);
+    }
     if (const Clock::time_point now = Clock::now(); now - last_tick >= kTickInterval) {
       service->Tick();
       last_tick = now;

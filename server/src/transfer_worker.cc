@@ -37,16 +37,15 @@ void TransferWorker::Lane::Submit(TransferJob job) {
   wake_.notify_one();
 }
 
-bool TransferWorker::Lane::PollForJob() const {
-  if (busy_poll_.count() == 0) return false;
+void TransferWorker::Lane::PollForJob() const {
+  if (busy_poll_.count() == 0) return;
   const auto until = std::chrono::steady_clock::now() + busy_poll_;
   while (std::chrono::steady_clock::now() < until) {
-    if (submitted_.load(std::memory_order_acquire) != taken_) return true;
+    if (submitted_.load(std::memory_order_acquire) != taken_) return;
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
   }
-  return false;
 }
 
 void TransferWorker::Lane::Loop() {

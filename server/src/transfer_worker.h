@@ -47,8 +47,8 @@ class TransferWorker {
 
    private:
     void Loop();
-    // Polls for a job until busy_poll_ has passed; true when one came.
-    bool PollForJob() const;
+    // Polls on the core until a job is queued or busy_poll_ has passed.
+    void PollForJob() const;
     void RunBatch(std::vector<TransferJob>& jobs);
     Backend& backend_;
     const int device_;
