@@ -23,12 +23,11 @@
 #include <vector>
 
 #include "kvstash/client_types.h"
+#include "kvstash/endpoint.h"
 #include "kvstash/keys.h"
 #include "kvstash/status.h"
 
 namespace kvstash {
-
-inline constexpr char kDefaultSocket[] = "ipc:///run/kvstash/kvstash.sock";
 
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
 

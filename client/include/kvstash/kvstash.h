@@ -1,9 +1,12 @@
 /* kvstash C API (libkvstash.so): the client library for engines written in
  * languages other than C++ (Python through ctypes or cffi, Rust, Go).
  *
- * Calls are synchronous: each returns once kvstashd replied, the request
- * timed out, or the connection failed. A handle may be used from several
- * threads at once. Every call returns a kvstash_status (the wire protocol's
+ * Plain calls are synchronous: each returns once kvstashd replied, the
+ * request timed out, or the connection failed; *_submit calls return at once
+ * (see "asynchronous calls"). A handle may be used from several threads at
+ * once. If kvstashd restarts, the library notices within about a second,
+ * fails what was pending with KVSTASH_UNAVAILABLE, reconnects and registers
+ * the live registrations again under the same ids. Every call returns a kvstash_status (the wire protocol's
  * ErrorCode values); after a failure, kvstash_last_error(client) says why.
  *
  *   kvstash_client* client = NULL;
@@ -74,13 +77,20 @@ enum { KVSTASH_ALLOCATION_SHM = 0, KVSTASH_ALLOCATION_CUDA_IPC = 1 };
 
 typedef struct kvstash_client kvstash_client;
 
+/* Zero-initialise (kvstash_options o = {0};) and set what you need: fields
+ * may be added at the end in later versions. */
 typedef struct kvstash_options {
-  const char* socket;      /* NULL: KVSTASH_DEFAULT_SOCKET */
-  uint32_t timeout_ms;     /* per request; 0: 5000 */
+  /* NULL or "": $KVSTASH_SOCKET, then KVSTASH_DEFAULT_SOCKET. A plain path
+   * ("/run/kvstash/kvstash.sock") means that ipc socket. */
+  const char* socket;
+  uint32_t timeout_ms;     /* per request, also the request's deadline; 0: 5000 */
   const char* client_name; /* shown in the daemon's logs; may be NULL */
+  /* Microseconds the client's I/O thread polls on a core after its last
+   * message instead of sleeping (fewer wake-ups, one busy core); 0: never. */
+  uint32_t busy_poll_us;
 } kvstash_options;
 
-/* Layer geometry in bytes (DESIGN.md "Geometry"):
+/* Layer geometry in bytes (docs/protocol.md "Geometry"):
  * address(b, k, t, h) = base + b*block_stride + k*kv_stride + t*token_stride
  *                            + h*head_stride, head_bytes contiguous bytes. */
 typedef struct kvstash_geometry {
@@ -96,7 +106,9 @@ typedef struct kvstash_geometry {
   uint8_t dtype; /* KVSTASH_DTYPE_* */
 } kvstash_geometry;
 
-/* One shared memory region holding one or more layers. */
+/* One shared memory region holding one or more layers. Fill these by hand
+ * for host (POSIX shm) memory; for GPU memory use kvstash_register_options'
+ * cuda_layers, which shares CUDA allocations for you. */
 typedef struct kvstash_allocation {
   uint32_t kind;           /* KVSTASH_ALLOCATION_* */
   const char* shm_name;    /* SHM: shm_open name, "/kvstash-1234-0" */
@@ -111,15 +123,35 @@ typedef struct kvstash_layer {
   kvstash_geometry geometry;
 } kvstash_layer;
 
+/* A layer in GPU memory, named by its device address: the library finds the
+ * CUDA allocation holding it (cuMemGetAddressRange), shares each allocation
+ * once through CUDA IPC whatever number of layers it holds, and describes
+ * the layer by its offset inside it and the GPU's UUID. */
+typedef struct kvstash_cuda_layer {
+  const void* data; /* device address of block 0, kv 0, token 0, head 0 */
+  kvstash_geometry geometry;
+} kvstash_cuda_layer;
+
+/* Zero-initialise; fields may be added at the end in later versions. Give
+ * either allocations + layers (shared memory described by hand) or
+ * cuda_layers (GPU memory by device address), not both. */
 typedef struct kvstash_register_options {
-  const char* model;       /* part of the key namespace */
-  const char* tenant_salt; /* may be NULL */
+  const char* model;       /* part of the key namespace; required */
+  const char* tenant_salt; /* may be NULL; never leaves the daemon */
   uint32_t tp_rank;
   uint32_t tp_size; /* 0 is taken as 1 */
   const kvstash_allocation* allocations;
   size_t num_allocations;
   const kvstash_layer* layers;
   size_t num_layers;
+  /* GPU memory. Errors: KVSTASH_UNAVAILABLE without CUDA in this build or
+   * no driver; KVSTASH_INVALID_ARGUMENT for memory that CUDA IPC cannot
+   * share (virtual-memory allocations such as PyTorch's expandable
+   * segments: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False), or
+   * layers on several GPUs; KVSTASH_OUT_OF_RANGE for an extent past the end
+   * of its allocation. */
+  const kvstash_cuda_layer* cuda_layers;
+  size_t num_cuda_layers;
 } kvstash_register_options;
 
 typedef struct kvstash_registration {
@@ -159,6 +191,22 @@ typedef struct kvstash_lookup_result {
   uint32_t lease_expires_ms;
 } kvstash_lookup_result;
 
+/* What the daemon said in its latest Hello, and what this client saw. */
+typedef struct kvstash_server_info {
+  uint32_t protocol_version;
+  char server_version[32];   /* NUL-terminated */
+  uint8_t boot_id[16];       /* new on every daemon start */
+  uint32_t chunk_tokens;
+  uint32_t max_chunks_per_request;
+  uint64_t max_message_bytes;
+  char backend[16];          /* "host" or "cuda", NUL-terminated */
+  uint32_t peer_timeout_ms;
+  /* Daemon restarts this client has seen (boot id changes). After each, the
+   * library registered every live registration again by itself: their ids
+   * stay valid, chunks stored before are gone. */
+  uint32_t restarts;
+} kvstash_server_info;
+
 /* ---- connection ---- */
 
 /* Connects and says Hello. Like sqlite3_open, *client is set even when this
@@ -174,6 +222,25 @@ KVSTASH_API const char* kvstash_last_error(kvstash_client* client);
 /* "OutOfRange" for KVSTASH_OUT_OF_RANGE. */
 KVSTASH_API const char* kvstash_status_name(kvstash_status status);
 KVSTASH_API kvstash_status kvstash_ping(kvstash_client* client, uint64_t* uptime_ms);
+KVSTASH_API kvstash_status kvstash_get_server_info(kvstash_client* client,
+                                                   kvstash_server_info* info);
+
+/* ---- operations ---- */
+
+/* JSON text (the same as `kvstash describe --json` / `stats --json`) in a
+ * buffer the caller frees with kvstash_free. */
+KVSTASH_API kvstash_status kvstash_describe(kvstash_client* client, char** json);
+KVSTASH_API kvstash_status kvstash_stats(kvstash_client* client, char** json);
+KVSTASH_API void kvstash_free(void* buffer);
+/* Drops stored chunks: model NULL or "" means every scope this client may
+ * clear (see docs/protocol.md "Trust"); *cleared may be NULL. */
+KVSTASH_API kvstash_status kvstash_clear(kvstash_client* client, const char* model,
+                                         const char* tenant_salt, uint64_t* cleared);
+/* Readiness: L1 bytes pinned and usable so far, of its capacity. The daemon
+ * answers at once and pins its pool in the background; stores find room as
+ * it grows. Either pointer may be NULL. */
+KVSTASH_API kvstash_status kvstash_pool_ready(kvstash_client* client, uint64_t* ready_bytes,
+                                              uint64_t* capacity_bytes);
 
 /* ---- registration ---- */
 
@@ -214,6 +281,65 @@ KVSTASH_API kvstash_status kvstash_lookup(kvstash_client* client, uint64_t regis
                                           const kvstash_key* keys, size_t num_keys,
                                           uint32_t lease_ms, kvstash_lookup_result* result);
 KVSTASH_API kvstash_status kvstash_release(kvstash_client* client, uint64_t lease_id);
+
+/* ---- asynchronous calls ----
+ *
+ * A *_submit call returns at once with a kvstash_call; the request is in
+ * flight. Its arguments (chunks, block ids, keys) are copied before the
+ * submit returns. Wait for it with kvstash_call_wait, poll it with
+ * kvstash_call_done, or wait on kvstash_completion_fd and collect completed
+ * calls with kvstash_take_completed (asyncio's add_reader, an epoll loop).
+ * Every call completes exactly once: with the reply, the daemon's error,
+ * KVSTASH_TIMED_OUT at its deadline, KVSTASH_UNAVAILABLE when the daemon
+ * went away, or KVSTASH_CANCELLED when the client is closed. Free each call
+ * with kvstash_call_free; freeing one still in flight abandons its result
+ * (the request itself still runs). Calls are thread-safe. */
+
+typedef struct kvstash_call kvstash_call;
+
+/* user_data is returned by kvstash_call_user_data: a tag for the caller. */
+KVSTASH_API kvstash_status kvstash_store_submit(kvstash_client* client, uint64_t registration_id,
+                                                const kvstash_chunk* chunks, size_t num_chunks,
+                                                uint64_t user_data, kvstash_call** call);
+KVSTASH_API kvstash_status kvstash_retrieve_submit(kvstash_client* client,
+                                                   uint64_t registration_id,
+                                                   const kvstash_chunk* chunks, size_t num_chunks,
+                                                   uint32_t skip_tokens, uint64_t lease_id,
+                                                   uint64_t user_data, kvstash_call** call);
+KVSTASH_API kvstash_status kvstash_lookup_submit(kvstash_client* client, uint64_t registration_id,
+                                                 const kvstash_key* keys, size_t num_keys,
+                                                 uint32_t lease_ms, uint64_t user_data,
+                                                 kvstash_call** call);
+KVSTASH_API kvstash_status kvstash_release_submit(kvstash_client* client, uint64_t lease_id,
+                                                  uint64_t user_data, kvstash_call** call);
+
+/* 1 once the call completed, else 0. */
+KVSTASH_API int kvstash_call_done(const kvstash_call* call);
+/* Waits up to timeout_ms (UINT32_MAX: until it completes) for the call;
+ * returns 1 if it completed, 0 if it is still in flight. */
+KVSTASH_API int kvstash_call_wait(kvstash_call* call, uint32_t timeout_ms);
+KVSTASH_API uint64_t kvstash_call_user_data(const kvstash_call* call);
+/* The completed call's result (KVSTASH_UNAVAILABLE... while in flight: check
+ * kvstash_call_done first) and its message ("" on success); the message
+ * lives as long as the call. */
+KVSTASH_API kvstash_status kvstash_call_status(const kvstash_call* call);
+KVSTASH_API const char* kvstash_call_error(const kvstash_call* call);
+/* Store and retrieve: copies min(capacity, chunks) outcomes in request
+ * order; returns the number of chunks of the request. */
+KVSTASH_API size_t kvstash_call_outcomes(const kvstash_call* call,
+                                         kvstash_chunk_outcome* outcomes, size_t capacity);
+/* Lookup: its result. Release: result->hit_chunks holds the released count. */
+KVSTASH_API kvstash_status kvstash_call_lookup_result(const kvstash_call* call,
+                                                      kvstash_lookup_result* result);
+KVSTASH_API void kvstash_call_free(kvstash_call* call);
+
+/* A file descriptor that is readable while completed calls wait to be taken
+ * with kvstash_take_completed. Owned by the client: do not close it. */
+KVSTASH_API int kvstash_completion_fd(kvstash_client* client);
+/* Moves up to max completed, not yet taken, not freed calls into calls[], in
+ * completion order, and returns how many. A call is taken at most once. */
+KVSTASH_API size_t kvstash_take_completed(kvstash_client* client, kvstash_call** calls,
+                                          size_t max);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -18,7 +18,7 @@
 namespace kvstash::proto {
 
 // Bump on any incompatible change to kvstash.fbs; Hello rejects a mismatch.
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // Runs the FlatBuffers Verifier (with depth and table limits) and returns the
 // envelope, or MalformedMessage naming what was wrong.
