@@ -93,6 +93,27 @@ std::vector<OptionSpec> BuildTable() {
       UintOption("peer-timeout-ms", "KVSTASH_PEER_TIMEOUT_MS", &C::peer_timeout_ms, 0, 86400000,
                  "Drop the registrations of an engine silent this long (it died); "
                  "0 = keep them until UnregisterKV"),
+      StringOption("admin-group", "KVSTASH_ADMIN_GROUP", &C::admin_group,
+                   "Group (name or gid) whose members are admins, besides root and the "
+                   "daemon's own user: they may Clear every scope and see every registration "
+                   "in describe; none = no admin group"),
+      UintOption("max-registrations-per-client", "KVSTASH_MAX_REGISTRATIONS_PER_CLIENT",
+                 &C::max_registrations_per_client, 1, 1 << 20,
+                 "Most registrations one connection may hold"),
+      UintOption("max-in-flight-per-client", "KVSTASH_MAX_IN_FLIGHT_PER_CLIENT",
+                 &C::max_in_flight_per_client, 1, 1 << 20,
+                 "Most Store, Retrieve and UnregisterKV requests of one connection awaiting "
+                 "their reply; more are refused at once (ResourceExhausted)"),
+      UintOption("max-leases-per-client", "KVSTASH_MAX_LEASES_PER_CLIENT",
+                 &C::max_leases_per_client, 1, 1 << 24,
+                 "Most lookup leases one connection may hold"),
+      UintOption("max-leases", "KVSTASH_MAX_LEASES", &C::max_leases, 1, 1 << 24,
+                 "Most lookup leases held by all connections together"),
+      FloatOption("max-leased-share", "KVSTASH_MAX_LEASED_SHARE", &C::max_leased_share, 0.01, 1,
+                  "Share of the L1 pool that leased chunks may take; a Lookup's leased prefix "
+                  "stops there, so leases cannot starve other stores"),
+      UintOption("max-lease-ms", "KVSTASH_MAX_LEASE_MS", &C::max_lease_ms, 1, 3600000,
+                 "Longest lease a Lookup may ask for, in milliseconds; longer asks are clamped"),
       UintOption("copy-threads", "KVSTASH_COPY_THREADS", &C::copy_threads, 0, kMaxThreads,
                  "Threads for host-side copies; 0 = one per core"),
       UintOption("pin-threads", "KVSTASH_PIN_THREADS", &C::pin_threads, 0, kMaxThreads,

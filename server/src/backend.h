@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "kvstash/kernels/chunk_copy.h"
 #include "kvstash/status.h"
 #include "l1_pool.h"
+#include "peer.h"
 
 namespace kvstash::server {
 
@@ -26,6 +28,9 @@ struct AllocationSpec {
   std::vector<uint8_t> ipc_handle;  // kCudaIpc: cudaIpcMemHandle_t bytes
   std::array<uint8_t, 16> gpu_uuid{};
   uint64_t size_bytes = 0;
+  // The peer that asks for it: a backend opens nothing on a peer's behalf
+  // that the peer could not open itself (docs/protocol.md "Trust").
+  std::optional<PeerCredentials> opener;
   // Names the allocation, so that each one is opened once.
   std::string identity() const;
 };

@@ -14,16 +14,22 @@ struct ChunkStore::Entry {
   bool writing = true;
   uint32_t readers = 0;
   uint32_t leases = 0;
-  std::list<Entry*>::iterator lru;  // valid once Ready
+  std::list<Entry*>::iterator lru;  // valid while in the LRU list (evictable)
+  bool in_lru = false;
 };
 
 size_t ChunkStore::ScopedKeyHash::operator()(const ScopedKey& k) const {
   return hash(k.scope, k.key);
 }
 
-ChunkStore::ChunkStore(L1Pool& pool, Stats& stats)
+ChunkStore::ChunkStore(L1Pool& pool, Stats& stats, LeaseLimits limits)
     : pool_(pool), stats_(stats),
-      index_(0, ScopedKeyHash{ChunkKeyHash((uint64_t(std::random_device{}()) << 32) | std::random_device{}())}) {}
+      index_(0, ScopedKeyHash{ChunkKeyHash((uint64_t(std::random_device{}()) << 32) | std::random_device{}())}),
+      limits_(limits) {
+  std::random_device seed;
+  std::seed_seq seq{seed(), seed(), seed(), seed(), seed(), seed(), seed(), seed()};
+  random_ids_.seed(seq);
+}
 
 ChunkStore::~ChunkStore() = default;
 
@@ -32,22 +38,36 @@ bool ChunkStore::Evictable(const Entry& e) const {
 }
 
 void ChunkStore::EraseLocked(Entry* entry) {
-  if (!entry->writing) lru_.erase(entry->lru);
+  if (entry->in_lru) lru_.erase(entry->lru);
   pool_.Free(entry->slot);
   index_.erase(entry->id);  // destroys *entry
 }
 
 void ChunkStore::TouchLocked(Entry* entry) {
-  lru_.splice(lru_.end(), lru_, entry->lru);
+  if (entry->in_lru) lru_.splice(lru_.end(), lru_, entry->lru);
+}
+
+void ChunkStore::PinLocked(Entry* entry) {
+  if (!entry->in_lru) return;
+  lru_.erase(entry->lru);
+  entry->in_lru = false;
+}
+
+void ChunkStore::UnpinLocked(Entry* entry) {
+  if (entry->in_lru || !Evictable(*entry)) return;
+  entry->lru = lru_.insert(lru_.end(), entry);  // just used: most recent
+  entry->in_lru = true;
 }
 
 std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
   if (auto slot = pool_.Allocate(chunk_bytes)) return slot;
   // Evict the least recently used chunk of the same size first: its slot is
   // exactly what is needed.
+  // Only evictable chunks are in the list: with one chunk size (the common
+  // case) the front is the one.
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     Entry* e = *it;
-    if (e->bytes == chunk_bytes && Evictable(*e)) {
+    if (e->bytes == chunk_bytes) {
       Stats::Add(stats_.evicted_chunks);
       Stats::Add(stats_.evicted_bytes, e->bytes);
       EraseLocked(e);
@@ -58,7 +78,6 @@ std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
   // slab empties and can serve this size.
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
-    if (!Evictable(*e)) continue;
     Stats::Add(stats_.evicted_chunks);
     Stats::Add(stats_.evicted_bytes, e->bytes);
     EraseLocked(e);
@@ -91,7 +110,7 @@ void ChunkStore::CommitStore(Entry* entry, uint32_t num_tokens) {
   std::lock_guard<std::mutex> lock(mutex_);
   entry->num_tokens = num_tokens;
   entry->writing = false;
-  entry->lru = lru_.insert(lru_.end(), entry);
+  UnpinLocked(entry);
 }
 
 void ChunkStore::AbortStore(Entry* entry) {
@@ -105,66 +124,106 @@ std::optional<ChunkStore::ReadTicket> ChunkStore::BeginRead(ScopeId scope, const
   if (found == index_.end() || found->second->writing) return std::nullopt;
   Entry* e = found->second.get();
   ++e->readers;
-  TouchLocked(e);
+  PinLocked(e);
   return ReadTicket{e, e->slot.data, e->num_tokens};
 }
 
 void ChunkStore::EndRead(Entry* entry) {
   std::lock_guard<std::mutex> lock(mutex_);
   --entry->readers;
+  UnpinLocked(entry);
 }
 
 ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<ChunkKey>& keys,
                                             uint32_t chunk_tokens,
-                                            std::chrono::milliseconds lease_time) {
+                                            std::chrono::milliseconds lease_time,
+                                            const std::string& owner) {
   std::lock_guard<std::mutex> lock(mutex_);
   LookupResult result;
+  uint64_t& held = leases_of_[owner];
+  if (limits_.per_owner != 0 && held >= limits_.per_owner) {
+    if (held == 0) leases_of_.erase(owner);
+    result.refused = Status::Exhausted("this client holds " + std::to_string(held) +
+                                       " leases; the limit is " + std::to_string(limits_.per_owner) +
+                                       " (--max-leases-per-client): release or let some expire");
+    return result;
+  }
+  if (limits_.total != 0 && leases_.size() >= limits_.total) {
+    if (held == 0) leases_of_.erase(owner);
+    result.refused = Status::Exhausted(std::to_string(leases_.size()) +
+                                       " leases are held; the limit is " +
+                                       std::to_string(limits_.total) + " (--max-leases)");
+    return result;
+  }
   Lease lease;
+  uint64_t new_bytes = 0;
   for (const ChunkKey& key : keys) {
     auto found = index_.find(ScopedKey{scope, key});
     if (found == index_.end() || found->second->writing) break;
     Entry* e = found->second.get();
+    // A chunk nobody leases yet adds to the leased bytes: stop the prefix
+    // where the budget ends (the engine recomputes the rest).
+    if (e->leases == 0 && limits_.leased_bytes != 0 &&
+        leased_bytes_ + new_bytes + e->bytes > limits_.leased_bytes) {
+      Stats::Add(stats_.leases_truncated);
+      break;
+    }
+    if (e->leases == 0) new_bytes += e->bytes;
     ++e->leases;
-    TouchLocked(e);
+    PinLocked(e);
     lease.entries.push_back(e);
     ++result.hit_chunks;
     result.hit_tokens += e->num_tokens;
     if (e->num_tokens < chunk_tokens) break;  // a partial chunk ends any prefix
   }
   if (result.hit_chunks > 0) {
+    leased_bytes_ += new_bytes;
     lease.expires = Clock::now() + lease_time;
-    result.lease_id = next_lease_id_++;
+    lease.owner = owner;
+    do {
+      result.lease_id = random_ids_();
+    } while (result.lease_id == 0 || leases_.count(result.lease_id) != 0);
+    by_expiry_.emplace(lease.expires, result.lease_id);
     leases_.emplace(result.lease_id, std::move(lease));
+    ++held;
     Stats::Add(stats_.leases_granted);
+  } else if (held == 0) {
+    leases_of_.erase(owner);
   }
   return result;
 }
 
 void ChunkStore::EndLeaseLocked(Lease& lease) {
-  for (Entry* e : lease.entries) --e->leases;
+  for (Entry* e : lease.entries) {
+    if (--e->leases == 0) leased_bytes_ -= e->bytes;
+    UnpinLocked(e);
+  }
+  auto held = leases_of_.find(lease.owner);
+  if (held != leases_of_.end() && --held->second == 0) leases_of_.erase(held);
 }
 
-std::optional<uint32_t> ChunkStore::Release(uint64_t lease_id) {
+std::optional<uint32_t> ChunkStore::Release(uint64_t lease_id, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = leases_.find(lease_id);
-  if (found == leases_.end()) return std::nullopt;
+  if (found == leases_.end() || found->second.owner != owner) return std::nullopt;
   const uint32_t chunks = uint32_t(found->second.entries.size());
   EndLeaseLocked(found->second);
+  by_expiry_.erase({found->second.expires, lease_id});
   leases_.erase(found);
   Stats::Add(stats_.leases_released);
   return chunks;
 }
 
 void ChunkStore::ExpireLeases(Clock::time_point now) {
+  // Earliest first: the frontend's tick does work only for leases that end.
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    if (it->second.expires <= now) {
-      EndLeaseLocked(it->second);
-      it = leases_.erase(it);
-      Stats::Add(stats_.leases_expired);
-    } else {
-      ++it;
-    }
+  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now) {
+    auto found = leases_.find(by_expiry_.begin()->second);
+    by_expiry_.erase(by_expiry_.begin());
+    if (found == leases_.end()) continue;
+    EndLeaseLocked(found->second);
+    leases_.erase(found);
+    Stats::Add(stats_.leases_expired);
   }
 }
 
@@ -173,7 +232,7 @@ uint64_t ChunkStore::Clear(const std::function<bool(ScopeId)>& matches) {
   uint64_t cleared = 0;
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
-    if (Evictable(*e) && matches(e->id.scope)) {
+    if (matches(e->id.scope)) {  // the list holds evictable chunks only
       EraseLocked(e);
       ++cleared;
     }
@@ -184,7 +243,8 @@ uint64_t ChunkStore::Clear(const std::function<bool(ScopeId)>& matches) {
 
 ChunkStore::Usage ChunkStore::usage() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return Usage{index_.size(), leases_.size(), pool_.used_bytes(), pool_.capacity_bytes()};
+  return Usage{index_.size(), leases_.size(), pool_.used_bytes(), pool_.capacity_bytes(),
+               leased_bytes_};
 }
 
 }  // namespace kvstash::server

@@ -3,8 +3,15 @@
 //
 // A chunk is Writing from BeginStore until CommitStore (invisible to Lookup
 // and Retrieve), then Ready. A chunk that is Writing, being read or leased is
-// never evicted or cleared. Capacity is the pool's; allocation fails only when
-// no evictable chunk remains.
+// never evicted or cleared, and is not in the LRU list while so: eviction
+// takes the list's front, O(1) per chunk however much of the pool is pinned.
+// Capacity is the pool's; allocation fails only when no evictable chunk
+// remains.
+//
+// A lease belongs to the connection that took it (Release by anyone else is
+// "unknown lease"); lease ids are random. Leases are bounded per owner and in
+// total, and leased bytes to a share of the pool, so one client cannot pin
+// the pool and starve every other store.
 //
 // Thread-safe: one mutex guards everything (the frontend reserves and looks
 // up, transfer workers commit and unpin).
@@ -17,11 +24,16 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <set>
+#include <utility>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "chunk_key_hash.h"
 #include "kvstash/keys.h"
+#include "kvstash/status.h"
 #include "l1_pool.h"
 #include "stats.h"
 
@@ -49,9 +61,16 @@ class ChunkStore {
     uint32_t hit_chunks = 0;
     uint64_t hit_tokens = 0;
     uint64_t lease_id = 0;
+    Status refused;  // ResourceExhausted when a lease limit refused it
   };
 
-  ChunkStore(L1Pool& pool, Stats& stats);
+  struct LeaseLimits {
+    uint64_t per_owner = 0;    // leases one owner may hold; 0 = unbounded
+    uint64_t total = 0;        // leases held by everyone; 0 = unbounded
+    uint64_t leased_bytes = 0; // bytes of leased chunks; 0 = unbounded
+  };
+  ChunkStore(L1Pool& pool, Stats& stats) : ChunkStore(pool, stats, LeaseLimits()) {}
+  ChunkStore(L1Pool& pool, Stats& stats, LeaseLimits limits);
   ~ChunkStore();
 
   // Reserves a slot (evicting if needed) for a new chunk, or reports it
@@ -67,11 +86,15 @@ class ChunkStore {
   void EndRead(Entry* entry);
 
   // Longest prefix of `keys` that is Ready; leases it for `lease` when any.
-  // A chunk of fewer than chunk_tokens tokens ends the prefix.
+  // A chunk of fewer than chunk_tokens tokens ends the prefix. The prefix
+  // stops where the leased-bytes budget would be exceeded; past the per-owner
+  // or total lease count, `refused` says so and nothing is leased.
   LookupResult Lookup(ScopeId scope, const std::vector<ChunkKey>& keys,
-                      uint32_t chunk_tokens, std::chrono::milliseconds lease);
-  // Ends a lease; returns the chunks it held, or nullopt if unknown/expired.
-  std::optional<uint32_t> Release(uint64_t lease_id);
+                      uint32_t chunk_tokens, std::chrono::milliseconds lease,
+                      const std::string& owner = {});
+  // Ends a lease of `owner`; returns the chunks it held, or nullopt if
+  // unknown, expired or another owner's.
+  std::optional<uint32_t> Release(uint64_t lease_id, const std::string& owner = {});
   // Ends leases whose time has passed.
   void ExpireLeases(Clock::time_point now);
 
@@ -83,6 +106,7 @@ class ChunkStore {
     uint64_t leases = 0;
     uint64_t used_bytes = 0;
     uint64_t capacity_bytes = 0;
+    uint64_t leased_bytes = 0;
   };
   Usage usage() const;
 
@@ -98,6 +122,7 @@ class ChunkStore {
   };
   struct Lease {
     Clock::time_point expires;
+    std::string owner;
     std::vector<Entry*> entries;
   };
   using Index = std::unordered_map<ScopedKey, std::unique_ptr<Entry>, ScopedKeyHash>;
@@ -107,6 +132,9 @@ class ChunkStore {
   std::optional<L1Pool::Slot> AllocateLocked(uint64_t chunk_bytes);
   void TouchLocked(Entry* entry);
   void EndLeaseLocked(Lease& lease);
+  // Pins and unpins: an entry leaves the LRU list while it is not evictable.
+  void PinLocked(Entry* entry);
+  void UnpinLocked(Entry* entry);
 
   L1Pool& pool_;
   Stats& stats_;
@@ -114,7 +142,11 @@ class ChunkStore {
   Index index_;                                           // GUARDED_BY(mutex_)
   std::list<Entry*> lru_;                                 // GUARDED_BY(mutex_); front = oldest
   std::unordered_map<uint64_t, Lease> leases_;            // GUARDED_BY(mutex_)
-  uint64_t next_lease_id_ = 1;                            // GUARDED_BY(mutex_)
+  std::set<std::pair<Clock::time_point, uint64_t>> by_expiry_;  // GUARDED_BY(mutex_)
+  std::unordered_map<std::string, uint64_t> leases_of_;   // GUARDED_BY(mutex_)
+  uint64_t leased_bytes_ = 0;                             // GUARDED_BY(mutex_)
+  const LeaseLimits limits_;
+  std::mt19937_64 random_ids_;                            // GUARDED_BY(mutex_)
 };
 
 }  // namespace kvstash::server

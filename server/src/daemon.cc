@@ -47,6 +47,9 @@ struct Daemon::Impl {
   }
   Status Serve(zmq::socket_t& router);
   void ReceiveRequests(zmq::socket_t& router);
+  // The sender's credentials, on ipc sockets only.
+  std::optional<PeerCredentials> Credentials(zmq::message_t& frame) const;
+  bool ipc = false;
   static void Send(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
 };
 
@@ -84,6 +87,7 @@ void Daemon::RequestStop() {
 
 Status Daemon::Run() {
   const std::string path = IpcPath(impl_->config.socket);
+  impl_->ipc = !path.empty();
   if (!path.empty()) KVSTASH_RETURN_IF_ERROR(PrepareIpcPath(path));
   Status status;
   try {
@@ -180,9 +184,20 @@ void Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
       std::memcpy(aligned.data(), data, frames[1].size());
       data = reinterpret_cast<const uint8_t*>(aligned.data());
     }
-    std::optional<proto::Bytes> reply = service->Handle(peer, data, frames[1].size());
+    const Peer sender{peer, Credentials(frames[1])};
+    std::optional<proto::Bytes> reply = service->Handle(sender, data, frames[1].size());
     if (reply) Send(router, peer, *reply);
   }
+}
+
+std::optional<PeerCredentials> Daemon::Impl::Credentials(zmq::message_t& frame) const {
+  // libzmq reads SO_PEERCRED when an ipc connection is accepted and exposes
+  // it as "Peer-Address" = "...:uid:gid:pid" (4.3); over tcp it is an IP
+  // address and names nobody's credentials.
+  if (!ipc) return std::nullopt;
+  const char* address = zmq_msg_gets(frame.handle(), "Peer-Address");
+  if (address == nullptr) return std::nullopt;
+  return ParsePeerAddress(address);
 }
 
 void Daemon::Impl::Send(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes) {

@@ -43,18 +43,23 @@ json GroupJson(const ChunkGroup& group) {
 
 }  // namespace
 
-std::string Service::DescribeJson() const {
+std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
   json config = json::object();
   for (const auto& [name, value] : config::EffectiveConfig(config_)) config[name] = value;
   const auto uptime =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count();
   json registrations = json::array();
+  uint64_t others = 0;
   for (const auto& reg : registry_->List()) {
+    if (!admin && reg->owner != viewer) {
+      ++others;
+      continue;
+    }
     json groups = json::array();
     for (const ChunkGroup& group : reg->layout.groups()) groups.push_back(GroupJson(group));
     registrations.push_back(json{{"id", reg->id},
                                  {"model", reg->request.model},
-                                 {"tenant_salt", reg->request.tenant_salt},
+                                 {"tenant", !reg->request.tenant_salt.empty()},
                                  {"tp_rank", reg->request.tp_rank},
                                  {"tp_size", reg->request.tp_size},
                                  {"device", reg->device},
@@ -63,7 +68,6 @@ std::string Service::DescribeJson() const {
                                  {"block_tokens", reg->layout.block_tokens()},
                                  {"chunk_bytes", reg->layout.chunk_bytes()},
                                  {"scope", reg->scope},
-                                 {"namespace_id", ToHex(reg->namespace_id)},
                                  {"groups", groups}});
   }
   const ChunkStore::Usage usage = store_->usage();
@@ -88,7 +92,11 @@ std::string Service::DescribeJson() const {
            {"backend", backend},
            {"config", config},
            {"tiers", json::array({json{{"name", "L1"}, {"kind", "pinned host memory"}, {"pool", pool}}})},
-           {"registrations", registrations}};
+           {"registrations", registrations},
+           // Registrations of other connections, which a non-admin sees only
+           // counted (docs/protocol.md "Trust").
+           {"other_registrations", others},
+           {"viewer_is_admin", admin}};
   return doc.dump();
 }
 

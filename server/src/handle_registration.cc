@@ -50,6 +50,8 @@ Service::Reply Service::RegisterKV(const Request& r, const wire::RegisterKVReque
   request.tp_rank = m.tp_rank();
   request.tp_size = m.tp_size();
   if (request.model.empty()) return Status::InvalidArgument("RegisterKV needs a model name");
+  KVSTASH_RETURN_IF_ERROR(CheckNameSize("model name", request.model));
+  KVSTASH_RETURN_IF_ERROR(CheckNameSize("tenant salt", request.tenant_salt));
   if (m.allocations() == nullptr || m.layers() == nullptr || m.layers()->size() == 0) {
     return Status::InvalidArgument("RegisterKV needs allocations and at least one layer");
   }
@@ -72,11 +74,21 @@ Service::Reply Service::RegisterKV(const Request& r, const wire::RegisterKVReque
     request.layers.push_back(
         LayerSpec{layer->allocation(), layer->offset_bytes(), proto::FromWire(*layer->geometry())});
   }
-  Result<std::shared_ptr<Registration>> registered = registry_->Register(std::move(request));
+  if (const size_t held = registry_->CountOwnedBy(r.peer.id);
+      held >= config_.max_registrations_per_client) {
+    return Status::Exhausted("this client holds " + std::to_string(held) +
+                             " registrations; the limit is " +
+                             std::to_string(config_.max_registrations_per_client) +
+                             " (--max-registrations-per-client)");
+  }
+  // The backend checks each allocation against what this peer could open.
+  for (AllocationSpec& spec : request.allocations) spec.opener = r.peer.credentials;
+  Result<std::shared_ptr<Registration>> registered =
+      registry_->Register(std::move(request), r.peer.id);
   if (!registered.ok()) return registered.status();
   const Registration& reg = **registered;
   Stats::Add(stats_.registrations);
-  peers_.Own(r.peer, reg.id, Clock::now());
+  peers_.Own(r.peer.id, reg.id, Clock::now());
 
   flatbuffers::FlatBufferBuilder fbb(1024);
   std::vector<flatbuffers::Offset<wire::GroupInfo>> groups;
@@ -97,14 +109,14 @@ Service::Reply Service::RegisterKV(const Request& r, const wire::RegisterKVReque
 }
 
 Service::Reply Service::UnregisterKV(const Request& r, const wire::UnregisterKVRequest& m) {
+  KVSTASH_RETURN_IF_ERROR(FindRegistration(m.registration_id(), r.peer).status());
+  KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
   std::shared_ptr<Registration> removed = registry_->Remove(m.registration_id());
-  if (!removed) {
-    return Status::NotFound("unknown registration " + std::to_string(m.registration_id()));
-  }
+  if (!removed) return FindRegistration(m.registration_id(), r.peer).status();
   Stats::Add(stats_.unregistrations);
   peers_.Disown(removed->id);
   // Queued work finishes first; the reply comes once it has.
-  deferred_.fetch_add(1);
+  BeginDeferred(r.peer.id);
   removed->WhenDrained([this, r] {
     flatbuffers::FlatBufferBuilder fbb(64);
     auto body = wire::CreateUnregisterKVReply(fbb);

@@ -37,8 +37,7 @@ proto::Bytes OutcomeReply(uint64_t request_id, wire::Body type, const std::vecto
 
 }  // namespace
 
-Status Service::CheckChunks(const Registration& reg, const ChunkList* chunks,
-                            bool need_tokens) const {
+Status Service::CheckChunkCount(const ChunkList* chunks) const {
   if (chunks == nullptr || chunks->size() == 0) {
     return Status::InvalidArgument("the request names no chunks");
   }
@@ -47,6 +46,11 @@ Status Service::CheckChunks(const Registration& reg, const ChunkList* chunks,
                             " chunks; the limit is " +
                             std::to_string(config_.max_chunks_per_request));
   }
+  return Status::Ok();
+}
+
+Status Service::CheckChunks(const Registration& reg, const ChunkList* chunks,
+                            bool need_tokens) const {
   const ChunkLayout& layout = reg.layout;
   for (size_t i = 0; i < chunks->size(); ++i) {
     const wire::ChunkBlocks* chunk = chunks->Get(i);
@@ -93,23 +97,28 @@ Status Service::CheckChunks(const Registration& reg, const ChunkList* chunks,
 Service::Reply Service::SubmitTransfer(Direction direction, TransferJob job) {
   // block_ids grew while the job was built: point the copies at it only now.
   for (size_t c = 0; c < job.chunks.size(); ++c) job.chunks[c].block_ids = job.block_ids[c].data();
-  deferred_.fetch_add(1);
+  BeginDeferred(job.owner);
   const size_t device = size_t(job.registration->device);
   workers_[device]->Submit(direction, std::move(job));
   return std::optional<proto::Bytes>();  // the reply comes when the copy completes
 }
 
 Service::Reply Service::Store(const Request& r, const wire::StoreRequest& m) {
-  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id());
+  // Limits that depend on no registration first.
+  KVSTASH_RETURN_IF_ERROR(CheckChunkCount(m.chunks()));
+  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id(), r.peer);
   if (!found.ok()) return found.status();
   std::shared_ptr<Registration> reg = *found;
   KVSTASH_RETURN_IF_ERROR(CheckChunks(*reg, m.chunks(), /*need_tokens=*/true));
+  KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
 
   const uint64_t chunk_bytes = reg->layout.chunk_bytes();
   auto outcomes = std::make_shared<std::vector<Outcome>>(m.chunks()->size());
   auto reserved = std::make_shared<std::vector<std::pair<size_t, ChunkStore::Entry*>>>();
   TransferJob job;
   job.registration = reg;
+  job.owner = r.peer.id;
+  job.deadline = r.deadline;
   for (size_t i = 0; i < m.chunks()->size(); ++i) {
     const wire::ChunkBlocks* chunk = m.chunks()->Get(i);
     ChunkStore::StoreTicket ticket = store_->BeginStore(reg->scope, proto::FromWire(*chunk->key()), chunk_bytes);
@@ -160,10 +169,13 @@ Service::Reply Service::Store(const Request& r, const wire::StoreRequest& m) {
 }
 
 Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& m) {
-  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id());
+  // Limits that depend on no registration first.
+  KVSTASH_RETURN_IF_ERROR(CheckChunkCount(m.chunks()));
+  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id(), r.peer);
   if (!found.ok()) return found.status();
   std::shared_ptr<Registration> reg = *found;
   KVSTASH_RETURN_IF_ERROR(CheckChunks(*reg, m.chunks(), /*need_tokens=*/false));
+  KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
 
   const ChunkLayout& layout = reg->layout;
   const uint64_t chunk_tokens = layout.chunk_tokens();
@@ -171,6 +183,8 @@ Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& 
   auto reading = std::make_shared<std::vector<std::pair<size_t, ChunkStore::Entry*>>>();
   TransferJob job;
   job.registration = reg;
+  job.owner = r.peer.id;
+  job.deadline = r.deadline;
   for (size_t i = 0; i < m.chunks()->size(); ++i) {
     const wire::ChunkBlocks* chunk = m.chunks()->Get(i);
     Outcome& outcome = (*outcomes)[i];
@@ -209,7 +223,7 @@ Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& 
   }
   const uint64_t lease_id = m.lease_id();
   if (reading->empty()) {
-    if (lease_id != 0) store_->Release(lease_id);
+    if (lease_id != 0) store_->Release(lease_id, r.peer.id);
     return std::optional<proto::Bytes>(OutcomeReply(r.id, wire::Body::RetrieveReply, *outcomes));
   }
   const uint64_t chunk_bytes = layout.chunk_bytes();
@@ -231,14 +245,14 @@ Service::Reply Service::Retrieve(const Request& r, const wire::RetrieveRequest& 
       }
     }
     // An expired or unknown lease is no error here: the retrieve is done.
-    if (lease_id != 0) store_->Release(lease_id);
+    if (lease_id != 0) store_->Release(lease_id, r.peer.id);
     Finish(r, OutcomeReply(r.id, wire::Body::RetrieveReply, *outcomes));
   };
   return SubmitTransfer(Direction::kRetrieve, std::move(job));
 }
 
 Service::Reply Service::Lookup(const Request& r, const wire::LookupRequest& m) {
-  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id());
+  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id(), r.peer);
   if (!found.ok()) return found.status();
   Registration& reg = **found;
   if (m.keys() == nullptr) return Status::InvalidArgument("Lookup names no keys");
@@ -246,17 +260,15 @@ Service::Reply Service::Lookup(const Request& r, const wire::LookupRequest& m) {
     return Status::TooLarge("Lookup names " + std::to_string(m.keys()->size()) +
                             " keys; the limit is " + std::to_string(config_.max_chunks_per_request));
   }
-  constexpr uint32_t kMaxLeaseMs = 10 * 60 * 1000;
-  if (m.lease_ms() > kMaxLeaseMs) {
-    return Status::InvalidArgument("lease of " + std::to_string(m.lease_ms()) +
-                                   " ms exceeds the limit of " + std::to_string(kMaxLeaseMs));
-  }
-  const uint32_t lease_ms = m.lease_ms() ? m.lease_ms() : config_.lease_ms;
+  // Clamped: a lease never outlives --max-lease-ms.
+  const uint32_t lease_ms =
+      std::min(m.lease_ms() ? m.lease_ms() : config_.lease_ms, config_.max_lease_ms);
   std::vector<ChunkKey> keys;
   keys.reserve(m.keys()->size());
   for (const wire::Key* key : *m.keys()) keys.push_back(proto::FromWire(*key));
   ChunkStore::LookupResult hit = store_->Lookup(reg.scope, keys, reg.layout.chunk_tokens(),
-                                                std::chrono::milliseconds(lease_ms));
+                                                std::chrono::milliseconds(lease_ms), r.peer.id);
+  if (!hit.refused.ok()) return hit.refused;
   Stats::Add(stats_.lookup_requests);
   Stats::Add(stats_.lookup_keys, keys.size());
   Stats::Add(stats_.lookup_hit_chunks, hit.hit_chunks);

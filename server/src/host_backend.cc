@@ -60,7 +60,19 @@ Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec
                             std::strerror(errno));
   }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || uint64_t(st.st_size) < spec.size_bytes || spec.size_bytes == 0) {
+  if (fstat(fd, &st) != 0) {
+    const int error = errno;
+    close(fd);
+    return Status::NotFound("cannot stat shared memory " + spec.shm_name + ": " + std::strerror(error));
+  }
+  // The daemon may open more than the engine: check what the engine itself
+  // could open, on the object the fd names (no name lookup in between).
+  if (Status allowed = MayReadWrite(spec.opener, st.st_uid, st.st_gid, st.st_mode, spec.shm_name);
+      !allowed.ok()) {
+    close(fd);
+    return allowed;
+  }
+  if (uint64_t(st.st_size) < spec.size_bytes || spec.size_bytes == 0) {
     const uint64_t actual = uint64_t(st.st_size);
     close(fd);
     return Status::OutOfRange("shared memory " + spec.shm_name + " holds " +

@@ -31,9 +31,17 @@ void Registration::WhenDrained(std::function<void()> then) {
 }
 
 Registry::Registry(Backend& backend, uint32_t chunk_tokens, uint64_t max_chunk_bytes)
-    : backend_(backend), chunk_tokens_(chunk_tokens), max_chunk_bytes_(max_chunk_bytes) {}
+    : backend_(backend), chunk_tokens_(chunk_tokens), max_chunk_bytes_(max_chunk_bytes) {
+  std::random_device seed;
+  std::seed_seq seq{seed(), seed(), seed(), seed(), seed(), seed(), seed(), seed()};
+  random_ids_.seed(seq);
+}
 
 Result<std::shared_ptr<MappedAllocation>> Registry::OpenShared(const AllocationSpec& spec) {
+  // Host shared memory is opened (and its owner and mode checked against the
+  // peer) on every registration: a name may have been unlinked and reused
+  // since. CUDA IPC handles open once per process, so they are shared.
+  if (spec.kind == AllocationSpec::Kind::kHostShm) return backend_.Open(spec);
   const std::string identity = spec.identity();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -57,7 +65,8 @@ Result<std::shared_ptr<MappedAllocation>> Registry::OpenShared(const AllocationS
   return opened;
 }
 
-Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest request) {
+Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest request,
+                                                        const PeerId& owner) {
   if (request.tp_size == 0 || request.tp_rank >= request.tp_size) {
     return Status::InvalidArgument("tp_rank " + std::to_string(request.tp_rank) +
                                    " must be below tp_size " + std::to_string(request.tp_size));
@@ -130,8 +139,12 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
                                 registration->namespace_id});
   }
   registration->scope = scope->second;
-  registration->id = next_id_++;
+  registration->owner = owner;
+  do {
+    registration->id = random_ids_();
+  } while (registration->id == 0 || registrations_.count(registration->id) != 0);
   registrations_[registration->id] = registration;
+  ++owned_[owner];
   return registration;
 }
 
@@ -147,7 +160,20 @@ std::shared_ptr<Registration> Registry::Remove(uint64_t id) {
   if (found == registrations_.end()) return nullptr;
   std::shared_ptr<Registration> removed = std::move(found->second);
   registrations_.erase(found);
+  auto owned = owned_.find(removed->owner);
+  if (owned != owned_.end() && --owned->second == 0) owned_.erase(owned);
   return removed;
+}
+
+size_t Registry::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return registrations_.size();
+}
+
+size_t Registry::CountOwnedBy(const PeerId& owner) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = owned_.find(owner);
+  return found == owned_.end() ? 0 : found->second;
 }
 
 std::vector<std::shared_ptr<Registration>> Registry::List() const {
@@ -164,6 +190,21 @@ std::function<bool(ScopeId)> Registry::ScopeMatcher(const std::string& model,
   for (size_t i = 0; i < scopes_.size(); ++i) {
     matches[i] = model.empty() ||
                  (scopes_[i].model == model && (tenant_salt.empty() || scopes_[i].tenant_salt == tenant_salt));
+  }
+  return [matches](ScopeId scope) { return scope < matches.size() && matches[scope]; };
+}
+
+std::function<bool(ScopeId)> Registry::OwnedScopeMatcher(const PeerId& owner,
+                                                         const std::string& model,
+                                                         const std::string& tenant_salt) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<bool> matches(scopes_.size());
+  for (const auto& [id, reg] : registrations_) {
+    if (reg->owner != owner) continue;
+    const RegistrationRequest& r = reg->request;
+    if (model.empty() || (r.model == model && (tenant_salt.empty() || r.tenant_salt == tenant_salt))) {
+      matches[reg->scope] = true;
+    }
   }
   return [matches](ScopeId scope) { return scope < matches.size() && matches[scope]; };
 }

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,8 @@ struct RegistrationRequest {
 
 class Registration {
  public:
-  uint64_t id = 0;
+  uint64_t id = 0;    // random, never 0: not guessable
+  PeerId owner;       // the connection that registered it; only it may use it
   ScopeId scope = 0;
   RegistrationRequest request;  // allocations and layers as registered
   ChunkLayout layout;
@@ -70,14 +72,21 @@ class Registry {
 
   // Validates, opens the allocations, checks every layer extent against its
   // allocation, builds the layout and interns the scope.
-  Result<std::shared_ptr<Registration>> Register(RegistrationRequest request);
+  // Ids are random 64-bit values, never 0, never reused while registered.
+  Result<std::shared_ptr<Registration>> Register(RegistrationRequest request, const PeerId& owner);
   std::shared_ptr<Registration> Find(uint64_t id) const;
   // Removes it from the registry; in-flight work still holds it.
   std::shared_ptr<Registration> Remove(uint64_t id);
   std::vector<std::shared_ptr<Registration>> List() const;
+  size_t size() const;
+  // Registrations `owner` holds now.
+  size_t CountOwnedBy(const PeerId& owner) const;
   // Scopes of a model (and tenant salt); an empty model matches every scope.
   std::function<bool(ScopeId)> ScopeMatcher(const std::string& model,
                                             const std::string& tenant_salt) const;
+  // The same, limited to scopes of registrations `owner` holds now.
+  std::function<bool(ScopeId)> OwnedScopeMatcher(const PeerId& owner, const std::string& model,
+                                                 const std::string& tenant_salt) const;
 
  private:
   struct ScopeName {
@@ -91,7 +100,8 @@ class Registry {
   const uint32_t chunk_tokens_;
   const uint64_t max_chunk_bytes_;
   mutable std::mutex mutex_;
-  uint64_t next_id_ = 1;                                                  // GUARDED_BY(mutex_)
+  std::mt19937_64 random_ids_;                                            // GUARDED_BY(mutex_)
+  std::map<PeerId, size_t> owned_;                                        // GUARDED_BY(mutex_)
   std::map<uint64_t, std::shared_ptr<Registration>> registrations_;      // GUARDED_BY(mutex_)
   std::map<std::string, std::weak_ptr<MappedAllocation>> open_;         // GUARDED_BY(mutex_)
   std::map<ChunkKey, ScopeId> scope_ids_;                                 // GUARDED_BY(mutex_)

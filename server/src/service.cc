@@ -23,18 +23,27 @@ std::array<uint8_t, 16> NewBootId() {
 
 }  // namespace
 
+Status CheckNameSize(const char* what, const std::string& value) {
+  if (value.size() <= kMaxNameBytes) return Status::Ok();
+  return Status::TooLarge(std::string("the ") + what + " has " + std::to_string(value.size()) +
+                          " bytes; the limit is " + std::to_string(kMaxNameBytes));
+}
+
 Service::Service(const config::ServerConfig& config, std::unique_ptr<Backend> backend,
-                 ReplyQueue& replies)
+                 ReplyQueue& replies, AccessPolicy access)
     : config_(config), boot_id_(NewBootId()), started_(Clock::now()),
       backend_(std::move(backend)), replies_(replies),
-      peers_(std::chrono::milliseconds(config.peer_timeout_ms)) {}
+      peers_(std::chrono::milliseconds(config.peer_timeout_ms)), access_(access) {}
 
 Service::~Service() = default;
 
 Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& config,
                                                  std::unique_ptr<Backend> backend,
                                                  ReplyQueue& replies) {
-  std::unique_ptr<Service> service(new Service(config, std::move(backend), replies));
+  Result<AccessPolicy> access =
+      AccessPolicy::Create(config.admin_group == "none" ? "" : config.admin_group);
+  if (!access.ok()) return access.status();
+  std::unique_ptr<Service> service(new Service(config, std::move(backend), replies, *access));
   const uint64_t capacity = uint64_t(config.l1_gb * double(uint64_t{1} << 30));
   const uint64_t slab = uint64_t(config.l1_slice_mb) << 20;
   const uint32_t pin_threads =
@@ -43,7 +52,12 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
       L1Pool::Create(capacity, slab, pin_threads, service->backend_->slab_hooks());
   if (!pool.ok()) return pool.status();
   service->pool_ = std::move(*pool);
-  service->store_ = std::make_unique<ChunkStore>(*service->pool_, service->stats_);
+  ChunkStore::LeaseLimits limits;
+  limits.per_owner = config.max_leases_per_client;
+  limits.total = config.max_leases;
+  limits.leased_bytes =
+      std::max<uint64_t>(1, uint64_t(double(service->pool_->capacity_bytes()) * config.max_leased_share));
+  service->store_ = std::make_unique<ChunkStore>(*service->pool_, service->stats_, limits);
   service->registry_ = std::make_unique<Registry>(*service->backend_, config.chunk_tokens,
                                                   service->pool_->slab_bytes());
   for (int d = 0; d < service->backend_->num_devices(); ++d) {
@@ -53,7 +67,7 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   return service;
 }
 
-std::optional<proto::Bytes> Service::Handle(const PeerId& peer, const uint8_t* data,
+std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data,
                                             size_t size) {
   Stats::Add(stats_.requests);
   Result<const wire::Envelope*> envelope =
@@ -63,11 +77,25 @@ std::optional<proto::Bytes> Service::Handle(const PeerId& peer, const uint8_t* d
     Stats::Add(stats_.request_errors);
     return proto::ErrorMessage(0, envelope.status());
   }
-  Request request{peer, (*envelope)->request_id(), RequestKind::kPing, Clock::now()};
-  peers_.Heard(peer, request.start);
+  Request request{peer, (*envelope)->request_id(), RequestKind::kPing, Clock::now(), std::nullopt};
+  peers_.Heard(peer.id, request.start);
   if (shutting_down_) {
     Stats::Add(stats_.request_errors);
     return proto::ErrorMessage(request.id, Status::Unavailable("kvstashd is shutting down"));
+  }
+  if (const uint64_t deadline_ns = (*envelope)->deadline_ns(); deadline_ns != 0) {
+    // The client's steady_clock: CLOCK_MONOTONIC, shared by every process of
+    // the host (data requests name memory of this host).
+    request.deadline = Clock::time_point(std::chrono::nanoseconds(deadline_ns));
+    if (request.start >= *request.deadline) {
+      Stats::Add(stats_.requests_timed_out);
+      Stats::Add(stats_.request_errors);
+      const auto late = std::chrono::duration_cast<std::chrono::microseconds>(
+                            request.start - *request.deadline).count();
+      return proto::ErrorMessage(
+          request.id, Status::TimedOut("the request's deadline passed " + std::to_string(late) +
+                                       " us before kvstashd read it; nothing was done"));
+    }
   }
   Reply reply = Dispatch(request, **envelope);
   if (!reply.ok()) {
@@ -108,8 +136,34 @@ void Service::RecordLatency(const Request& request) {
 
 void Service::Finish(const Request& request, proto::Bytes bytes) {
   RecordLatency(request);
-  replies_.Push(request.peer, std::move(bytes));
+  EndDeferred(request.peer.id);
+  replies_.Push(request.peer.id, std::move(bytes));
   deferred_.fetch_sub(1);
+}
+
+Status Service::CheckInFlight(const PeerId& peer) {
+  std::lock_guard<std::mutex> lock(in_flight_mutex_);
+  auto found = in_flight_.find(peer);
+  if (found == in_flight_.end() || found->second < config_.max_in_flight_per_client) {
+    return Status::Ok();
+  }
+  Stats::Add(stats_.requests_refused_busy);
+  return Status::Exhausted("this client has " + std::to_string(found->second) +
+                           " requests awaiting their reply; the limit is " +
+                           std::to_string(config_.max_in_flight_per_client) +
+                           " (--max-in-flight-per-client)");
+}
+
+void Service::BeginDeferred(const PeerId& peer) {
+  std::lock_guard<std::mutex> lock(in_flight_mutex_);
+  ++in_flight_[peer];
+  deferred_.fetch_add(1);
+}
+
+void Service::EndDeferred(const PeerId& peer) {
+  std::lock_guard<std::mutex> lock(in_flight_mutex_);
+  auto found = in_flight_.find(peer);
+  if (found != in_flight_.end() && --found->second == 0) in_flight_.erase(found);
 }
 
 void Service::Tick() {
@@ -129,9 +183,10 @@ void Service::Tick() {
   }
 }
 
-Result<std::shared_ptr<Registration>> Service::FindRegistration(uint64_t id) const {
+Result<std::shared_ptr<Registration>> Service::FindRegistration(uint64_t id,
+                                                               const Peer& peer) const {
   std::shared_ptr<Registration> registration = registry_->Find(id);
-  if (!registration) {
+  if (!registration || registration->owner != peer.id) {
     return Status::NotFound("unknown registration " + std::to_string(id) +
                             " (never registered, unregistered, or the daemon restarted)");
   }
@@ -164,7 +219,7 @@ Service::Reply Service::Hello(const Request& r, const wire::HelloRequest& m) {
 }
 
 Service::Reply Service::Release(const Request& r, const wire::ReleaseRequest& m) {
-  std::optional<uint32_t> released = store_->Release(m.lease_id());
+  std::optional<uint32_t> released = store_->Release(m.lease_id(), r.peer.id);
   if (!released) {
     return Status::NotFound("unknown lease " + std::to_string(m.lease_id()) +
                             " (released already, expired, or never granted)");
@@ -177,7 +232,13 @@ Service::Reply Service::Release(const Request& r, const wire::ReleaseRequest& m)
 Service::Reply Service::Clear(const Request& r, const wire::ClearRequest& m) {
   const std::string model = m.model() ? m.model()->str() : "";
   const std::string salt = m.tenant_salt() ? m.tenant_salt()->str() : "";
-  const uint64_t cleared = store_->Clear(registry_->ScopeMatcher(model, salt));
+  KVSTASH_RETURN_IF_ERROR(CheckNameSize("model name", model));
+  KVSTASH_RETURN_IF_ERROR(CheckNameSize("tenant salt", salt));
+  // Across tenants only for admins; anyone else clears the scopes of the
+  // registrations its own connection holds.
+  const uint64_t cleared = store_->Clear(access_.IsAdmin(r.peer)
+                                             ? registry_->ScopeMatcher(model, salt)
+                                             : registry_->OwnedScopeMatcher(r.peer.id, model, salt));
   flatbuffers::FlatBufferBuilder fbb(64);
   auto body = wire::CreateClearReply(fbb, cleared);
   return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::ClearReply, body.Union()));
@@ -185,7 +246,7 @@ Service::Reply Service::Clear(const Request& r, const wire::ClearRequest& m) {
 
 Service::Reply Service::Describe(const Request& r) {
   flatbuffers::FlatBufferBuilder fbb(4096);
-  auto body = wire::CreateDescribeReplyDirect(fbb, DescribeJson().c_str());
+  auto body = wire::CreateDescribeReplyDirect(fbb, DescribeJson(r.peer.id, access_.IsAdmin(r.peer)).c_str());
   return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::DescribeReply, body.Union()));
 }
 

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "kvstash/config/server_config.h"
 #include "kvstash/proto/codec.h"
 #include "l1_pool.h"
+#include "peer.h"
 #include "peer_watch.h"
 #include "registry.h"
 #include "reply_queue.h"
@@ -28,6 +31,10 @@
 #include "transfer_worker.h"
 
 namespace kvstash::server {
+
+// Model names and tenant salts: at most this many bytes.
+inline constexpr size_t kMaxNameBytes = 256;
+Status CheckNameSize(const char* what, const std::string& value);
 
 class Service {
  public:
@@ -38,7 +45,7 @@ class Service {
 
   // Verifies and handles one message; returns the reply now, or nullopt when
   // it will come through the reply queue.
-  std::optional<proto::Bytes> Handle(const PeerId& peer, const uint8_t* data, size_t size);
+  std::optional<proto::Bytes> Handle(const Peer& peer, const uint8_t* data, size_t size);
   // Answers every request with Unavailable from now on.
   void BeginShutdown() { shutting_down_ = true; }
   // Requests whose reply is still to come through the reply queue.
@@ -49,7 +56,10 @@ class Service {
 
   Stats& stats() { return stats_; }
   L1Pool& pool() { return *pool_; }
-  std::string DescribeJson() const;
+  // Every registration in detail for an admin; otherwise the viewer's own
+  // in detail and the others' count only. Tenant salts and namespace ids
+  // never appear.
+  std::string DescribeJson(const PeerId& viewer, bool admin) const;
   std::string StatsJson() const;
   // Counters, gauges, histograms and per-registration counters: what
   // StatsJson and the metrics endpoint render. Thread-safe.
@@ -57,15 +67,16 @@ class Service {
 
  private:
   struct Request {
-    PeerId peer;
+    Peer peer;
     uint64_t id = 0;
     RequestKind kind = RequestKind::kPing;
     Clock::time_point start;
+    std::optional<Clock::time_point> deadline;  // the client's, on the shared monotonic clock
   };
   using Reply = Result<std::optional<proto::Bytes>>;  // error, now, or deferred
 
   Service(const config::ServerConfig& config, std::unique_ptr<Backend> backend,
-          ReplyQueue& replies);
+          ReplyQueue& replies, AccessPolicy access);
   Reply Dispatch(Request& request, const wire::Envelope& envelope);
   Reply Hello(const Request& r, const wire::HelloRequest& m);
   Reply RegisterKV(const Request& r, const wire::RegisterKVRequest& m);
@@ -79,8 +90,13 @@ class Service {
   Reply StatsReply(const Request& r);
   Reply Ping(const Request& r);
 
-  Result<std::shared_ptr<Registration>> FindRegistration(uint64_t id) const;
-  // Checks a chunk list's size and every block id before any copy.
+  // The registration `id` if `peer` owns it; another connection's is as
+  // unknown as one never registered (NotFound, same text).
+  Result<std::shared_ptr<Registration>> FindRegistration(uint64_t id, const Peer& peer) const;
+  // A chunk list's size against --max-chunks-per-request.
+  Status CheckChunkCount(
+      const flatbuffers::Vector<flatbuffers::Offset<wire::ChunkBlocks>>* chunks) const;
+  // Checks every chunk's blocks and tokens before any copy.
   Status CheckChunks(const Registration& registration,
                      const flatbuffers::Vector<flatbuffers::Offset<wire::ChunkBlocks>>* chunks,
                      bool need_tokens) const;
@@ -90,6 +106,13 @@ class Service {
   // Finishes a request answered later: records latency, pushes the reply.
   void Finish(const Request& request, proto::Bytes bytes);
   void RecordLatency(const Request& request);
+  // Per-client count of requests whose reply is still to come.
+  // ResourceExhausted once `peer` has --max-in-flight-per-client requests
+  // awaiting their reply. Only the frontend adds to the count, so a check
+  // here and BeginDeferred later cannot race.
+  Status CheckInFlight(const PeerId& peer);
+  void BeginDeferred(const PeerId& peer);
+  void EndDeferred(const PeerId& peer);
 
   const config::ServerConfig config_;
   const std::array<uint8_t, 16> boot_id_;
@@ -103,6 +126,9 @@ class Service {
   ReplyQueue& replies_;
   std::atomic<uint64_t> deferred_{0};
   PeerWatch peers_;  // frontend thread only
+  AccessPolicy access_;
+  std::mutex in_flight_mutex_;
+  std::unordered_map<PeerId, uint32_t> in_flight_;  // GUARDED_BY(in_flight_mutex_)
   bool shutting_down_ = false;
 };
 

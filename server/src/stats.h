@@ -41,6 +41,10 @@ namespace kvstash::server {
   X(leases_granted, "lookup leases granted")                                       \
   X(leases_released, "leases ended by Release or Retrieve")                        \
   X(leases_expired, "leases that ran out")                                         \
+  X(leases_truncated, "Lookups whose leased prefix the leased-bytes budget cut short") \
+  X(requests_timed_out, "requests not started because their deadline had passed")   \
+  X(chunks_timed_out, "chunks not copied because their request's deadline passed")  \
+  X(requests_refused_busy, "requests refused: the client had too many in flight")   \
   X(evicted_chunks, "chunks evicted to make room")                                 \
   X(evicted_bytes, "bytes of evicted chunks")                                      \
   X(cleared_chunks, "chunks dropped by Clear")

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -24,6 +25,8 @@ namespace kvstash::server {
 
 struct TransferJob {
   std::shared_ptr<Registration> registration;
+  PeerId owner;                                         // who asked
+  std::optional<Clock::time_point> deadline;            // no engine block is written after it
   std::vector<kernels::ChunkCopy> chunks;               // block_ids point into block_ids
   std::vector<std::vector<uint32_t>> block_ids;
   std::function<void(const Status&)> complete;         // called once, with the copy's status

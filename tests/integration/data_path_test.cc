@@ -145,11 +145,13 @@ TEST_F(DataPath, ManyRequestsInFlightFromOneClient) {
   }
 }
 
-// A pool of 0.001 GiB in 1 MiB slabs holds exactly eight 128 KiB chunks.
+// A pool of 0.001 GiB in 1 MiB slabs holds exactly eight 128 KiB chunks;
+// leases may pin all of it here.
 class SmallPool : public DaemonTest {
  protected:
   std::vector<std::string> DaemonArgs() const override {
-    return {"--chunk-tokens", "64", "--l1-gb", "0.001", "--l1-slice-mb", "1"};
+    return {"--chunk-tokens", "64", "--l1-gb", "0.001", "--l1-slice-mb", "1",
+            "--max-leased-share", "1"};
   }
 };
 

@@ -25,6 +25,13 @@ struct ServerConfig {
   uint32_t max_message_mb = 64;
   uint32_t lease_ms = 30000;              // default lookup lease
   uint32_t peer_timeout_ms = 10000;       // drop registrations of owners silent this long; 0 = never
+  std::string admin_group = "none";       // group (name or gid) whose members are admins; none = no group
+  uint32_t max_registrations_per_client = 64;
+  uint32_t max_in_flight_per_client = 256;  // Store/Retrieve/UnregisterKV awaiting their reply
+  uint32_t max_leases_per_client = 4096;
+  uint32_t max_leases = 65536;            // leases held by all clients together
+  double max_leased_share = 0.5;          // leased bytes at most this share of the L1 pool
+  uint32_t max_lease_ms = 600000;         // longest lease a Lookup may ask for
   uint32_t copy_threads = 0;              // host copies; 0 = auto
   uint32_t pin_threads = 0;               // background pinning; 0 = auto
   std::string transfer_mode = "dma";      // dma | direct (CUDA backend)

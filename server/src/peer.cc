@@ -1,0 +1,107 @@
+// Peer credentials, groups and the admin policy.
+#include "peer.h"
+
+#include <grp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace kvstash::server {
+
+namespace {
+
+bool ParseNumber(const std::string& text, uint64_t* out) {
+  if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  *out = std::strtoull(text.c_str(), nullptr, 10);
+  return *out <= 0xffffffffull;
+}
+
+}  // namespace
+
+std::optional<PeerCredentials> ParsePeerAddress(const std::string& address) {
+  // "<host>:uid:gid:pid" (libzmq 4.3 writes "localhost" or nothing before).
+  std::vector<std::string> fields;
+  std::string field;
+  std::istringstream in(address);
+  while (std::getline(in, field, ':')) fields.push_back(field);
+  if (!address.empty() && address.back() == ':') fields.push_back("");
+  if (fields.size() < 3) return std::nullopt;
+  uint64_t uid = 0, gid = 0, pid = 0;
+  const size_t n = fields.size();
+  if (!ParseNumber(fields[n - 3], &uid) || !ParseNumber(fields[n - 2], &gid) ||
+      !ParseNumber(fields[n - 1], &pid)) {
+    return std::nullopt;
+  }
+  return PeerCredentials{uid_t(uid), gid_t(gid), pid_t(pid)};
+}
+
+std::vector<gid_t> PeerGroups(const PeerCredentials& peer) {
+  std::vector<gid_t> groups{peer.gid};
+  std::ifstream status("/proc/" + std::to_string(peer.pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Groups:", 0) != 0) continue;
+    std::istringstream in(line.substr(7));
+    uint64_t gid = 0;
+    while (in >> gid) groups.push_back(gid_t(gid));
+    break;
+  }
+  return groups;
+}
+
+Result<AccessPolicy> AccessPolicy::Create(const std::string& admin_group) {
+  std::optional<gid_t> gid;
+  if (!admin_group.empty()) {
+    uint64_t number = 0;
+    if (ParseNumber(admin_group, &number)) {
+      gid = gid_t(number);
+    } else {
+      const struct group* found = getgrnam(admin_group.c_str());
+      if (found == nullptr) {
+        return Status::InvalidArgument("--admin-group \"" + admin_group +
+                                       "\" names no group of this system (give a group name or gid)");
+      }
+      gid = found->gr_gid;
+    }
+  }
+  return AccessPolicy(geteuid(), gid);
+}
+
+bool AccessPolicy::IsAdmin(const Peer& peer) const {
+  if (!peer.credentials) return false;
+  const PeerCredentials& c = *peer.credentials;
+  if (c.uid == 0 || c.uid == daemon_uid_) return true;
+  if (!admin_gid_) return false;
+  for (gid_t g : PeerGroups(c)) {
+    if (g == *admin_gid_) return true;
+  }
+  return false;
+}
+
+Status MayReadWrite(const std::optional<PeerCredentials>& peer, uid_t owner, gid_t group,
+                    mode_t mode, const std::string& name) {
+  if (!peer) {
+    return Status::NotFound("a peer without credentials (tcp) may not register " + name +
+                            ": host shared memory is registered over the ipc socket only");
+  }
+  if (peer->uid == 0) return Status::Ok();
+  mode_t need = 0;
+  if (peer->uid == owner) {
+    need = S_IRUSR | S_IWUSR;
+  } else {
+    bool member = false;
+    for (gid_t g : PeerGroups(*peer)) member = member || g == group;
+    need = member ? (S_IRGRP | S_IWGRP) : (S_IROTH | S_IWOTH);
+  }
+  if ((mode & need) != need) {
+    return Status::NotFound("peer uid " + std::to_string(peer->uid) + " may not open " + name);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvstash::server
