@@ -1,0 +1,67 @@
+// Peer credentials as libzmq reports them on an ipc socket, and the checks
+// built on them.
+#include "peer.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zmq.hpp>
+
+namespace kvstash::server {
+namespace {
+
+// The installed libzmq (4.3.4 here) exposes SO_PEERCRED of an ipc connection
+// as "Peer-Address" on every message: check the format we parse is real.
+TEST(PeerTest, LibzmqReportsAnIpcPeersUidGidAndPid) {
+  char dir[] = "/tmp/kvstash-peer-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string endpoint = std::string("ipc://") + dir + "/s";
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  router.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::linger, 0);
+  router.bind(endpoint);
+  dealer.connect(endpoint);
+  dealer.send(zmq::str_buffer("hello"));
+  zmq::message_t identity, body;
+  ASSERT_TRUE(router.recv(identity));
+  ASSERT_TRUE(router.recv(body));
+  const char* address = zmq_msg_gets(body.handle(), "Peer-Address");
+  ASSERT_NE(address, nullptr);
+  const std::optional<PeerCredentials> peer = ParsePeerAddress(address);
+  ASSERT_TRUE(peer.has_value()) << address;
+  EXPECT_EQ(peer->uid, getuid()) << address;
+  EXPECT_EQ(peer->gid, getgid()) << address;
+  EXPECT_EQ(peer->pid, getpid()) << address;
+  router.close();
+  dealer.close();
+  unlink((std::string(dir) + "/s").c_str());
+  rmdir(dir);
+}
+
+TEST(PeerTest, AddressesWithoutCredentialsParseToNothing) {
+  EXPECT_FALSE(ParsePeerAddress("127.0.0.1").has_value());
+  EXPECT_FALSE(ParsePeerAddress("").has_value());
+  EXPECT_FALSE(ParsePeerAddress("a:b:c").has_value());
+  EXPECT_TRUE(ParsePeerAddress(":1001:1001:42").has_value());
+}
+
+TEST(PeerTest, MayReadWriteFollowsTheOwnerGroupOtherClasses) {
+  const PeerCredentials tenant{1001, 1001, getpid()};
+  EXPECT_TRUE(MayReadWrite(tenant, 1001, 5, 0600, "/x").ok());
+  EXPECT_FALSE(MayReadWrite(tenant, 0, 0, 0600, "/x").ok());
+  EXPECT_EQ(MayReadWrite(tenant, 0, 0, 0600, "/x").message(), "peer uid 1001 may not open /x");
+  EXPECT_TRUE(MayReadWrite(tenant, 0, 1001, 0660, "/x").ok());
+  EXPECT_FALSE(MayReadWrite(tenant, 0, 1001, 0640, "/x").ok());
+  EXPECT_TRUE(MayReadWrite(tenant, 0, 0, 0666, "/x").ok());
+  // The owner class decides for the owner, even when others may.
+  EXPECT_FALSE(MayReadWrite(tenant, 1001, 0, 0066, "/x").ok());
+  EXPECT_TRUE(MayReadWrite(PeerCredentials{0, 0, 1}, 5, 5, 0600, "/x").ok());
+  EXPECT_FALSE(MayReadWrite(std::nullopt, 0, 0, 0666, "/x").ok());
+}
+
+}  // namespace
+}  // namespace kvstash::server
