@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,6 +48,20 @@ class MappedAllocation {
 
 enum class Direction { kStore, kRetrieve };
 
+// The deadlines of one Copy call's chunks, and which chunks it did not copy
+// because theirs had passed. A backend checks a chunk's deadline before each
+// copy unit of it (host: each (layer, chunk) task; CUDA: each sub-batch it
+// enqueues) and starts no unit past it: no engine block of that chunk is
+// written after the deadline, but for a unit already running.
+struct CopyDeadlines {
+  using Clock = std::chrono::steady_clock;
+  std::vector<Clock::time_point> at;  // per chunk; empty: no deadlines
+  std::vector<uint8_t> missed;        // per chunk, set by the backend
+
+  bool any() const { return !at.empty(); }
+  bool Passed(size_t chunk, Clock::time_point now) const { return any() && now >= at[chunk]; }
+};
+
 // One group's layers of one registration, as the copy engine addresses them.
 struct GroupAddresses {
   kernels::GroupCopy group;           // layer_bases points into `layer_bases`
@@ -71,8 +86,10 @@ class Backend {
   // scatters them back. Safe to call from the two lanes of one device at once;
   // each (device, direction) has one lane thread, so per-lane state needs no
   // lock. Returns once the data is in its destination.
+  // Chunks whose deadline passed are left out and marked in
+  // deadlines.missed (sized to chunks by the caller).
   virtual Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-                      const std::vector<kernels::ChunkCopy>& chunks) = 0;
+                      const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) = 0;
   // Backend figures for `kvstash describe` (transfer mode, GPU memory held).
   virtual void Describe(nlohmann::json& /*out*/) const {}
 };

@@ -133,9 +133,9 @@ Status CudaBackend::CheckRegistration(int device, const std::vector<GroupAddress
 }
 
 Status CudaBackend::Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-                         const std::vector<kernels::ChunkCopy>& chunks) {
+                         const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) {
   const Device& d = devices_.at(size_t(device));
-  return (direction == Direction::kStore ? *d.store : *d.retrieve).Copy(groups, chunks);
+  return (direction == Direction::kStore ? *d.store : *d.retrieve).Copy(groups, chunks, deadlines);
 }
 
 void CudaBackend::Describe(nlohmann::json& out) const {

@@ -32,7 +32,7 @@ class CudaBackend : public Backend {
   SlabHooks slab_hooks() override;
   Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const override;
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks) override;
+              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) override;
   void Describe(nlohmann::json& out) const override;
 
  private:

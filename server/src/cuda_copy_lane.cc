@@ -62,15 +62,42 @@ Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& option
 }
 
 Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
-                          const std::vector<kernels::ChunkCopy>& chunks) {
+                          const std::vector<kernels::ChunkCopy>& all_chunks, CopyDeadlines& deadlines) {
+  deadlines.missed.assign(all_chunks.size(), 0);
+  // Chunks past their deadline now are not copied at all.
+  std::vector<kernels::ChunkCopy> live;
+  std::vector<size_t> index;  // live chunk -> its place in all_chunks
+  if (deadlines.any()) {
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < all_chunks.size(); ++i) {
+      if (deadlines.Passed(i, now)) {
+        deadlines.missed[i] = 1;
+      } else {
+        live.push_back(all_chunks[i]);
+        index.push_back(i);
+      }
+    }
+  }
+  const std::vector<kernels::ChunkCopy>& chunks = deadlines.any() ? live : all_chunks;
   if (chunks.empty()) return Status::Ok();
+  const auto expired = [&](size_t begin, size_t end) {
+    if (!deadlines.any()) return false;
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = begin; i < end; ++i) {
+      if (deadlines.Passed(index[i], now)) return true;
+    }
+    return false;
+  };
+  size_t stopped_at = chunks.size();
   const auto start = std::chrono::steady_clock::now();
   traced_steps_ = 0;
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_.get(), kernel_stream_.get()));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), started_.get(), 0));
-  const Status copied = options_.mode == TransferMode::kDirect ? CopyDirect(groups, chunks)
-                                                               : CopyThroughStaging(groups, chunks);
+  const Status copied = options_.mode == TransferMode::kDirect
+                            ? CopyDirect(groups, chunks)
+                            : CopyThroughStaging(groups, chunks, expired, &stopped_at);
+  for (size_t i = stopped_at; i < chunks.size(); ++i) deadlines.missed[index[i]] = 1;
   plan_bytes_.store(plan_.device_bytes(), std::memory_order_relaxed);
   const auto enqueued = std::chrono::steady_clock::now();
   // Whatever was enqueued finishes before the plan, the ring or a slot is
@@ -120,7 +147,9 @@ Status CudaCopyLane::CopyDirect(const std::vector<GroupAddresses>& groups,
 }
 
 Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& groups,
-                                        const std::vector<kernels::ChunkCopy>& chunks) {
+                                        const std::vector<kernels::ChunkCopy>& chunks,
+                                        const std::function<bool(size_t, size_t)>& expired,
+                                        size_t* stopped_at) {
   const uint64_t chunk_bytes = FlatChunkBytes(groups);
   const uint64_t slots = staging_.size() / chunk_bytes;
   if (slots == 0) {  // CheckRegistration refuses such layouts; kept as a guard
@@ -149,6 +178,10 @@ Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& group
   cudaStream_t copies = copy_stream_.get();
   for (size_t k = 0, begin = 0; begin < chunks.size(); ++k, begin += per_region) {
     const size_t end = std::min(chunks.size(), begin + per_region);
+    if (expired(begin, end)) {  // enqueue no sub-batch past a deadline
+      *stopped_at = begin;
+      break;
+    }
     const size_t r = k % regions;
     cudaEvent_t ready = region_ready_[r].get();
     cudaEvent_t free = region_free_[r].get();

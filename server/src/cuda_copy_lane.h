@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -54,8 +55,11 @@ class CudaCopyLane {
   static Result<std::unique_ptr<CudaCopyLane>> Create(const Options& options,
                                                       const PinnedRanges& pinned);
 
+  // Chunks past their deadline are left out before anything is enqueued;
+  // in dma mode each sub-batch is checked again before it is enqueued, and
+  // once one is past, it and the rest are left out (deadlines.missed).
   Status Copy(const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks);
+              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines);
 
   uint64_t staging_bytes() const { return staging_.size(); }
   // The plan arenas: each as large in pinned host memory as on the GPU.
@@ -66,8 +70,12 @@ class CudaCopyLane {
       : options_(options), pinned_(pinned) {}
   Status CopyDirect(const std::vector<GroupAddresses>& groups,
                     const std::vector<kernels::ChunkCopy>& chunks);
+  // expired(begin, end): whether a chunk of [begin, end) is past its
+  // deadline now; then nothing from `begin` on is enqueued, and the return
+  // value says where it stopped.
   Status CopyThroughStaging(const std::vector<GroupAddresses>& groups,
-                            const std::vector<kernels::ChunkCopy>& chunks);
+                            const std::vector<kernels::ChunkCopy>& chunks,
+                            const std::function<bool(size_t, size_t)>& expired, size_t* stopped_at);
   // One kernel per group over chunks [begin, begin + count) of the plan;
   // `step` names the sub-batch for the trace.
   Status Launch(size_t num_groups, size_t begin, size_t count, size_t step);

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <memory>
 #include <cstring>
 #include <string>
 
@@ -103,7 +105,7 @@ SlabHooks HostBackend::slab_hooks() {
 
 Status HostBackend::Copy(Direction direction, int /*device*/,
                          const std::vector<GroupAddresses>& groups,
-                         const std::vector<kernels::ChunkCopy>& chunks) {
+                         const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) {
   // One task per (layer, chunk): a single large chunk spreads over every
   // thread, and so do many small ones. A one-layer slice of a group is the
   // same group with the layer's flat offset.
@@ -120,12 +122,24 @@ Status HostBackend::Copy(Direction direction, int /*device*/,
   }
   const size_t tasks = layers.size() * chunks.size();
   std::vector<Status> failures(tasks);
+  // Each task is a copy unit: it checks its chunk's deadline before it
+  // starts (tasks of one chunk may mark it from several threads).
+  std::unique_ptr<std::atomic<bool>[]> missed(new std::atomic<bool>[chunks.size()]);
+  for (size_t c = 0; c < chunks.size(); ++c) missed[c] = false;
   pool_.ParallelFor(tasks, [&](size_t i) {
+    const size_t c = i % chunks.size();
+    if (deadlines.any() && (missed[c].load(std::memory_order_relaxed) ||
+                            deadlines.Passed(c, std::chrono::steady_clock::now()))) {
+      missed[c].store(true, std::memory_order_relaxed);
+      return;
+    }
     const kernels::GroupCopy& layer = layers[i / chunks.size()];
-    const kernels::ChunkCopy& chunk = chunks[i % chunks.size()];
+    const kernels::ChunkCopy& chunk = chunks[c];
     failures[i] = direction == Direction::kStore ? kernels::GatherChunksCpu(layer, &chunk, 1)
                                                  : kernels::ScatterChunksCpu(layer, &chunk, 1);
   });
+  deadlines.missed.resize(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) deadlines.missed[c] = missed[c].load() ? 1 : 0;
   for (Status& s : failures) {
     if (!s.ok()) return s;
   }

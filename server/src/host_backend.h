@@ -19,7 +19,7 @@ class HostBackend : public Backend {
   Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) override;
   SlabHooks slab_hooks() override;
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks) override;
+              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) override;
 
  private:
   ThreadPool pool_;

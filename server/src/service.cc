@@ -23,12 +23,6 @@ std::array<uint8_t, 16> NewBootId() {
 
 }  // namespace
 
-Status CheckNameSize(const char* what, const std::string& value) {
-  if (value.size() <= kMaxNameBytes) return Status::Ok();
-  return Status::TooLarge(std::string("the ") + what + " has " + std::to_string(value.size()) +
-                          " bytes; the limit is " + std::to_string(kMaxNameBytes));
-}
-
 Service::Service(const config::ServerConfig& config, std::unique_ptr<Backend> backend,
                  ReplyQueue& replies, AccessPolicy access)
     : config_(config), boot_id_(NewBootId()), started_(Clock::now()),
@@ -97,7 +91,14 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
                                        " us before kvstashd read it; nothing was done"));
     }
   }
-  Reply reply = Dispatch(request, **envelope);
+  Result<RequestBody> body =
+      DecodeRequest(**envelope, DecodeLimits{config_.max_chunks_per_request});
+  if (!body.ok()) {
+    Stats::Add(stats_.request_errors);
+    return proto::ErrorMessage(request.id, body.status());
+  }
+  request.kind = KindOf(*body);
+  Reply reply = Dispatch(request, *body);
   if (!reply.ok()) {
     Stats::Add(stats_.request_errors);
     RecordLatency(request);
@@ -105,27 +106,25 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
   }
   if (!reply->has_value()) return std::nullopt;  // the handler counted it in deferred_
   RecordLatency(request);
-  return std::move(**reply);
+  return EncodeReply(request.id, **reply);
 }
 
-Service::Reply Service::Dispatch(Request& r, const wire::Envelope& e) {
-  using wire::Body;
-  switch (e.body_type()) {
-    case Body::HelloRequest: r.kind = RequestKind::kHello; return Hello(r, *e.body_as_HelloRequest());
-    case Body::RegisterKVRequest: r.kind = RequestKind::kRegisterKV; return RegisterKV(r, *e.body_as_RegisterKVRequest());
-    case Body::UnregisterKVRequest: r.kind = RequestKind::kUnregisterKV; return UnregisterKV(r, *e.body_as_UnregisterKVRequest());
-    case Body::StoreRequest: r.kind = RequestKind::kStore; return Store(r, *e.body_as_StoreRequest());
-    case Body::RetrieveRequest: r.kind = RequestKind::kRetrieve; return Retrieve(r, *e.body_as_RetrieveRequest());
-    case Body::LookupRequest: r.kind = RequestKind::kLookup; return Lookup(r, *e.body_as_LookupRequest());
-    case Body::ReleaseRequest: r.kind = RequestKind::kRelease; return Release(r, *e.body_as_ReleaseRequest());
-    case Body::ClearRequest: r.kind = RequestKind::kClear; return Clear(r, *e.body_as_ClearRequest());
-    case Body::DescribeRequest: r.kind = RequestKind::kDescribe; return Describe(r);
-    case Body::StatsRequest: r.kind = RequestKind::kStats; return StatsReply(r);
-    case Body::PingRequest: r.kind = RequestKind::kPing; return Ping(r);
-    default:
-      return Status::InvalidArgument(std::string("\"") + wire::EnumNameBody(e.body_type()) +
-                                     "\" is not a request");
+Service::Reply Service::Dispatch(const Request& r, RequestBody& body) {
+  switch (r.kind) {
+    case RequestKind::kHello: return Hello(r, std::get<HelloRequest>(body));
+    case RequestKind::kRegisterKV: return RegisterKV(r, std::get<RegisterRequest>(body));
+    case RequestKind::kUnregisterKV: return UnregisterKV(r, std::get<UnregisterRequest>(body));
+    case RequestKind::kStore: return Store(r, std::get<StoreRequest>(body));
+    case RequestKind::kRetrieve: return Retrieve(r, std::get<RetrieveRequest>(body));
+    case RequestKind::kLookup: return Lookup(r, std::get<LookupRequest>(body));
+    case RequestKind::kRelease: return Release(r, std::get<ReleaseRequest>(body));
+    case RequestKind::kClear: return Clear(r, std::get<ClearRequest>(body));
+    case RequestKind::kDescribe: return Describe(r);
+    case RequestKind::kStats: return StatsReply(r);
+    case RequestKind::kPing: return Ping(r);
+    case RequestKind::kCount: break;
   }
+  return Status::Internal("no handler for request kind " + std::to_string(int(r.kind)));
 }
 
 void Service::RecordLatency(const Request& request) {
@@ -134,10 +133,10 @@ void Service::RecordLatency(const Request& request) {
   stats_.latency(request.kind).Record(uint64_t(micros));
 }
 
-void Service::Finish(const Request& request, proto::Bytes bytes) {
+void Service::Finish(const Request& request, const ReplyBody& reply) {
   RecordLatency(request);
   EndDeferred(request.peer.id);
-  replies_.Push(request.peer.id, std::move(bytes));
+  replies_.Push(request.peer.id, EncodeReply(request.id, reply));
   deferred_.fetch_sub(1);
 }
 
@@ -193,79 +192,49 @@ Result<std::shared_ptr<Registration>> Service::FindRegistration(uint64_t id,
   return registration;
 }
 
-Service::Reply Service::Hello(const Request& r, const wire::HelloRequest& m) {
-  if (m.protocol_version() != proto::kProtocolVersion) {
+Service::Reply Service::Hello(const Request&, const HelloRequest& m) {
+  if (m.protocol_version != proto::kProtocolVersion) {
     return Status(StatusCode::kUnsupportedVersion,
-                  "client speaks protocol " + std::to_string(m.protocol_version()) +
+                  "client speaks protocol " + std::to_string(m.protocol_version) +
                       ", kvstashd " KVSTASH_VERSION " speaks " +
                       std::to_string(proto::kProtocolVersion));
   }
-  flatbuffers::FlatBufferBuilder b(256);
-  auto version = b.CreateString(KVSTASH_VERSION);
-  auto boot = b.CreateVector(boot_id_.data(), boot_id_.size());
-  auto backend = b.CreateString(backend_->name());
-  wire::HelloReplyBuilder reply(b);
-  reply.add_protocol_version(proto::kProtocolVersion);
-  reply.add_server_version(version);
-  reply.add_boot_id(boot);
-  reply.add_chunk_tokens(config_.chunk_tokens);
-  reply.add_max_chunks_per_request(config_.max_chunks_per_request);
-  reply.add_max_message_bytes(uint64_t(config_.max_message_mb) << 20);
-  reply.add_backend(backend);
-  reply.add_peer_timeout_ms(config_.peer_timeout_ms);
-  auto offset = reply.Finish();
-  return std::optional<proto::Bytes>(
-      proto::Finish(b, r.id, wire::Body::HelloReply, offset.Union()));
+  HelloReply reply;
+  reply.server_version = KVSTASH_VERSION;
+  reply.boot_id = boot_id_;
+  reply.chunk_tokens = config_.chunk_tokens;
+  reply.max_chunks_per_request = config_.max_chunks_per_request;
+  reply.max_message_bytes = uint64_t(config_.max_message_mb) << 20;
+  reply.backend = backend_->name();
+  reply.peer_timeout_ms = config_.peer_timeout_ms;
+  return std::optional<ReplyBody>(std::move(reply));
 }
 
-Service::Reply Service::Release(const Request& r, const wire::ReleaseRequest& m) {
-  std::optional<uint32_t> released = store_->Release(m.lease_id(), r.peer.id);
-  if (!released) {
-    return Status::NotFound("unknown lease " + std::to_string(m.lease_id()) +
-                            " (released already, expired, or never granted)");
-  }
-  flatbuffers::FlatBufferBuilder fbb(64);
-  auto body = wire::CreateReleaseReply(fbb, *released);
-  return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::ReleaseReply, body.Union()));
-}
-
-Service::Reply Service::Clear(const Request& r, const wire::ClearRequest& m) {
-  const std::string model = m.model() ? m.model()->str() : "";
-  const std::string salt = m.tenant_salt() ? m.tenant_salt()->str() : "";
-  KVSTASH_RETURN_IF_ERROR(CheckNameSize("model name", model));
-  KVSTASH_RETURN_IF_ERROR(CheckNameSize("tenant salt", salt));
+Service::Reply Service::Clear(const Request& r, const ClearRequest& m) {
   // Across tenants only for admins; anyone else clears the scopes of the
   // registrations its own connection holds.
-  const uint64_t cleared = store_->Clear(access_.IsAdmin(r.peer)
-                                             ? registry_->ScopeMatcher(model, salt)
-                                             : registry_->OwnedScopeMatcher(r.peer.id, model, salt));
-  flatbuffers::FlatBufferBuilder fbb(64);
-  auto body = wire::CreateClearReply(fbb, cleared);
-  return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::ClearReply, body.Union()));
+  const uint64_t cleared =
+      store_->Clear(access_.IsAdmin(r.peer)
+                        ? registry_->ScopeMatcher(m.model, m.tenant_salt)
+                        : registry_->OwnedScopeMatcher(r.peer.id, m.model, m.tenant_salt));
+  return std::optional<ReplyBody>(ClearReply{cleared});
 }
 
 Service::Reply Service::Describe(const Request& r) {
-  flatbuffers::FlatBufferBuilder fbb(4096);
-  auto body = wire::CreateDescribeReplyDirect(fbb, DescribeJson(r.peer.id, access_.IsAdmin(r.peer)).c_str());
-  return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::DescribeReply, body.Union()));
+  return std::optional<ReplyBody>(DescribeReply{DescribeJson(r.peer.id, access_.IsAdmin(r.peer))});
 }
 
-Service::Reply Service::StatsReply(const Request& r) {
-  flatbuffers::FlatBufferBuilder fbb(4096);
-  std::vector<flatbuffers::Offset<wire::Counter>> counters;
-  for (const Stats::Counter& c : stats_.ReadCounters()) {
-    counters.push_back(wire::CreateCounterDirect(fbb, c.name, c.value));
-  }
-  auto body = wire::CreateStatsReplyDirect(fbb, &counters, StatsJson().c_str());
-  return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::StatsReply, body.Union()));
+Service::Reply Service::StatsReply(const Request&) {
+  return std::optional<ReplyBody>(server::StatsReply{stats_.ReadCounters(), StatsJson()});
 }
 
-Service::Reply Service::Ping(const Request& r) {
-  flatbuffers::FlatBufferBuilder fbb(64);
-  const auto uptime =
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count();
-  auto body = wire::CreatePingReply(fbb, uint64_t(uptime));
-  return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::PingReply, body.Union()));
+Service::Reply Service::Ping(const Request&) {
+  PingReply reply;
+  reply.uptime_ms = uint64_t(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  reply.pool_bytes = pool_->capacity_bytes();
+  reply.pool_ready_bytes = pool_->ready_bytes();
+  return std::optional<ReplyBody>(reply);
 }
 
 }  // namespace kvstash::server

@@ -1,6 +1,6 @@
-// The request handlers: turns one verified request into a reply, either at
-// once or, for Store, Retrieve and UnregisterKV, later through the reply
-// queue. Owns the daemon's state: backend, L1 pool, chunk store, registry,
+// The request handlers: turns one decoded request (wire_codec.h: plain
+// structs, every field checked) into a plain reply, either at once or, for
+// Store, Retrieve and UnregisterKV, later through the reply queue. Owns the daemon's state: backend, L1 pool, chunk store, registry,
 // transfer workers and stats.
 //
 // Handle() runs on the frontend thread only; completions run on transfer
@@ -29,12 +29,9 @@
 #include "reply_queue.h"
 #include "stats.h"
 #include "transfer_worker.h"
+#include "wire_codec.h"
 
 namespace kvstash::server {
-
-// Model names and tenant salts: at most this many bytes.
-inline constexpr size_t kMaxNameBytes = 256;
-Status CheckNameSize(const char* what, const std::string& value);
 
 class Service {
  public:
@@ -73,38 +70,39 @@ class Service {
     Clock::time_point start;
     std::optional<Clock::time_point> deadline;  // the client's, on the shared monotonic clock
   };
-  using Reply = Result<std::optional<proto::Bytes>>;  // error, now, or deferred
+  // An error, a reply now, or nullopt: the reply comes through the queue.
+  using Reply = Result<std::optional<ReplyBody>>;
 
   Service(const config::ServerConfig& config, std::unique_ptr<Backend> backend,
           ReplyQueue& replies, AccessPolicy access);
-  Reply Dispatch(Request& request, const wire::Envelope& envelope);
-  Reply Hello(const Request& r, const wire::HelloRequest& m);
-  Reply RegisterKV(const Request& r, const wire::RegisterKVRequest& m);
-  Reply UnregisterKV(const Request& r, const wire::UnregisterKVRequest& m);
-  Reply Store(const Request& r, const wire::StoreRequest& m);
-  Reply Retrieve(const Request& r, const wire::RetrieveRequest& m);
-  Reply Lookup(const Request& r, const wire::LookupRequest& m);
-  Reply Release(const Request& r, const wire::ReleaseRequest& m);
-  Reply Clear(const Request& r, const wire::ClearRequest& m);
+  Reply Dispatch(const Request& r, RequestBody& body);
+  // service.cc: session and introspection.
+  Reply Hello(const Request& r, const HelloRequest& m);
+  Reply Clear(const Request& r, const ClearRequest& m);
   Reply Describe(const Request& r);
   Reply StatsReply(const Request& r);
   Reply Ping(const Request& r);
+  // handle_registration.cc
+  Reply RegisterKV(const Request& r, RegisterRequest& m);
+  Reply UnregisterKV(const Request& r, const UnregisterRequest& m);
+  // handle_transfer.cc
+  Reply Store(const Request& r, StoreRequest& m);
+  Reply Retrieve(const Request& r, RetrieveRequest& m);
+  // handle_lookup.cc: Lookup and the Release of what it leased.
+  Reply Lookup(const Request& r, const LookupRequest& m);
+  Reply Release(const Request& r, const ReleaseRequest& m);
 
   // The registration `id` if `peer` owns it; another connection's is as
   // unknown as one never registered (NotFound, same text).
   Result<std::shared_ptr<Registration>> FindRegistration(uint64_t id, const Peer& peer) const;
-  // A chunk list's size against --max-chunks-per-request.
-  Status CheckChunkCount(
-      const flatbuffers::Vector<flatbuffers::Offset<wire::ChunkBlocks>>* chunks) const;
   // Checks every chunk's blocks and tokens before any copy.
-  Status CheckChunks(const Registration& registration,
-                     const flatbuffers::Vector<flatbuffers::Offset<wire::ChunkBlocks>>* chunks,
+  Status CheckChunks(const Registration& registration, const std::vector<ChunkRequest>& chunks,
                      bool need_tokens) const;
   // Hands a Store or Retrieve copy to its device's worker; the reply comes
   // through the reply queue.
   Reply SubmitTransfer(Direction direction, TransferJob job);
   // Finishes a request answered later: records latency, pushes the reply.
-  void Finish(const Request& request, proto::Bytes bytes);
+  void Finish(const Request& request, const ReplyBody& reply);
   void RecordLatency(const Request& request);
   // Per-client count of requests whose reply is still to come.
   // ResourceExhausted once `peer` has --max-in-flight-per-client requests

@@ -71,15 +71,29 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
     size_t end = begin + 1;
     while (end < jobs.size() && jobs[end].registration == jobs[begin].registration) ++end;
     std::vector<kernels::ChunkCopy> chunks;
+    CopyDeadlines deadlines;
+    bool any_deadline = false;
+    for (size_t j = begin; j < end; ++j) any_deadline |= jobs[j].deadline.has_value();
     for (size_t j = begin; j < end; ++j) {
       chunks.insert(chunks.end(), jobs[j].chunks.begin(), jobs[j].chunks.end());
+      if (any_deadline) {
+        deadlines.at.insert(deadlines.at.end(), jobs[j].chunks.size(),
+                            jobs[j].deadline.value_or(CopyDeadlines::Clock::time_point::max()));
+      }
     }
+    deadlines.missed.assign(chunks.size(), 0);
     const Registration& registration = *jobs[begin].registration;
     const Status status =
         chunks.empty() ? Status::Ok()
-                       : backend_.Copy(direction_, device_, registration.groups, chunks);
+                       : backend_.Copy(direction_, device_, registration.groups, chunks, deadlines);
+    deadlines.missed.resize(chunks.size());
+    size_t offset = 0;
     for (size_t j = begin; j < end; ++j) {
-      jobs[j].complete(status);
+      const size_t n = jobs[j].chunks.size();
+      const std::vector<uint8_t> missed(deadlines.missed.begin() + offset,
+                                        deadlines.missed.begin() + offset + n);
+      offset += n;
+      jobs[j].complete(status, missed);
       jobs[j].registration->EndWork();
     }
     begin = end;

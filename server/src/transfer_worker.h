@@ -29,7 +29,9 @@ struct TransferJob {
   std::optional<Clock::time_point> deadline;            // no engine block is written after it
   std::vector<kernels::ChunkCopy> chunks;               // block_ids point into block_ids
   std::vector<std::vector<uint32_t>> block_ids;
-  std::function<void(const Status&)> complete;         // called once, with the copy's status
+  // Called once, with the copy's status and, per chunk of this job, whether
+  // it was left out because the deadline had passed.
+  std::function<void(const Status&, const std::vector<uint8_t>& missed)> complete;
 };
 
 class TransferWorker {

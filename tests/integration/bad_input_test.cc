@@ -210,3 +210,27 @@ TEST_F(BadInput, BadRegistrationsAreRefused) {
 
 }  // namespace
 }  // namespace kvstash::testing
+
+namespace kvstash::testing {
+namespace {
+
+// It passes the FlatBuffers Verifier; the old handler dereferenced the null
+// table (SIGSEGV). Now it is refused where messages are decoded.
+TEST_F(BadInput, AnAllocationWithAHandleTypeButNoTableIsRefused) {
+  for (wire::MemoryHandle type : {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle}) {
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<flatbuffers::Offset<wire::Allocation>> allocations = {
+        wire::CreateAllocation(fbb, type, 0)};
+    std::vector<flatbuffers::Offset<wire::LayerDesc>> layers = {
+        wire::CreateLayerDesc(fbb, 0, 0, proto::ToWire(fbb, LayerGeometry{}))};
+    auto body = wire::CreateRegisterKVRequestDirect(fbb, "m", nullptr, 0, 1, &allocations, &layers);
+    auto [code, message] =
+        SendRaw({Bytes(proto::Finish(fbb, 9, wire::Body::RegisterKVRequest, body.Union()))});
+    EXPECT_TRUE(code == wire::ErrorCode::InvalidArgument || code == wire::ErrorCode::MalformedMessage)
+        << message;
+    EXPECT_TRUE(daemon_->running());
+  }
+}
+
+}  // namespace
+}  // namespace kvstash::testing

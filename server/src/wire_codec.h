@@ -1,0 +1,115 @@
+// The server's edge: a verified Envelope becomes one plain request struct,
+// and a plain reply becomes bytes. Handlers never see a FlatBuffers table:
+// every field they read was checked here (present where required, union
+// members non-null, strings within their sizes, counts within the limits),
+// so a half-valid table (a union type with a null table, a missing vector)
+// is InvalidArgument at decode and reaches no handler.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kvstash/keys.h"
+#include "kvstash/proto/codec.h"
+#include "kvstash/status.h"
+#include "registry.h"
+#include "stats.h"
+
+namespace kvstash::server {
+
+// ---- Requests ----
+struct ChunkRequest {
+  ChunkKey key{};
+  uint32_t num_tokens = 0;  // Store; ignored by Retrieve
+  std::vector<uint32_t> block_ids;
+};
+struct HelloRequest { uint32_t protocol_version = 0; };
+struct RegisterRequest { RegistrationRequest registration; };
+struct UnregisterRequest { uint64_t registration_id = 0; };
+struct StoreRequest {
+  uint64_t registration_id = 0;
+  std::vector<ChunkRequest> chunks;  // 1 to max_chunks_per_request
+};
+struct RetrieveRequest {
+  uint64_t registration_id = 0;
+  std::vector<ChunkRequest> chunks;  // 1 to max_chunks_per_request
+  uint32_t skip_tokens = 0;
+  uint64_t lease_id = 0;
+};
+struct LookupRequest {
+  uint64_t registration_id = 0;
+  std::vector<ChunkKey> keys;  // 0 to max_chunks_per_request
+  uint32_t lease_ms = 0;
+};
+struct ReleaseRequest { uint64_t lease_id = 0; };
+struct ClearRequest { std::string model, tenant_salt; };
+struct DescribeRequest {};
+struct StatsRequest {};
+struct PingRequest {};
+
+using RequestBody = std::variant<HelloRequest, RegisterRequest, UnregisterRequest, StoreRequest,
+                                 RetrieveRequest, LookupRequest, ReleaseRequest, ClearRequest,
+                                 DescribeRequest, StatsRequest, PingRequest>;
+
+struct DecodeLimits {
+  uint32_t max_chunks_per_request = 1024;
+};
+// Model names and tenant salts: at most this many bytes.
+inline constexpr size_t kMaxNameBytes = 256;
+// Layers and allocations of one RegisterKV.
+inline constexpr size_t kMaxLayers = 4096;
+
+RequestKind KindOf(const RequestBody& body);
+// The body of a verified envelope, every field checked.
+Result<RequestBody> DecodeRequest(const wire::Envelope& envelope, const DecodeLimits& limits);
+
+// ---- Replies ----
+enum class ChunkResult : uint8_t { kStored, kAlreadyPresent, kSkippedNoRoom, kRetrieved, kMissing, kFailed };
+struct ChunkOutcome {
+  ChunkResult result = ChunkResult::kFailed;
+  uint32_t num_tokens = 0;
+  Status error;  // with kFailed
+};
+struct HelloReply {
+  std::string server_version;
+  std::array<uint8_t, 16> boot_id{};
+  uint32_t chunk_tokens = 0;
+  uint32_t max_chunks_per_request = 0;
+  uint64_t max_message_bytes = 0;
+  std::string backend;
+  uint32_t peer_timeout_ms = 0;
+};
+struct RegisterReply { std::shared_ptr<const Registration> registration; };
+struct UnregisterReply {};
+struct StoreReply { std::vector<ChunkOutcome> chunks; };
+struct RetrieveReply { std::vector<ChunkOutcome> chunks; };
+struct LookupReply {
+  uint32_t hit_chunks = 0;
+  uint64_t hit_tokens = 0;
+  uint64_t lease_id = 0;
+  uint32_t lease_expires_ms = 0;
+};
+struct ReleaseReply { uint32_t released_chunks = 0; };
+struct ClearReply { uint64_t cleared_chunks = 0; };
+struct DescribeReply { std::string json; };
+struct StatsReply {
+  std::vector<Stats::Counter> counters;
+  std::string json;
+};
+struct PingReply {
+  uint64_t uptime_ms = 0;
+  uint64_t pool_bytes = 0;
+  uint64_t pool_ready_bytes = 0;
+};
+
+using ReplyBody = std::variant<HelloReply, RegisterReply, UnregisterReply, StoreReply, RetrieveReply,
+                               LookupReply, ReleaseReply, ClearReply, DescribeReply, StatsReply,
+                               PingReply>;
+
+proto::Bytes EncodeReply(uint64_t request_id, const ReplyBody& reply);
+
+}  // namespace kvstash::server
