@@ -30,6 +30,7 @@ constexpr auto kPollInterval = std::chrono::milliseconds(100);
 constexpr auto kTickInterval = std::chrono::milliseconds(10);  // lease expiry
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int kMaxRequestsPerWake = 256;  // then send replies, so none starve
+constexpr auto kStallSlack = std::chrono::milliseconds(50);  // a turn longer than poll + this stalled
 
 }  // namespace
 
@@ -46,7 +47,8 @@ struct Daemon::Impl {
     if (stop_fd >= 0) close(stop_fd);
   }
   Status Serve(zmq::socket_t& router);
-  void ReceiveRequests(zmq::socket_t& router);
+  // Returns whether the socket is drained (no message left waiting).
+  bool ReceiveRequests(zmq::socket_t& router);
   // The sender's credentials, on ipc sockets only.
   std::optional<PeerCredentials> Credentials(zmq::message_t& frame) const;
   bool ipc = false;
@@ -124,6 +126,17 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
   const auto busy_poll = std::chrono::microseconds(config.busy_poll_us);
   Clock::time_point last_activity;
   Clock::time_point last_tick;
+  bool drained = true;
+  // Between two marks the loop waits at most one poll interval plus a little
+  // work; more means the daemon itself stalled (SIGSTOP, a slow request, an
+  // overloaded machine) and engines could not be heard meanwhile: that time
+  // is nobody's silence. Marked after each poll and before each tick.
+  Clock::time_point last_mark = Clock::now();
+  const auto mark = [&] {
+    const Clock::time_point now = Clock::now();
+    if (now - last_mark > kPollInterval + kStallSlack) service->ForgiveStall(now - last_mark - kPollInterval);
+    last_mark = now;
+  };
   for (;;) {
     zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, replies.wake_fd(), ZMQ_POLLIN, 0},
@@ -135,13 +148,15 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     if (zmq::poll(items, 3, busy ? std::chrono::milliseconds(0) : kPollInterval) > 0) {
       last_activity = Clock::now();
     }
-    if (items[0].revents & ZMQ_POLLIN) ReceiveRequests(router);
+    mark();
+    if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
     // Every Push wakes the eventfd: a busy-polling loop need not read it idly.
     if (items[1].revents & ZMQ_POLLIN) {
       for (const OutgoingReply& reply : replies.TakeAll()) Send(router, reply.peer, reply.bytes);
     }
     if (const Clock::time_point now = Clock::now(); now - last_tick >= kTickInterval) {
-      service->Tick();
+      mark();
+      service->Tick(drained);
       last_tick = now;
     }
     if ((items[2].revents & ZMQ_POLLIN) && !stopping) {
@@ -160,10 +175,10 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
   return Status::Ok();
 }
 
-void Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
+bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
   for (int n = 0; n < kMaxRequestsPerWake; ++n) {
     std::vector<zmq::message_t> frames;
-    if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+    if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) return true;
     if (frames.empty()) continue;
     const PeerId peer = frames[0].to_string();
     if (frames.size() != 2) {
@@ -188,6 +203,7 @@ void Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
     std::optional<proto::Bytes> reply = service->Handle(sender, data, frames[1].size());
     if (reply) Send(router, peer, *reply);
   }
+  return false;  // more may be waiting
 }
 
 std::optional<PeerCredentials> Daemon::Impl::Credentials(zmq::message_t& frame) const {

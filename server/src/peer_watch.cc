@@ -42,3 +42,11 @@ std::vector<PeerWatch::Gone> PeerWatch::TakeGone(Clock::time_point now) {
 }
 
 }  // namespace kvstash::server
+
+namespace kvstash::server {
+
+void PeerWatch::Forgive(Clock::duration stall) {
+  for (auto& [peer, owner] : owners_) owner.last_heard += stall;
+}
+
+}  // namespace kvstash::server

@@ -6,6 +6,10 @@
 // timeout when it has nothing else to send, so an owner silent for the
 // whole timeout is gone, and its registrations are dropped.
 //
+// Silence is the peer's, not the daemon's: time the frontend loop itself did
+// not run is forgiven (Forgive), and the frontend judges silence only after
+// it has read every message waiting on its socket.
+//
 // Frontend thread only.
 #pragma once
 
@@ -38,6 +42,10 @@ class PeerWatch {
     std::vector<uint64_t> registration_ids;
   };
   std::vector<Gone> TakeGone(Clock::time_point now);
+  // The daemon itself did not run for `stall` (stopped, or busy in one
+  // request): no one could have been heard then, so it does not count as
+  // anyone's silence.
+  void Forgive(Clock::duration stall);
 
   std::chrono::milliseconds timeout() const { return timeout_; }
 

@@ -165,9 +165,10 @@ void Service::EndDeferred(const PeerId& peer) {
   if (found != in_flight_.end() && --found->second == 0) in_flight_.erase(found);
 }
 
-void Service::Tick() {
+void Service::Tick(bool socket_drained) {
   const Clock::time_point now = Clock::now();
   store_->ExpireLeases(now);
+  if (!socket_drained) return;
   for (const PeerWatch::Gone& gone : peers_.TakeGone(now)) {
     for (uint64_t id : gone.registration_ids) {
       // Copies in flight keep it alive until they finish; then its

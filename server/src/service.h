@@ -47,9 +47,13 @@ class Service {
   void BeginShutdown() { shutting_down_ = true; }
   // Requests whose reply is still to come through the reply queue.
   uint64_t deferred_in_flight() const { return deferred_.load(); }
-  // Ends expired leases and drops the registrations of engines gone
-  // silent; called from the frontend's poll loop.
-  void Tick();
+  // Ends expired leases and, when `socket_drained` (every waiting message
+  // was read: silence is judged on what peers sent, not on a backlog),
+  // drops the registrations of engines gone silent; called from the
+  // frontend's poll loop.
+  void Tick(bool socket_drained);
+  // The frontend loop did not run for `stall`: nobody's silence.
+  void ForgiveStall(Clock::duration stall) { peers_.Forgive(stall); }
 
   Stats& stats() { return stats_; }
   L1Pool& pool() { return *pool_; }

@@ -109,5 +109,29 @@ TEST_F(DeadEngine, AKilledEngineProcessLosesItsRegistration) {
   EXPECT_TRUE(client_->Ping().get().ok());
 }
 
+// The daemon's own stall is nobody's silence: live engines that kept pinging
+// while kvstashd was stopped keep their registrations.
+TEST_F(DeadEngine, LiveEnginesSurviveADaemonStall) {
+  std::vector<std::unique_ptr<Client>> engines;
+  std::vector<EngineKv> memories;
+  for (int i = 0; i < 4; ++i) {
+    engines.push_back(Connect());
+    ASSERT_NE(engines.back(), nullptr);
+    auto memory = EngineKv::Create(EngineShape{});
+    ASSERT_TRUE(memory.ok());
+    memories.push_back(std::move(*memory));
+    ASSERT_TRUE(engines.back()->RegisterKV(memories.back().Registration("live")).get().ok());
+  }
+  ASSERT_EQ(Registrations(), 5u);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(kill(daemon_->pid(), SIGSTOP), 0);
+    std::this_thread::sleep_for(milliseconds(1500));  // five timeouts
+    ASSERT_EQ(kill(daemon_->pid(), SIGCONT), 0);
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  EXPECT_EQ(Counter("registrations_dropped"), 0u);
+  EXPECT_EQ(Registrations(), 5u);
+}
+
 }  // namespace
 }  // namespace kvstash::testing

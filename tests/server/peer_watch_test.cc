@@ -50,5 +50,16 @@ TEST(PeerWatchTest, ATimeoutOfZeroNeverGivesUp) {
   EXPECT_TRUE(peers.TakeGone(kT0 + std::chrono::hours(24)).empty());
 }
 
+TEST(PeerWatchTest, TheDaemonsOwnStallIsNobodysSilence) {
+  PeerWatch peers(milliseconds(100));
+  peers.Own("engine-a", 1, kT0);
+  // The daemon stopped for 10 s right after hearing engine-a; engine-a's
+  // silence is what is left: 50 ms, not 10.05 s.
+  peers.Forgive(milliseconds(10000));
+  EXPECT_TRUE(peers.TakeGone(kT0 + milliseconds(10050)).empty());
+  // Silence after the stall still counts.
+  ASSERT_EQ(peers.TakeGone(kT0 + milliseconds(10101)).size(), 1u);
+}
+
 }  // namespace
 }  // namespace kvstash::server
