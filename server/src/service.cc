@@ -54,6 +54,7 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   service->store_ = std::make_unique<ChunkStore>(*service->pool_, service->stats_, limits);
   service->registry_ = std::make_unique<Registry>(*service->backend_, config.chunk_tokens,
                                                   service->pool_->slab_bytes());
+  service->background_ = std::make_unique<BackgroundWorker>();
   for (int d = 0; d < service->backend_->num_devices(); ++d) {
     service->workers_.push_back(std::make_unique<TransferWorker>(
         *service->backend_, d, std::chrono::microseconds(config.busy_poll_us)));
@@ -221,12 +222,23 @@ Service::Reply Service::Clear(const Request& r, const ClearRequest& m) {
   return std::optional<ReplyBody>(ClearReply{cleared});
 }
 
+// Describe and Stats take time in proportion to the registrations: they are
+// built on the background worker, never on the frontend, and count against
+// the client's requests in flight.
 Service::Reply Service::Describe(const Request& r) {
-  return std::optional<ReplyBody>(DescribeReply{DescribeJson(r.peer.id, access_.IsAdmin(r.peer))});
+  KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
+  BeginDeferred(r.peer.id);
+  background_->Post([this, r] {
+    Finish(r, DescribeReply{DescribeJson(r.peer.id, access_.IsAdmin(r.peer))});
+  });
+  return std::optional<ReplyBody>();
 }
 
-Service::Reply Service::StatsReply(const Request&) {
-  return std::optional<ReplyBody>(server::StatsReply{stats_.ReadCounters(), StatsJson()});
+Service::Reply Service::StatsReply(const Request& r) {
+  KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
+  BeginDeferred(r.peer.id);
+  background_->Post([this, r] { Finish(r, server::StatsReply{stats_.ReadCounters(), StatsJson()}); });
+  return std::optional<ReplyBody>();
 }
 
 Service::Reply Service::Ping(const Request&) {

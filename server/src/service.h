@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "background_worker.h"
 #include "chunk_store.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/proto/codec.h"
@@ -125,6 +126,8 @@ class Service {
   std::unique_ptr<ChunkStore> store_;
   std::unique_ptr<Registry> registry_;
   std::vector<std::unique_ptr<TransferWorker>> workers_;  // one per device
+  // Describe and Stats; declared after what they read, so it joins first.
+  std::unique_ptr<BackgroundWorker> background_;
   ReplyQueue& replies_;
   std::atomic<uint64_t> deferred_{0};
   PeerWatch peers_;  // frontend thread only
