@@ -2,6 +2,8 @@
 // `kvstash stats` and the metrics endpoint).
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "kvstash/version.h"
 #include "service.h"
 
@@ -103,6 +105,9 @@ std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
 StatsSnapshot Service::ReadStats() const {
   StatsSnapshot s;
   s.counters = stats_.ReadCounters();
+  // Describe and Stats in flight (this one, if it is a Stats) are not
+  // transfers: the gauge counts Store, Retrieve and UnregisterKV.
+  const uint64_t deferred = deferred_.load();
   const ChunkStore::Usage usage = store_->usage();
   const std::vector<std::shared_ptr<Registration>> registrations = registry_->List();
   s.gauges = {
@@ -116,7 +121,7 @@ StatsSnapshot Service::ReadStats() const {
       {"leases_active", "lookup leases held", usage.leases},
       {"registrations_active", "registered engine ranks", registrations.size()},
       {"requests_deferred", "Store, Retrieve and UnregisterKV requests in flight",
-       deferred_.load()}};
+       deferred - std::min(deferred, introspecting_.load())}};
   for (size_t k = 0; k < s.latency.size(); ++k) s.latency[k] = stats_.latency(RequestKind(k)).Read();
   for (const auto& reg : registrations) {
     s.registrations.push_back(

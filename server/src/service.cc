@@ -228,8 +228,11 @@ Service::Reply Service::Clear(const Request& r, const ClearRequest& m) {
 Service::Reply Service::Describe(const Request& r) {
   KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
   BeginDeferred(r.peer.id);
+  introspecting_.fetch_add(1);
   background_->Post([this, r] {
-    Finish(r, DescribeReply{DescribeJson(r.peer.id, access_.IsAdmin(r.peer))});
+    DescribeReply reply{DescribeJson(r.peer.id, access_.IsAdmin(r.peer))};
+    introspecting_.fetch_sub(1);
+    Finish(r, reply);
   });
   return std::optional<ReplyBody>();
 }
@@ -237,7 +240,12 @@ Service::Reply Service::Describe(const Request& r) {
 Service::Reply Service::StatsReply(const Request& r) {
   KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
   BeginDeferred(r.peer.id);
-  background_->Post([this, r] { Finish(r, server::StatsReply{stats_.ReadCounters(), StatsJson()}); });
+  introspecting_.fetch_add(1);
+  background_->Post([this, r] {
+    server::StatsReply reply{stats_.ReadCounters(), StatsJson()};
+    introspecting_.fetch_sub(1);
+    Finish(r, reply);
+  });
   return std::optional<ReplyBody>();
 }
 

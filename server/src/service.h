@@ -130,6 +130,7 @@ class Service {
   std::unique_ptr<BackgroundWorker> background_;
   ReplyQueue& replies_;
   std::atomic<uint64_t> deferred_{0};
+  std::atomic<uint64_t> introspecting_{0};  // Describe and Stats among deferred_
   PeerWatch peers_;  // frontend thread only
   AccessPolicy access_;
   std::mutex in_flight_mutex_;

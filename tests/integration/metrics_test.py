@@ -333,13 +333,19 @@ class MetricsTest(unittest.TestCase):
             self.assertGaugesSane(after)
 
             series = after.series("kvstash_registration_store_chunks_total")
-            labels = sorted((dict(l) for l in series), key=lambda l: int(l["registration"]))
+            labels = [dict(l) for l in series]
             self.assertEqual(len(labels), 3, labels)  # the engines never unregister
             for label in labels:
                 self.assertEqual(label["model"], model)
                 self.assertEqual(label["tp_rank"], "0")
-            stored, verified, missed = ({"registration": l["registration"], "model": model,
-                                         "tp_rank": "0"} for l in labels)
+            regs = [{"registration": l["registration"], "model": model, "tp_rank": "0"}
+                    for l in labels]
+            # Registration ids are random: tell the engines apart by what they did.
+            def role(reg):
+                if after.get("kvstash_registration_store_chunks_total", **reg):
+                    return 0
+                return 1 if after.get("kvstash_registration_retrieve_chunks_total", **reg) else 2
+            stored, verified, missed = sorted(regs, key=role)
             expected = [
                 (stored, {"store_chunks": chunks, "store_tokens": prompts * prompt_tokens,
                           "store_bytes": chunks * chunk_bytes, "retrieve_chunks": 0,
