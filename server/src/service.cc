@@ -212,14 +212,23 @@ Service::Reply Service::Hello(const Request&, const HelloRequest& m) {
   return std::optional<ReplyBody>(std::move(reply));
 }
 
+// Clear scans the stored chunks (and, for a non-admin, the registrations):
+// it runs on the background worker like Describe and Stats.
 Service::Reply Service::Clear(const Request& r, const ClearRequest& m) {
-  // Across tenants only for admins; anyone else clears the scopes of the
-  // registrations its own connection holds.
-  const uint64_t cleared =
-      store_->Clear(access_.IsAdmin(r.peer)
-                        ? registry_->ScopeMatcher(m.model, m.tenant_salt)
-                        : registry_->OwnedScopeMatcher(r.peer.id, m.model, m.tenant_salt));
-  return std::optional<ReplyBody>(ClearReply{cleared});
+  KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
+  BeginDeferred(r.peer.id);
+  introspecting_.fetch_add(1);
+  background_->Post([this, r, m] {
+    // Across tenants only for admins; anyone else clears the scopes of the
+    // registrations its own connection holds.
+    const uint64_t cleared =
+        store_->Clear(access_.IsAdmin(r.peer)
+                          ? registry_->ScopeMatcher(m.model, m.tenant_salt)
+                          : registry_->OwnedScopeMatcher(r.peer.id, m.model, m.tenant_salt));
+    introspecting_.fetch_sub(1);
+    Finish(r, ClearReply{cleared});
+  });
+  return std::optional<ReplyBody>();
 }
 
 // Describe and Stats take time in proportion to the registrations: they are

@@ -126,11 +126,11 @@ class Service {
   std::unique_ptr<ChunkStore> store_;
   std::unique_ptr<Registry> registry_;
   std::vector<std::unique_ptr<TransferWorker>> workers_;  // one per device
-  // Describe and Stats; declared after what they read, so it joins first.
+  // Clear, Describe and Stats; declared after what they use, so it joins first.
   std::unique_ptr<BackgroundWorker> background_;
   ReplyQueue& replies_;
   std::atomic<uint64_t> deferred_{0};
-  std::atomic<uint64_t> introspecting_{0};  // Describe and Stats among deferred_
+  std::atomic<uint64_t> introspecting_{0};  // Clear, Describe and Stats among deferred_
   PeerWatch peers_;  // frontend thread only
   AccessPolicy access_;
   std::mutex in_flight_mutex_;
