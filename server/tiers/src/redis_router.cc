@@ -182,16 +182,16 @@ std::shared_ptr<const RedisRouter::Topology> RedisRouter::CurrentTopology(Connec
 }
 
 std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet& set, Status* why) {
+  // One refresh at a time; the others wait for its outcome.
+  std::lock_guard<std::mutex> refreshing(refresh_mutex_);
   std::vector<int> candidates;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (topology_) return topology_;
-    const auto now = std::chrono::steady_clock::now();
-    if (now < next_refresh_) {
-      *why = Status::Unavailable("L3 redis: no server answered the last topology query; retrying soon");
+    if (std::chrono::steady_clock::now() < next_refresh_) {
+      *why = last_refresh_error_;
       return nullptr;
     }
-    next_refresh_ = now + std::chrono::milliseconds(options_.breaker_open_ms);
     for (size_t i = 0; i < nodes_.size(); ++i) candidates.push_back(static_cast<int>(i));
   }
   Status last = Status::Unavailable("L3 redis: no server configured");
@@ -241,7 +241,13 @@ std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet&
     topology_ = topology;
     return topology;
   }
-  *why = last;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Fail fast until then: a dead Redis costs one round of timeouts per
+  // breaker period, not one per call.
+  next_refresh_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.breaker_open_ms);
+  last_refresh_error_ = Status(last.code(), last.message() + " (no server answered; next try in " +
+                                                std::to_string(options_.breaker_open_ms) + " ms)");
+  *why = last_refresh_error_;
   return nullptr;
 }
 
