@@ -303,17 +303,35 @@ void RedisRouter::RunPipeline(ConnectionSet& set, int node_index, const std::vec
     }
     return;
   }
-  Status why;
-  redisContext* c = Connect(set, node_index, &why);
-  if (c == nullptr) {
-    NodeFailed(node_index);
-    for (RedisItem* item : items) item->status = why;
+  // A connection kept from earlier may have died with a server since
+  // restarted: then the batch is sent once more on a fresh one (every
+  // command we send is idempotent).
+  const bool reused = set.contexts.count(node_index) != 0;
+  Status failure = Pipeline(set, node_index, items);
+  if (!failure.ok() && reused) failure = Pipeline(set, node_index, items);
+  if (failure.ok()) {
+    n.breaker.Success();
     return;
   }
-  auto fail_rest = [&](size_t from, Status status) {
+  set.contexts.erase(node_index);
+  NodeFailed(node_index);
+  for (RedisItem* item : items) {
+    if (item->replies.size() != item->commands.size()) {
+      item->replies.clear();
+      item->status = failure;
+    }
+  }
+}
+
+Status RedisRouter::Pipeline(ConnectionSet& set, int node_index, const std::vector<RedisItem*>& items) {
+  Node& n = node(node_index);
+  Status why;
+  redisContext* c = Connect(set, node_index, &why);
+  if (c == nullptr) return why;
+  auto broken = [&] {
+    Status status = ContextError(n.endpoint, c);
     set.contexts.erase(node_index);
-    NodeFailed(node_index);
-    for (size_t i = from; i < items.size(); ++i) items[i]->status = status;
+    return status;
   };
   size_t begin = 0;
   while (begin < items.size()) {
@@ -325,9 +343,9 @@ void RedisRouter::RunPipeline(ConnectionSet& set, int node_index, const std::vec
       item->replies.clear();
       item->moved = false;
       const bool asking = item->ask_node == node_index;
-      if (asking && redisAppendCommand(c, "ASKING") != REDIS_OK) return fail_rest(begin, ContextError(n.endpoint, c));
+      if (asking && redisAppendCommand(c, "ASKING") != REDIS_OK) return broken();
       for (const RedisCommand& command : item->commands) {
-        if (Append(c, command) != REDIS_OK) return fail_rest(begin, ContextError(n.endpoint, c));
+        if (Append(c, command) != REDIS_OK) return broken();
         bytes += CommandBytes(command);
       }
       ++end;
@@ -335,41 +353,42 @@ void RedisRouter::RunPipeline(ConnectionSet& set, int node_index, const std::vec
     for (size_t i = begin; i < end; ++i) {
       RedisItem* item = items[i];
       const bool asking = item->ask_node == node_index;
-      item->ask_node = -1;
       if (asking) {
         void* raw = nullptr;
-        if (redisGetReply(c, &raw) != REDIS_OK) return fail_rest(i, ContextError(n.endpoint, c));
+        if (redisGetReply(c, &raw) != REDIS_OK) return broken();
         freeReplyObject(raw);
       }
       int redirect_to = -1;
+      bool moved = false;
       for (size_t k = 0; k < item->commands.size(); ++k) {
         void* raw = nullptr;
-        if (redisGetReply(c, &raw) != REDIS_OK) return fail_rest(i, ContextError(n.endpoint, c));
+        if (redisGetReply(c, &raw) != REDIS_OK) return broken();
         Reply reply(static_cast<redisReply*>(raw));
         if (reply->type == REDIS_REPLY_ERROR && (StartsWith(reply.get(), "MOVED ") || StartsWith(reply.get(), "ASK "))) {
           // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381"
           const std::string text(reply->str, reply->len);
-          const size_t space = text.rfind(' ');
           std::string host;
           int port = 0;
-          if (SplitEndpoint(text.substr(space + 1), &host, &port)) {
+          if (SplitEndpoint(text.substr(text.rfind(' ') + 1), &host, &port)) {
             if (host.empty()) host = n.host;
             redirect_to = NodeIndex(host, port);
           }
-          if (StartsWith(reply.get(), "MOVED ")) item->moved = true;
+          moved = moved || StartsWith(reply.get(), "MOVED ");
         }
         item->replies.push_back(std::move(reply));
       }
+      item->ask_node = -1;
       if (redirect_to >= 0) {
         // Sent again next round: to the new owner (MOVED, with the slot map
         // read again) or once to the importing server (ASK).
         item->replies.clear();
-        item->ask_node = item->moved ? -1 : redirect_to;
+        item->moved = moved;
+        item->ask_node = moved ? -1 : redirect_to;
       }
     }
     begin = end;
   }
-  n.breaker.Success();
+  return Status::Ok();
 }
 
 }  // namespace kvstash::tiers::internal

@@ -94,6 +94,9 @@ class RedisRouter {
   std::shared_ptr<const Topology> Refresh(ConnectionSet& connections, Status* why);
   redisContext* Connect(ConnectionSet& connections, int node_index, Status* why);
   void RunPipeline(ConnectionSet& connections, int node_index, const std::vector<RedisItem*>& items);
+  // One attempt: sends the items' commands in windows and reads the
+  // replies. Not Ok when the connection failed (it is then dropped).
+  Status Pipeline(ConnectionSet& connections, int node_index, const std::vector<RedisItem*>& items);
   void NodeFailed(int node_index);
 
   const RedisTierOptions options_;
