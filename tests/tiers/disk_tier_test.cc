@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "tier_test_data.h"
@@ -294,6 +295,27 @@ TEST(DiskTier, ManyConcurrentPutsAndGetsStayByteExact) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.ToString();
     EXPECT_TRUE(HoldsChunk(MakeId(4, i), out[i].data(), size)) << i;
   }
+}
+
+// Callbacks run on the tier's threads and may call the tier again (the
+// chunk store will, to chain a promotion): no lock may be held around them.
+TEST(DiskTier, CallbacksMayCallTheTierAgain) {
+  TempDir dir;
+  auto tier = OpenTier(dir.path());
+  const ChunkId id = MakeId(1, 1);
+  TestBuffer buffer(8192);
+  FillPayload(id, buffer.data(), 8192);
+  auto put = [&](PutOutcome expected) {
+    std::promise<bool> done;
+    tier->Put({{id, MakeFingerprint(1), 123, buffer.data(), 8192}}, [&](std::vector<PutResult> r) {
+      tier->Contains({id}, [&, r](std::vector<Presence> p) {
+        done.set_value(r[0].outcome == expected && p[0].present);
+      });
+    });
+    return done.get_future().get();
+  };
+  EXPECT_TRUE(put(PutOutcome::kStored));
+  EXPECT_TRUE(put(PutOutcome::kAlreadyPresent));  // answered under the index lock before
 }
 
 // A child process writes large chunks in a loop and is SIGKILLed mid-way.

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -267,32 +268,38 @@ void DiskTier::Impl::PutOne(const PutRequest& r, const std::shared_ptr<Batch<Put
   const auto start = Clock::now();
   const uint64_t need = ChunkFileBytes(r.payload_bytes);
   std::vector<std::string> unlink_paths;
+  // Decided under the lock; reported after it (a callback may call us).
+  std::optional<PutResult> early;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = index_.find(r.id);
     if (it != index_.end() && !it->second.doomed) {
       TouchLocked(it->second);
       TierStats::Add(stats_.put_already_present);
-      return batch->Finish(i, {PutOutcome::kAlreadyPresent, Status::Ok()});
+      early = PutResult{PutOutcome::kAlreadyPresent, Status::Ok()};
+    } else if (it != index_.end()) {
+      early = PutResult{PutOutcome::kFailed,
+                        Status::Unavailable("chunk " + ToHex(r.id.key) + " is being removed from L2")};
+    } else if (need > options_.capacity_bytes) {
+      early = PutResult{PutOutcome::kFailed,
+                        Status::TooLarge("chunk file of " + std::to_string(need) +
+                                         " bytes exceeds the L2 capacity of " +
+                                         std::to_string(options_.capacity_bytes) + " bytes")};
+    } else if (!MakeRoomLocked(need, &unlink_paths)) {
+      early = PutResult{PutOutcome::kFailed,
+                        Status::Exhausted("L2 has no room for " + std::to_string(need) + " bytes: " +
+                                          std::to_string(used_bytes_) + " of " +
+                                          std::to_string(options_.capacity_bytes) +
+                                          " bytes are pinned or being written")};
+    } else {
+      Entry& e = index_[r.id];
+      e.file_bytes = need;
+      used_bytes_ += need;
     }
-    if (it != index_.end() || need > options_.capacity_bytes ||
-        !MakeRoomLocked(need, &unlink_paths)) {
-      TierStats::Add(stats_.put_errors);
-      Status why = it != index_.end()
-                       ? Status::Unavailable("chunk " + ToHex(r.id.key) + " is being removed from L2")
-                   : need > options_.capacity_bytes
-                       ? Status::TooLarge("chunk file of " + std::to_string(need) +
-                                          " bytes exceeds the L2 capacity of " +
-                                          std::to_string(options_.capacity_bytes) + " bytes")
-                       : Status::Exhausted("L2 has no room for " + std::to_string(need) +
-                                           " bytes: " + std::to_string(used_bytes_) + " of " +
-                                           std::to_string(options_.capacity_bytes) +
-                                           " bytes are pinned or being written");
-      return batch->Finish(i, {PutOutcome::kFailed, std::move(why)});
-    }
-    Entry& e = index_[r.id];
-    e.file_bytes = need;
-    used_bytes_ += need;
+  }
+  if (early) {
+    if (early->outcome == PutOutcome::kFailed) TierStats::Add(stats_.put_errors);
+    return batch->Finish(i, std::move(*early));
   }
   Unlink(unlink_paths);
   unlink_paths.clear();
@@ -348,15 +355,19 @@ void DiskTier::Impl::GetOne(const GetRequest& r, const std::shared_ptr<Batch<Get
                             size_t i) {
   const auto start = Clock::now();
   const ChunkId& id = r.expect.id;
+  bool found = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = index_.find(id);
-    if (it == index_.end() || !it->second.ready || it->second.doomed) {
-      TierStats::Add(stats_.get_misses);
-      return batch->Finish(i, {Status::NotFound("chunk " + ToHex(id.key) + " is not in L2"), 0});
+    if (it != index_.end() && it->second.ready && !it->second.doomed) {
+      ++it->second.pins;  // held while reading: never evicted under us
+      TouchLocked(it->second);
+      found = true;
     }
-    ++it->second.pins;
-    TouchLocked(it->second);
+  }
+  if (!found) {
+    TierStats::Add(stats_.get_misses);
+    return batch->Finish(i, {Status::NotFound("chunk " + ToHex(id.key) + " is not in L2"), 0});
   }
   auto scratch = TakeScratch();
   Result<ChunkHeader> read =
@@ -367,11 +378,15 @@ void DiskTier::Impl::GetOne(const GetRequest& r, const std::shared_ptr<Batch<Get
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = index_.find(id);
-    --it->second.pins;
-    if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
-      DoomLocked(it, &unlink_paths);  // never served again
-    } else if (it->second.doomed && it->second.pins == 0) {
-      EraseLocked(it, &unlink_paths);
+    // Our pin keeps the entry; only an Unpin without its Pin could take
+    // it, and that must not crash the daemon.
+    if (it != index_.end()) {
+      --it->second.pins;
+      if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
+        DoomLocked(it, &unlink_paths);  // never served again
+      } else if (it->second.doomed && it->second.pins == 0) {
+        EraseLocked(it, &unlink_paths);
+      }
     }
   }
   Unlink(unlink_paths);
