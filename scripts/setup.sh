@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
   libssl-dev
   libcpp-httplib-dev nlohmann-json3-dev
+  libhiredis-dev liburing-dev libxxhash-dev redis-server
   python3 python3-yaml python3-prometheus-client
 )
 

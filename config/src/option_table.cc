@@ -58,6 +58,21 @@ OptionSpec StringOption(std::string name, std::string env, std::string ServerCon
   return spec;
 }
 
+// A string that may be empty: the feature it configures is then off.
+OptionSpec OptionalStringOption(std::string name, std::string env, std::string ServerConfig::*member,
+                                std::string help) {
+  OptionSpec spec = StringOption(std::move(name), std::move(env), member, std::move(help));
+  spec.allow_empty = true;
+  return spec;
+}
+
+OptionSpec SecretOption(std::string name, std::string env, std::string ServerConfig::*member,
+                        std::string help) {
+  OptionSpec spec = OptionalStringOption(std::move(name), std::move(env), member, std::move(help));
+  spec.secret = true;
+  return spec;
+}
+
 OptionSpec EnumOption(std::string name, std::string env, std::string ServerConfig::*member,
                       std::vector<std::string> choices, std::string help) {
   OptionSpec spec = StringOption(std::move(name), std::move(env), member, std::move(help));
@@ -132,6 +147,35 @@ std::vector<OptionSpec> BuildTable() {
                  "Microseconds the frontend and copy lanes keep polling on a core after "
                  "their last work (and while copies are in flight) instead of sleeping; "
                  "0 = never"),
+      OptionalStringOption("l2-path", "KVSTASH_L2_PATH", &C::l2_path,
+                           "Directory of the L2 tier on local disk (one file per chunk); "
+                           "empty = no L2"),
+      FloatOption("l2-gb", "KVSTASH_L2_GB", &C::l2_gb, 0.001, 1048576,
+                  "L2 capacity in GiB of disk space under --l2-path"),
+      UintOption("l2-io-threads", "KVSTASH_L2_IO_THREADS", &C::l2_io_threads, 1, 256,
+                 "Threads reading and writing L2 files (O_DIRECT)"),
+      OptionalStringOption("l3-redis", "KVSTASH_L3_REDIS", &C::l3_redis,
+                           "Redis or Valkey servers of the shared L3 tier, HOST:PORT[,HOST:PORT...]: "
+                           "seeds of a Redis Cluster, or shards; empty = no L3"),
+      OptionalStringOption("l3-user", "KVSTASH_L3_USER", &C::l3_user,
+                           "ACL user for AUTH on the L3 servers; empty = AUTH with the password alone"),
+      SecretOption("l3-password", "KVSTASH_L3_PASSWORD", &C::l3_password,
+                   "Password for AUTH on the L3 servers; empty = no AUTH. Prefer the "
+                   "environment variable to the command line"),
+      UintOption("l3-connect-timeout-ms", "KVSTASH_L3_CONNECT_TIMEOUT_MS", &C::l3_connect_timeout_ms,
+                 1, 600000, "Timeout of a connection to an L3 server in milliseconds"),
+      UintOption("l3-timeout-ms", "KVSTASH_L3_TIMEOUT_MS", &C::l3_timeout_ms, 1, 600000,
+                 "Timeout of an L3 command (one pipelined batch's send or reply) in milliseconds"),
+      UintOption("l3-io-threads", "KVSTASH_L3_IO_THREADS", &C::l3_io_threads, 1, 256,
+                 "Threads talking to the L3 servers, each with its own connections"),
+      UintOption("l3-part-mb", "KVSTASH_L3_PART_MB", &C::l3_part_mb, 1, 512,
+                 "Largest value written to L3 in MiB; larger chunks are split into parts"),
+      UintOption("l3-ttl-s", "KVSTASH_L3_TTL_S", &C::l3_ttl_s, 0, 315360000,
+                 "Expiry of chunks written to L3 in seconds; 0 = none (let maxmemory-policy evict)"),
+      UintOption("l3-breaker-failures", "KVSTASH_L3_BREAKER_FAILURES", &C::l3_breaker_failures, 1,
+                 1000, "Failures in a row after which calls to an L3 server fail at once"),
+      UintOption("l3-breaker-open-ms", "KVSTASH_L3_BREAKER_OPEN_MS", &C::l3_breaker_open_ms, 1,
+                 3600000, "How long an L3 server's calls fail at once before one is tried again"),
       EnumOption("log-level", "KVSTASH_LOG_LEVEL", &C::log_level,
                  {"trace", "debug", "info", "warn", "error", "off"}, "Log level"),
       UintOption("metrics-port", "KVSTASH_METRICS_PORT", &C::metrics_port, 0, 65535,
@@ -208,6 +252,10 @@ Status ParseDouble(const OptionSpec& option, std::string_view text, double* out)
 }
 
 Status ParseString(const OptionSpec& option, std::string_view text, std::string* out) {
+  if (text.empty() && option.allow_empty) {
+    out->clear();
+    return Status::Ok();
+  }
   if (text.empty()) return Status::InvalidArgument(option.flag() + " must not be empty");
   if (!option.choices.empty()) {
     bool allowed = false;

@@ -33,6 +33,10 @@ struct OptionSpec {
   std::vector<std::string> choices;
   // Unsigned values read and shown in octal (file modes: "0660").
   bool octal = false;
+  // Strings: "" is allowed and means the feature is off (--l2-path).
+  bool allow_empty = false;
+  // A password: EffectiveConfig() shows "(set)" instead of the value.
+  bool secret = false;
 
   std::string flag() const { return "--" + name; }
 };

@@ -185,7 +185,9 @@ ParseOutcome ParseServerConfig(int argc, const char* const* argv) {
 std::vector<std::pair<std::string, std::string>> EffectiveConfig(const ServerConfig& config) {
   std::vector<std::pair<std::string, std::string>> pairs;
   for (const OptionSpec& option : OptionTable()) {
-    pairs.emplace_back(option.name, internal::FormatValue(option, config));
+    std::string value = internal::FormatValue(option, config);
+    if (option.secret && !value.empty()) value = "(set)";
+    pairs.emplace_back(option.name, std::move(value));
   }
   return pairs;
 }

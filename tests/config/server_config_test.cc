@@ -314,5 +314,30 @@ TEST_F(ServerConfigTest, ExampleConfigSetsEveryKeyWithItsVariableDocumented) {
   }
 }
 
+TEST_F(ServerConfigTest, TierOptionsComeFromFlagsEnvironmentAndFile) {
+  SetEnv("KVSTASH_L3_PASSWORD", "s3cret");
+  const std::string file = WriteFile("l2-gb = 128\nl3-redis = \"r1:6379,r2:6379\"\n");
+  const ServerConfig config = ParseOk({"--config", file, "--l2-path", "/var/lib/kvstash/l2"});
+  EXPECT_EQ(config.l2_path, "/var/lib/kvstash/l2");
+  EXPECT_EQ(config.l2_gb, 128.0);
+  EXPECT_EQ(config.l3_redis, "r1:6379,r2:6379");
+  EXPECT_EQ(config.l3_password, "s3cret");
+  // An empty path turns a tier off again; other strings may not be empty.
+  EXPECT_EQ(ParseOk({"--l2-path", "/x", "--l2-path", ""}).l2_path, "");
+  EXPECT_THAT(ParseError({"--socket", ""}), HasSubstr("--socket must not be empty"));
+  EXPECT_THAT(ParseError({"--l3-part-mb", "513"}), HasSubstr("--l3-part-mb 513 out of range [1, 512]"));
+}
+
+TEST_F(ServerConfigTest, EffectiveConfigNeverShowsThePassword) {
+  ServerConfig config;
+  config.l3_password = "s3cret";
+  for (const auto& [name, value] : EffectiveConfig(config)) {
+    EXPECT_EQ(value.find("s3cret"), std::string::npos) << name;
+    if (name == "l3-password") {
+      EXPECT_EQ(value, "(set)");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvstash::config

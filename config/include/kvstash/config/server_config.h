@@ -38,6 +38,19 @@ struct ServerConfig {
   uint32_t staging_mb = 256;              // GPU staging ring per device (dma mode)
   std::string completion_wait = "block";  // block | poll (CUDA backend)
   uint32_t busy_poll_us = 0;              // poll on a core after work instead of sleeping; 0 = never
+  std::string l2_path;                    // L2 directory; empty = no L2
+  double l2_gb = 64.0;                    // L2 capacity
+  uint32_t l2_io_threads = 4;
+  std::string l3_redis;                   // HOST:PORT[,HOST:PORT...]; empty = no L3
+  std::string l3_user;                    // ACL user; empty = password alone
+  std::string l3_password;                // empty = no AUTH; never shown
+  uint32_t l3_connect_timeout_ms = 500;
+  uint32_t l3_timeout_ms = 2000;
+  uint32_t l3_io_threads = 4;
+  uint32_t l3_part_mb = 16;               // largest value written; chunks split above
+  uint32_t l3_ttl_s = 0;                  // 0 = no expiry
+  uint32_t l3_breaker_failures = 3;
+  uint32_t l3_breaker_open_ms = 1000;
   std::string log_level = "info";         // trace | debug | info | warn | error | off
   uint32_t metrics_port = 0;              // Prometheus endpoint; 0 = off
   std::string metrics_bind = "127.0.0.1";
@@ -64,7 +77,7 @@ inline constexpr int kUsageExitCode = 2;
 ParseOutcome ParseServerConfig(int argc, const char* const* argv);
 
 // The effective configuration as (name, value) pairs in table order, for
-// `kvstash describe` and the startup log.
+// `kvstash describe` and the startup log. Passwords show as "(set)".
 std::vector<std::pair<std::string, std::string>> EffectiveConfig(const ServerConfig& config);
 
 }  // namespace kvstash::config

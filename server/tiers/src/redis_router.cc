@@ -1,0 +1,394 @@
+// RedisRouter: slots, redirections, connections, pipelines, breakers.
+#include "redis_router.h"
+
+#include <sys/time.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+namespace kvstash::tiers::internal {
+namespace {
+
+constexpr int kSlots = 16384;
+constexpr int kMaxRounds = 5;                 // redirections followed per call
+constexpr size_t kPipelineWindowBytes = 64u << 20;  // bytes sent before replies are read
+
+uint16_t Crc16(const char* buf, size_t len) {
+  uint16_t crc = 0;
+  for (size_t i = 0; i < len; ++i) {
+    crc ^= static_cast<uint16_t>(static_cast<uint8_t>(buf[i]) << 8);
+    for (int b = 0; b < 8; ++b) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+  }
+  return crc;
+}
+
+timeval Millis(uint32_t ms) {
+  timeval tv{};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = static_cast<suseconds_t>(ms % 1000) * 1000;
+  return tv;
+}
+
+bool StartsWith(const redisReply* r, const char* prefix) {
+  const size_t n = std::strlen(prefix);
+  return r->len >= n && std::memcmp(r->str, prefix, n) == 0;
+}
+
+// Why a context failed, as a Status: a timeout, or the server gone.
+Status ContextError(const std::string& endpoint, const redisContext* c) {
+  const std::string text = "L3 redis " + endpoint + ": " + (c ? c->errstr : "cannot allocate a context");
+  if (c && c->err == REDIS_ERR_IO && (std::strstr(c->errstr, "temporarily unavailable") ||
+                                      std::strstr(c->errstr, "timed out"))) {
+    return Status::TimedOut(text + " (command timeout)");
+  }
+  return Status::Unavailable(text);
+}
+
+size_t CommandBytes(const RedisCommand& c) {
+  size_t n = c.blob_bytes;
+  for (const std::string& a : c.args) n += a.size();
+  return n;
+}
+
+int Append(redisContext* c, const RedisCommand& command) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (size_t i = 0; i <= command.args.size(); ++i) {
+    if (command.blob != nullptr && i == command.blob_at) {
+      argv.push_back(reinterpret_cast<const char*>(command.blob));
+      lens.push_back(command.blob_bytes);
+    }
+    if (i < command.args.size()) {
+      argv.push_back(command.args[i].data());
+      lens.push_back(command.args[i].size());
+    }
+  }
+  return redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data());
+}
+
+}  // namespace
+
+uint16_t KeySlot(const std::string& key) {
+  // The hash tag: the text between the first '{' and the next '}', when
+  // not empty; else the whole key.
+  const size_t open = key.find('{');
+  if (open != std::string::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != std::string::npos && close > open + 1) {
+      return Crc16(key.data() + open + 1, close - open - 1) % kSlots;
+    }
+  }
+  return Crc16(key.data(), key.size()) % kSlots;
+}
+
+bool SplitEndpoint(const std::string& endpoint, std::string* host, int* port) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) return false;
+  const std::string digits = endpoint.substr(colon + 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 5) return false;
+  const int p = std::stoi(digits);
+  if (p < 1 || p > 65535) return false;
+  *host = endpoint.substr(0, colon);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  *port = p;
+  return true;
+}
+
+RedisRouter::RedisRouter(const RedisTierOptions& options, TierStats& stats)
+    : options_(options), stats_(stats) {
+  for (const std::string& server : options_.servers) {
+    std::string host;
+    int port = 0;
+    SplitEndpoint(server, &host, &port);  // checked by ParseRedisServers
+    seeds_.push_back(NodeIndex(host, port));
+  }
+}
+
+int RedisRouter::NodeIndex(const std::string& host, int port) {
+  const std::string endpoint = host + ":" + std::to_string(port);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i]->endpoint == endpoint) return static_cast<int>(i);
+  }
+  nodes_.push_back(std::make_unique<Node>(endpoint, host, port, options_.breaker_failures,
+                                          std::chrono::milliseconds(options_.breaker_open_ms)));
+  return static_cast<int>(nodes_.size() - 1);
+}
+
+RedisRouter::Node& RedisRouter::node(int index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return *nodes_[static_cast<size_t>(index)];  // nodes are never removed
+}
+
+std::unique_ptr<ConnectionSet> RedisRouter::TakeConnections() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (idle_.empty()) return std::make_unique<ConnectionSet>();
+  auto set = std::move(idle_.back());
+  idle_.pop_back();
+  return set;
+}
+
+void RedisRouter::ReturnConnections(std::unique_ptr<ConnectionSet> set) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_.push_back(std::move(set));
+}
+
+void RedisRouter::NodeFailed(int node_index) {
+  if (node(node_index).breaker.Failure()) TierStats::Add(stats_.breaker_opens);
+  // A failed server may have handed its slots to another (a failover):
+  // read the map again before the next call.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (topology_ && topology_->cluster) topology_.reset();
+}
+
+redisContext* RedisRouter::Connect(ConnectionSet& set, int node_index, Status* why) {
+  auto found = set.contexts.find(node_index);
+  if (found != set.contexts.end()) return found->second.get();
+  Node& n = node(node_index);
+  ConnectionSet::Context c(redisConnectWithTimeout(n.host.c_str(), n.port, Millis(options_.connect_timeout_ms)));
+  if (!c || c->err) {
+    *why = ContextError(n.endpoint, c.get());
+    return nullptr;
+  }
+  redisSetTimeout(c.get(), Millis(options_.command_timeout_ms));
+  redisEnableKeepAlive(c.get());
+  if (!options_.password.empty()) {
+    Reply r(static_cast<redisReply*>(
+        options_.user.empty()
+            ? redisCommand(c.get(), "AUTH %b", options_.password.data(), options_.password.size())
+            : redisCommand(c.get(), "AUTH %b %b", options_.user.data(), options_.user.size(),
+                           options_.password.data(), options_.password.size())));
+    if (!r) {
+      *why = ContextError(n.endpoint, c.get());
+      return nullptr;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+      *why = Status::Unavailable("L3 redis " + n.endpoint + ": AUTH" +
+                                 (options_.user.empty() ? "" : " as user " + options_.user) +
+                                 " failed: " + std::string(r->str, r->len));
+      return nullptr;
+    }
+  }
+  return (set.contexts[node_index] = std::move(c)).get();
+}
+
+std::shared_ptr<const RedisRouter::Topology> RedisRouter::CurrentTopology(ConnectionSet& set, Status* why) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (topology_) return topology_;
+  }
+  return Refresh(set, why);
+}
+
+std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet& set, Status* why) {
+  // One refresh at a time; the others wait for its outcome.
+  std::lock_guard<std::mutex> refreshing(refresh_mutex_);
+  std::vector<int> candidates;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (topology_) return topology_;
+    if (std::chrono::steady_clock::now() < next_refresh_) {
+      *why = last_refresh_error_;
+      return nullptr;
+    }
+    for (size_t i = 0; i < nodes_.size(); ++i) candidates.push_back(static_cast<int>(i));
+  }
+  Status last = Status::Unavailable("L3 redis: no server configured");
+  for (int index : candidates) {
+    Node& n = node(index);
+    if (!n.breaker.Allow()) {
+      last = Status::Unavailable("L3 redis " + n.endpoint + ": circuit breaker open");
+      continue;
+    }
+    redisContext* c = Connect(set, index, &last);
+    if (c == nullptr) {
+      NodeFailed(index);
+      continue;
+    }
+    Reply r(static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS")));
+    if (!r) {
+      last = ContextError(n.endpoint, c);
+      set.contexts.erase(index);
+      NodeFailed(index);
+      continue;
+    }
+    n.breaker.Success();
+    auto topology = std::make_shared<Topology>();
+    topology->slot_node.assign(kSlots, -1);
+    if (r->type == REDIS_REPLY_ERROR) {
+      // Not a cluster: the listed servers are shards.
+      for (int s = 0; s < kSlots; ++s) topology->slot_node[s] = seeds_[static_cast<size_t>(s) % seeds_.size()];
+    } else if (r->type == REDIS_REPLY_ARRAY) {
+      topology->cluster = true;
+      for (size_t i = 0; i < r->elements; ++i) {
+        const redisReply* range = r->element[i];
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
+        const redisReply* master = range->element[2];
+        if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
+        std::string host(master->element[0]->str ? master->element[0]->str : "", master->element[0]->len);
+        if (host.empty() || host == "?") host = n.host;  // "the server you asked"
+        const int owner = NodeIndex(host, static_cast<int>(master->element[1]->integer));
+        for (long long s = range->element[0]->integer; s <= range->element[1]->integer && s < kSlots; ++s) {
+          topology->slot_node[static_cast<size_t>(s)] = owner;
+        }
+      }
+    } else {
+      last = Status::Unavailable("L3 redis " + n.endpoint + ": unexpected CLUSTER SLOTS reply");
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    topology_ = topology;
+    return topology;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Fail fast until then: a dead Redis costs one round of timeouts per
+  // breaker period, not one per call.
+  next_refresh_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.breaker_open_ms);
+  last_refresh_error_ = Status(last.code(), last.message() + " (no server answered; next try in " +
+                                                std::to_string(options_.breaker_open_ms) + " ms)");
+  *why = last_refresh_error_;
+  return nullptr;
+}
+
+void RedisRouter::Execute(ConnectionSet& set, const std::vector<RedisItem*>& items) {
+  for (int round = 0; round < kMaxRounds; ++round) {
+    std::vector<RedisItem*> pending;
+    for (RedisItem* item : items) {
+      if (item->status.ok() && item->replies.size() != item->commands.size()) pending.push_back(item);
+    }
+    if (pending.empty()) return;
+    Status why;
+    std::shared_ptr<const Topology> topology = CurrentTopology(set, &why);
+    if (!topology) {
+      for (RedisItem* item : pending) item->status = why;
+      return;
+    }
+    std::map<int, std::vector<RedisItem*>> by_node;
+    for (RedisItem* item : pending) {
+      const int target = item->ask_node >= 0 ? item->ask_node : topology->slot_node[item->slot];
+      if (target < 0) {
+        item->status = Status::Unavailable("L3 redis: no server serves slot " + std::to_string(item->slot));
+        continue;
+      }
+      by_node[target].push_back(item);
+    }
+    bool moved = false;
+    for (auto& [target, group] : by_node) {
+      RunPipeline(set, target, group);
+      for (RedisItem* item : group) moved = moved || item->moved;
+    }
+    if (moved) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      topology_.reset();
+      next_refresh_ = {};
+    }
+  }
+  for (RedisItem* item : items) {
+    if (item->status.ok() && item->replies.size() != item->commands.size()) {
+      item->status = Status::Unavailable("L3 redis: still redirected after " + std::to_string(kMaxRounds) +
+                                         " rounds (the cluster is resharding)");
+    }
+  }
+}
+
+void RedisRouter::RunPipeline(ConnectionSet& set, int node_index, const std::vector<RedisItem*>& items) {
+  Node& n = node(node_index);
+  if (!n.breaker.Allow()) {
+    TierStats::Add(stats_.breaker_rejections, items.size());
+    for (RedisItem* item : items) {
+      item->status = Status::Unavailable("L3 redis " + n.endpoint + ": circuit breaker open after " +
+                                         std::to_string(n.breaker.consecutive_failures()) +
+                                         " failures; next try in " + std::to_string(n.breaker.RetryInMs()) + " ms");
+    }
+    return;
+  }
+  // A connection kept from earlier may have died with a server since
+  // restarted: then the batch is sent once more on a fresh one (every
+  // command we send is idempotent).
+  const bool reused = set.contexts.count(node_index) != 0;
+  Status failure = Pipeline(set, node_index, items);
+  if (!failure.ok() && reused) failure = Pipeline(set, node_index, items);
+  if (failure.ok()) {
+    n.breaker.Success();
+    return;
+  }
+  set.contexts.erase(node_index);
+  NodeFailed(node_index);
+  for (RedisItem* item : items) {
+    if (item->replies.size() != item->commands.size()) {
+      item->replies.clear();
+      item->status = failure;
+    }
+  }
+}
+
+Status RedisRouter::Pipeline(ConnectionSet& set, int node_index, const std::vector<RedisItem*>& items) {
+  Node& n = node(node_index);
+  Status why;
+  redisContext* c = Connect(set, node_index, &why);
+  if (c == nullptr) return why;
+  auto broken = [&] {
+    Status status = ContextError(n.endpoint, c);
+    set.contexts.erase(node_index);
+    return status;
+  };
+  size_t begin = 0;
+  while (begin < items.size()) {
+    // Send a window of items, then read their replies.
+    size_t end = begin;
+    size_t bytes = 0;
+    while (end < items.size() && (end == begin || bytes < kPipelineWindowBytes)) {
+      RedisItem* item = items[end];
+      item->replies.clear();
+      item->moved = false;
+      const bool asking = item->ask_node == node_index;
+      if (asking && redisAppendCommand(c, "ASKING") != REDIS_OK) return broken();
+      for (const RedisCommand& command : item->commands) {
+        if (Append(c, command) != REDIS_OK) return broken();
+        bytes += CommandBytes(command);
+      }
+      ++end;
+    }
+    for (size_t i = begin; i < end; ++i) {
+      RedisItem* item = items[i];
+      const bool asking = item->ask_node == node_index;
+      if (asking) {
+        void* raw = nullptr;
+        if (redisGetReply(c, &raw) != REDIS_OK) return broken();
+        freeReplyObject(raw);
+      }
+      int redirect_to = -1;
+      bool moved = false;
+      for (size_t k = 0; k < item->commands.size(); ++k) {
+        void* raw = nullptr;
+        if (redisGetReply(c, &raw) != REDIS_OK) return broken();
+        Reply reply(static_cast<redisReply*>(raw));
+        if (reply->type == REDIS_REPLY_ERROR && (StartsWith(reply.get(), "MOVED ") || StartsWith(reply.get(), "ASK "))) {
+          // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381"
+          const std::string text(reply->str, reply->len);
+          std::string host;
+          int port = 0;
+          if (SplitEndpoint(text.substr(text.rfind(' ') + 1), &host, &port)) {
+            if (host.empty()) host = n.host;
+            redirect_to = NodeIndex(host, port);
+          }
+          moved = moved || StartsWith(reply.get(), "MOVED ");
+        }
+        item->replies.push_back(std::move(reply));
+      }
+      item->ask_node = -1;
+      if (redirect_to >= 0) {
+        // Sent again next round: to the new owner (MOVED, with the slot map
+        // read again) or once to the importing server (ASK).
+        item->replies.clear();
+        item->moved = moved;
+        item->ask_node = moved ? -1 : redirect_to;
+      }
+    }
+    begin = end;
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvstash::tiers::internal
