@@ -1,6 +1,8 @@
 // Verification and conversions for the wire protocol.
 #include "kvstash/proto/codec.h"
 
+#include "message_rules.h"
+
 namespace kvstash::proto {
 
 Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
@@ -26,6 +28,7 @@ Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
   if (envelope->body_type() == wire::Body::NONE || envelope->body() == nullptr) {
     return Status::Malformed("envelope has no body");
   }
+  KVSTASH_RETURN_IF_ERROR(internal::CheckMessageRules(*envelope));
   return envelope;
 }
 

@@ -89,7 +89,7 @@ std::string Service::DescribeJson() const {
            {"config", config},
            {"tiers", json::array({json{{"name", "L1"}, {"kind", "pinned host memory"}, {"pool", pool}}})},
            {"registrations", registrations}};
-  return doc.dump();
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
 }
 
 StatsSnapshot Service::ReadStats() const {
@@ -151,7 +151,7 @@ std::string Service::StatsJson() const {
               {"latency", latency},
               {"per_registration", registrations},
               {"derived", derived}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace kvstash::server
