@@ -13,6 +13,7 @@ packages=(
   libssl-dev
   libcpp-httplib-dev nlohmann-json3-dev
   python3 python3-yaml python3-prometheus-client
+  clang-14 libclang-rt-14-dev llvm-14   # scripts/fuzz.sh: libFuzzer, sanitizers, symbolizer
 )
 
 missing=()
