@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -40,13 +41,26 @@ class StartupChecks : public ::testing::Test {
     std::error_code ignored;
     fs::remove_all(dir_, ignored);
   }
-  // kvstashd on the host backend with a small pool and `args`; the exit code
-  // and what it printed.
+  // kvstashd on the host backend with a small pool and `args`, expected to
+  // refuse to start: the exit code and what it printed. A daemon that starts
+  // instead is killed after 10 s (exit code -1).
   ProcessResult RunDaemon(std::vector<std::string> args) {
-    std::vector<std::string> all = {"--backend", "host", "--l1-gb", "0.03125", "--l1-slice-mb", "4",
+    std::vector<std::string> all = {"timeout", "-s", "KILL", "10", BinaryPath("kvstashd"),
+                                    "--backend", "host", "--l1-gb", "0.03125", "--l1-slice-mb", "4",
                                     "--log-level", "warn"};
     all.insert(all.end(), args.begin(), args.end());
-    return RunBinary("kvstashd", all);
+    std::string command;
+    for (const std::string& a : all) command += "'" + a + "' ";
+    command += "2>&1";
+    ProcessResult result;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return result;
+    char buffer[4096];
+    size_t n = 0;
+    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+    const int status = pclose(pipe);
+    result.exit_code = WIFEXITED(status) && WEXITSTATUS(status) != 137 ? WEXITSTATUS(status) : -1;
+    return result;
   }
   // Starts kvstashd under `umask_bits` and waits until `endpoint` answers a
   // ping; false if it exits first or never answers.
