@@ -107,6 +107,26 @@ TEST_F(HostileInput, OverlongModelNameIsRefusedWithTheLimit) {
   EXPECT_NE(message.find("300 bytes exceed the limit of 256"), std::string::npos) << message;
 }
 
+// A refusal of a well-structured message goes to the request that caused it
+// (not to request id 0, which would fail every request the client has in
+// flight): libkvstash reports it on that call alone.
+TEST_F(HostileInput, RefusalReachesTheRequestThatCausedIt) {
+  dealer_.send(zmq::buffer(Register(std::string(300, 'm'), "")), zmq::send_flags::none);
+  zmq::message_t reply;
+  ASSERT_TRUE(dealer_.recv(reply));
+  auto envelope = proto::VerifyEnvelope(reply.data(), reply.size(), 1 << 24);
+  ASSERT_TRUE(envelope.ok()) << envelope.status().ToString();
+  EXPECT_EQ((*envelope)->request_id(), 77u);
+
+  auto pending = client_->Ping();
+  RegisterOptions options = engine_->Registration(std::string(300, 'm'));
+  auto refused = client_->RegisterKV(options).get();
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("RegisterKVRequest.model"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(pending.get().ok());
+}
+
 TEST_F(HostileInput, WellFormedRegistrationStillWorks) {
   auto [code, message] = Send(Register("model-\xc3\xa4", "tenant"));
   EXPECT_EQ(code, wire::ErrorCode::Ok) << message;

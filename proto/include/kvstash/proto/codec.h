@@ -29,6 +29,11 @@ inline constexpr uint32_t kProtocolVersion = 2;
 // exceed the limit of 256") and the limit.
 Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
                                              size_t max_bytes);
+// The same; *request_id is the envelope's request id whenever the FlatBuffers
+// Verifier accepted the message (even if the schema walk then refused it), so
+// that the refusal reaches the request that caused it; 0 otherwise.
+Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size, size_t max_bytes,
+                                             uint64_t* request_id);
 
 // The finished bytes of one message.
 using Bytes = std::vector<uint8_t>;
