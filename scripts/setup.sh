@@ -14,6 +14,7 @@ packages=(
   libcpp-httplib-dev nlohmann-json3-dev
   libhiredis-dev liburing-dev libxxhash-dev redis-server
   python3 python3-yaml python3-prometheus-client
+  clang-14 libclang-rt-14-dev llvm-14   # scripts/fuzz.sh: libFuzzer, sanitizers, symbolizer
 )
 
 missing=()

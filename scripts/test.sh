@@ -7,3 +7,9 @@ bash scripts/build.sh
 build_dir=${KVSTASH_BUILD_DIR:-build}
 export KVSTASH_BIN_DIR="$PWD/$build_dir/bin"
 ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j "$(nproc)" "$@"
+# Then the request fuzzer: its own clang build, the regression corpus, and
+# KVSTASH_FUZZ_SECONDS of fuzzing (0 skips it).
+fuzz_seconds=${KVSTASH_FUZZ_SECONDS:-60}
+if [ "$fuzz_seconds" != 0 ]; then
+  bash scripts/fuzz.sh "$fuzz_seconds"
+fi

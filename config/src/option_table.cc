@@ -93,7 +93,11 @@ std::vector<OptionSpec> BuildTable() {
                  "Memory backend: cuda (CUDA IPC), host (POSIX shared memory, no GPU), "
                  "or auto (cuda when a GPU is visible)"),
       FloatOption("l1-gb", "KVSTASH_L1_GB", &C::l1_gb, 0.001, 65536,
-                  "L1 pool size in GiB of pinned host memory"),
+                  "L1 pool size in GiB of pinned host memory; kvstashd refuses to start when it "
+                  "exceeds MemAvailable"),
+      FloatOption("l1-share", "KVSTASH_L1_SHARE", &C::l1_share, 0, 0.9,
+                  "L1 pool size as a share of the memory available at start (MemAvailable); "
+                  "0.5 = half. Replaces --l1-gb when above 0"),
       UintOption("l1-slice-mb", "KVSTASH_L1_SLICE_MB", &C::l1_slice_mb, 1, 65536,
                  "Pinning unit in MiB; no slot straddles two slices"),
       UintOption("chunk-tokens", "KVSTASH_CHUNK_TOKENS", &C::chunk_tokens, 1, 65536,

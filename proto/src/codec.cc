@@ -1,10 +1,19 @@
 // Verification and conversions for the wire protocol.
 #include "kvstash/proto/codec.h"
 
+#include "message_rules.h"
+
 namespace kvstash::proto {
 
 Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
                                              size_t max_bytes) {
+  uint64_t ignored = 0;
+  return VerifyEnvelope(data, size, max_bytes, &ignored);
+}
+
+Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size, size_t max_bytes,
+                                             uint64_t* request_id) {
+  *request_id = 0;
   if (size > max_bytes) {
     return Status::TooLarge("message of " + std::to_string(size) + " bytes exceeds the limit of " +
                             std::to_string(max_bytes) + " bytes");
@@ -26,6 +35,10 @@ Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
   if (envelope->body_type() == wire::Body::NONE || envelope->body() == nullptr) {
     return Status::Malformed("envelope has no body");
   }
+  // The structure is sound, so the id is: a refusal from here on can be
+  // answered to the request itself.
+  *request_id = envelope->request_id();
+  KVSTASH_RETURN_IF_ERROR(internal::CheckMessageRules(*envelope));
   return envelope;
 }
 

@@ -17,6 +17,8 @@
 #include "backend_factory.h"
 #include "daemon_logger.h"
 #include "ipc_path.h"
+#include "kvstash/endpoint.h"
+#include "memory_budget.h"
 #include "metrics_endpoint.h"
 #include "prometheus_text.h"
 #include "reply_queue.h"
@@ -31,6 +33,17 @@ constexpr auto kTickInterval = std::chrono::milliseconds(10);  // lease expiry
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int kMaxRequestsPerWake = 256;  // then send replies, so none starve
 constexpr auto kStallSlack = std::chrono::milliseconds(50);  // a turn longer than poll + this stalled
+
+// Fixes the pool size (l1_share of MemAvailable, or l1_gb) and refuses one
+// that does not fit the machine, before any of it is touched.
+Status SizePool(config::ServerConfig& config, const std::string& backend) {
+  Result<MemoryFigures> figures = ReadMemoryFigures();
+  if (!figures.ok()) return figures.status();
+  const uint64_t pool = PoolBytes(config, *figures);
+  KVSTASH_RETURN_IF_ERROR(CheckPoolFits(pool, backend, *figures));
+  config.l1_gb = double(pool) / double(uint64_t{1} << 30);
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -58,12 +71,14 @@ struct Daemon::Impl {
 Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->config.socket = NormalizeEndpoint(config.socket);  // a plain path is an ipc socket
   impl->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->stop_fd < 0) return Status::Internal("eventfd failed");
   Result<std::unique_ptr<Backend>> backend = CreateBackend(config);
   if (!backend.ok()) return backend.status();
+  KVSTASH_RETURN_IF_ERROR(SizePool(impl->config, (*backend)->name()));
   Result<std::unique_ptr<Service>> service =
-      Service::Create(config, std::move(*backend), impl->replies);
+      Service::Create(impl->config, std::move(*backend), impl->replies);
   if (!service.ok()) return service.status();
   impl->service = std::move(*service);
   if (config.metrics_port != 0) {

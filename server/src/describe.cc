@@ -99,7 +99,7 @@ std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
            // counted (docs/protocol.md "Trust").
            {"other_registrations", others},
            {"viewer_is_admin", admin}};
-  return doc.dump();
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
 }
 
 StatsSnapshot Service::ReadStats() const {
@@ -164,7 +164,7 @@ std::string Service::StatsJson() const {
               {"latency", latency},
               {"per_registration", registrations},
               {"derived", derived}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace kvstash::server

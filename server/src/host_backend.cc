@@ -8,9 +8,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <memory>
 #include <cstring>
 #include <string>
+
+#include "daemon_logger.h"
+#include "memory_fault_guard.h"
 
 namespace kvstash::server {
 
@@ -25,8 +29,15 @@ namespace {
 
 class ShmAllocation : public MappedAllocation {
  public:
-  ShmAllocation(uint8_t* base, uint64_t size) : base_(base), size_(size) {}
-  ~ShmAllocation() override { munmap(base_, size_); }
+  ShmAllocation(uint8_t* base, uint64_t size, const std::string& name,
+                std::shared_ptr<ShmNames> names)
+      : base_(base), size_(size), names_(std::move(names)) {
+    names_->Add(base_, size_, name);
+  }
+  ~ShmAllocation() override {
+    names_->Remove(base_);
+    munmap(base_, size_);
+  }
   uint8_t* base() const override { return base_; }
   uint64_t size_bytes() const override { return size_; }
   int device() const override { return 0; }
@@ -34,7 +45,28 @@ class ShmAllocation : public MappedAllocation {
  private:
   uint8_t* base_;
   uint64_t size_;
+  std::shared_ptr<ShmNames> names_;
 };
+
+// One layer of one chunk, as RunGuarded's body.
+struct LayerCopy {
+  Direction direction;
+  const kernels::GroupCopy* layer;
+  const kernels::ChunkCopy* chunk;
+  Status status;  // set only when the copy ran to its end
+};
+
+void RunLayerCopy(void* arg) {
+  auto* copy = static_cast<LayerCopy*>(arg);
+  // The checks before the copies build Status values (strings): they run to
+  // completion before any engine byte is touched, so a jump back from a
+  // fault never skips a live destructor that owns memory. LayerCopy::status
+  // is assigned only after the copy finished.
+  Status status = copy->direction == Direction::kStore
+                      ? kernels::GatherChunksCpu(*copy->layer, copy->chunk, 1)
+                      : kernels::ScatterChunksCpu(*copy->layer, copy->chunk, 1);
+  copy->status = std::move(status);
+}
 
 Status CheckShmName(const std::string& name) {
   if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
@@ -47,7 +79,27 @@ Status CheckShmName(const std::string& name) {
 
 }  // namespace
 
-HostBackend::HostBackend(size_t copy_threads) : pool_(copy_threads > 0 ? copy_threads - 1 : 0) {}
+void ShmNames::Add(const uint8_t* base, uint64_t bytes, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  by_base_[reinterpret_cast<uintptr_t>(base)] = {bytes, name};
+}
+
+void ShmNames::Remove(const uint8_t* base) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  by_base_.erase(reinterpret_cast<uintptr_t>(base));
+}
+
+std::string ShmNames::Find(uintptr_t address) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = by_base_.upper_bound(address);
+  if (it == by_base_.begin()) return "";
+  --it;
+  return address < it->first + it->second.first ? it->second.second : "";
+}
+
+HostBackend::HostBackend(size_t copy_threads) : pool_(copy_threads > 0 ? copy_threads - 1 : 0) {
+  MemoryFaultGuard::Install();
+}
 
 Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec& spec) {
   if (spec.kind != AllocationSpec::Kind::kHostShm) {
@@ -87,8 +139,8 @@ Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec
     return Status::Exhausted("mmap of shared memory " + spec.shm_name + " failed: " +
                              std::strerror(errno));
   }
-  return std::shared_ptr<MappedAllocation>(
-      std::make_shared<ShmAllocation>(static_cast<uint8_t*>(base), spec.size_bytes));
+  return std::shared_ptr<MappedAllocation>(std::make_shared<ShmAllocation>(
+      static_cast<uint8_t*>(base), spec.size_bytes, spec.shm_name, names_));
 }
 
 SlabHooks HostBackend::slab_hooks() {
@@ -135,15 +187,35 @@ Status HostBackend::Copy(Direction direction, int /*device*/,
     }
     const kernels::GroupCopy& layer = layers[i / chunks.size()];
     const kernels::ChunkCopy& chunk = chunks[c];
-    failures[i] = direction == Direction::kStore ? kernels::GatherChunksCpu(layer, &chunk, 1)
-                                                 : kernels::ScatterChunksCpu(layer, &chunk, 1);
+    failures[i] = CopyGuarded(direction, layer, chunk);
   });
   deadlines.missed.resize(chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) deadlines.missed[c] = missed[c].load() ? 1 : 0;
   for (Status& s : failures) {
-    if (!s.ok()) return s;
+    if (s.ok()) continue;
+    Logger()->warn("{} of {} chunks failed: {}", direction == Direction::kStore ? "store" : "retrieve",
+                   chunks.size(), s.message());
+    return s;
   }
   return Status::Ok();
+}
+
+Status HostBackend::CopyGuarded(Direction direction, const kernels::GroupCopy& layer,
+                                const kernels::ChunkCopy& chunk) const {
+  LayerCopy copy{direction, &layer, &chunk, Status::Internal("copy did not finish")};
+  const uint8_t* engine = layer.layer_bases[0];
+  uintptr_t fault = 0;
+  if (MemoryFaultGuard::RunGuarded(engine, LayerExtentBytes(layer.geometry), RunLayerCopy, &copy,
+                                   &fault)) {
+    return copy.status;
+  }
+  std::string name = names_->Find(fault);
+  char offset[32];
+  std::snprintf(offset, sizeof(offset), "%#lx", static_cast<unsigned long>(fault - uintptr_t(engine)));
+  const std::string what = "shared memory " + (name.empty() ? std::string("of the engine") : name) +
+                           " shrank under the daemon (SIGBUS at layer offset " + offset +
+                           "): the engine truncated or resized it after registering";
+  return Status::DeviceError(what);
 }
 
 }  // namespace kvstash::server

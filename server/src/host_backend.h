@@ -2,14 +2,35 @@
 // copies (the kernels' CPU twins) spread over a thread pool. It runs the same
 // server, pool, index and protocol code as the CUDA backend, so the whole
 // multi-process path is exercised on machines without a GPU.
+//
+// An engine can shrink its shared memory under the daemon: every copy of
+// engine memory runs under MemoryFaultGuard, so such a copy fails with
+// DeviceError naming the shared memory object instead of killing kvstashd.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "backend.h"
 #include "thread_pool.h"
 
 namespace kvstash::server {
+
+// The names of the shared memory objects mapped now, by mapping address:
+// read only to name the object in an error. Thread-safe.
+class ShmNames {
+ public:
+  void Add(const uint8_t* base, uint64_t bytes, const std::string& name);
+  void Remove(const uint8_t* base);
+  // The object mapped at `address`, or "" when none is.
+  std::string Find(uintptr_t address) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<uintptr_t, std::pair<uint64_t, std::string>> by_base_;  // GUARDED_BY(mutex_)
+};
 
 class HostBackend : public Backend {
  public:
@@ -22,6 +43,11 @@ class HostBackend : public Backend {
               const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) override;
 
  private:
+  // Copies one layer of one chunk; a SIGBUS on the engine layer becomes an
+  // error naming the shared memory object.
+  Status CopyGuarded(Direction direction, const kernels::GroupCopy& layer,
+                     const kernels::ChunkCopy& chunk) const;
+  std::shared_ptr<ShmNames> names_ = std::make_shared<ShmNames>();
   ThreadPool pool_;
 };
 

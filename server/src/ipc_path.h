@@ -12,7 +12,10 @@ namespace kvstash::server {
 
 // "" for endpoints that are not ipc://.
 std::string IpcPath(const std::string& endpoint);
-// Creates the folder; fails if a process accepts connections at `path`.
+// Creates missing folders (mode 0750, whatever the umask) and clears the
+// way for bind: nothing at `path` is fine, a stale socket (nobody listening)
+// is removed; a live daemon's socket, a regular file or anything else that
+// is not a socket is refused, naming what is there.
 Status PrepareIpcPath(const std::string& path);
 
 }  // namespace kvstash::server

@@ -65,12 +65,13 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
 std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data,
                                             size_t size) {
   Stats::Add(stats_.requests);
+  uint64_t request_id = 0;  // known once the envelope's structure verified
   Result<const wire::Envelope*> envelope =
-      proto::VerifyEnvelope(data, size, uint64_t(config_.max_message_mb) << 20);
+      proto::VerifyEnvelope(data, size, uint64_t(config_.max_message_mb) << 20, &request_id);
   if (!envelope.ok()) {
     Stats::Add(stats_.malformed_messages);
     Stats::Add(stats_.request_errors);
-    return proto::ErrorMessage(0, envelope.status());
+    return proto::ErrorMessage(request_id, envelope.status());
   }
   Request request{peer, (*envelope)->request_id(), RequestKind::kPing, Clock::now(), std::nullopt};
   peers_.Heard(peer.id, request.start);

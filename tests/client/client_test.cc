@@ -291,7 +291,13 @@ TEST(Client, LostConnectionFailsSentRequestsAndRestartInvalidatesRegistrations) 
   ASSERT_NE(client, nullptr);
 
   // Register (reply id 7) in the first boot.
-  auto registering = client->RegisterKV(RegisterOptions{});
+  // Well-formed enough to pass the daemon-side message checks the fake
+  // router runs (a model, an allocation, a layer).
+  RegisterOptions options;
+  options.model = "m";
+  options.allocations.push_back(HostShm{"/kvstash-fake", 4096});
+  options.layers.push_back(LayerDesc{});
+  auto registering = client->RegisterKV(options);
   auto request = first->Receive();
   ASSERT_TRUE(request);
   first->Reply(*request, RegisterKVReply(request->request_id(), 7));

@@ -59,3 +59,32 @@ TEST(Geometry, RejectsExtentsThatOverflow) {
 
 }  // namespace
 }  // namespace kvstash
+
+namespace kvstash {
+namespace {
+
+// Issue 8 (UBSan): a span past 2^64 bytes was converted from a float to an
+// integer (undefined) and printed as "must be at least 0 bytes".
+TEST(Geometry, RefusesASpanPastTheLimitWithExactFigures) {
+  const LayerGeometry g{1, 2, 0xffffffffu, 0xffffffffu, 64, 0, (uint64_t{1} << 38) + 1,
+                        uint64_t{1} << 38, 64, DType::kU8};
+  const Status s = ValidateGeometry(g);
+  ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().find("at least 0 bytes"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("token_stride 274877906944 times 4294967294"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("4611686018427387904 bytes"), std::string::npos) << s.message();
+}
+
+TEST(Geometry, OverlapMessageNamesTheExactSpan) {
+  // Heads of 64 bytes, 3 of them 64 apart: tokens must be at least 192 apart.
+  const LayerGeometry g{4, 1, 16, 3, 64, 16 * 100, 0, 100, 64, DType::kU8};
+  const Status s = ValidateGeometry(g);
+  ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("token_stride 100 makes entries overlap: it must be at least 192 bytes"),
+            std::string::npos)
+      << s.message();
+}
+
+}  // namespace
+}  // namespace kvstash

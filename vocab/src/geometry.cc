@@ -9,6 +9,12 @@
 
 namespace kvstash {
 
+namespace {
+// No layer spans more than 2^62 bytes: offsets and their sums stay far from
+// uint64_t's end.
+constexpr uint64_t kMaxLayerExtentBytes = uint64_t{1} << 62;
+}  // namespace
+
 uint32_t DTypeBytes(DType dtype) {
   switch (dtype) {
     case DType::kU8:
@@ -63,24 +69,38 @@ Status ValidateGeometry(const LayerGeometry& g) {
                 {"block_stride", g.num_blocks, g.block_stride}};
   std::sort(std::begin(dims), std::end(dims),
             [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
-  long double span = g.head_bytes;
+  // Exact integer arithmetic: a span past 2^64 bytes is refused as such
+  // (converting a float that large to an integer is undefined, and printed
+  // "must be at least 0 bytes").
+  uint64_t span = g.head_bytes;
   for (const Dim& d : dims) {
     if (d.count <= 1) continue;
-    if ((long double)d.stride < span) {
+    if (d.stride < span) {
       return Status::InvalidArgument(std::string(d.name) + " " + std::to_string(d.stride) +
                                      " makes entries overlap: it must be at least " +
-                                     std::to_string((uint64_t)span) + " bytes");
+                                     std::to_string(span) + " bytes");
     }
-    span = (long double)d.stride * (d.count - 1) + span;
+    uint64_t next = 0;
+    if (__builtin_mul_overflow(d.stride, d.count - 1, &next) ||
+        __builtin_add_overflow(next, span, &next) || next > kMaxLayerExtentBytes) {
+      return Status::InvalidArgument(std::string(d.name) + " " + std::to_string(d.stride) +
+                                     " times " + std::to_string(d.count - 1) +
+                                     " makes the layer span more than " +
+                                     std::to_string(kMaxLayerExtentBytes) + " bytes");
+    }
+    span = next;
   }
-  // Extents must not overflow: bound every term.
+  // Extents must not overflow: bound every term (each is below 2^32 * 2^64,
+  // so long double, with its 64-bit mantissa, compares them without a cast
+  // back to an integer).
   const long double extent =
       (long double)(g.num_blocks - 1) * g.block_stride +
       (long double)(g.kv_count - 1) * g.kv_stride +
       (long double)(g.block_tokens - 1) * g.token_stride +
       (long double)(g.num_heads - 1) * g.head_stride + g.head_bytes;
-  if (extent > (long double)(uint64_t{1} << 62)) {
-    return Status::InvalidArgument("layer extent overflows: strides too large");
+  if (extent > (long double)kMaxLayerExtentBytes) {
+    return Status::InvalidArgument("layer extent overflows: strides too large (the limit is " +
+                                   std::to_string(kMaxLayerExtentBytes) + " bytes)");
   }
   return Status::Ok();
 }

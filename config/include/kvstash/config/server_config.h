@@ -19,6 +19,7 @@ struct ServerConfig {
   uint32_t socket_mode = 0660;            // file mode of an ipc:// socket
   std::string backend = "auto";           // auto | host | cuda
   double l1_gb = 4.0;                     // L1 pinned pool size
+  double l1_share = 0;                    // > 0: pool = this share of MemAvailable, not l1_gb
   uint32_t l1_slice_mb = 256;             // pinning and slab unit; no slot straddles one
   uint32_t chunk_tokens = 256;
   uint32_t max_chunks_per_request = 1024;

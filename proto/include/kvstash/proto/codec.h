@@ -20,10 +20,20 @@ namespace kvstash::proto {
 // Bump on any incompatible change to kvstash.fbs; Hello rejects a mismatch.
 inline constexpr uint32_t kProtocolVersion = 2;
 
-// Runs the FlatBuffers Verifier (with depth and table limits) and returns the
-// envelope, or MalformedMessage naming what was wrong.
+// Runs the FlatBuffers Verifier (with depth and table limits), then walks the
+// message along the schema: every union that names a member carries its
+// table, every string is UTF-8 without NUL, and the schema's kvstash_*
+// attributes hold (required fields, non-empty vectors, string byte limits,
+// exact vector lengths). Returns the envelope, or MalformedMessage /
+// InvalidArgument naming the field ("RegisterKVRequest.model: 300 bytes
+// exceed the limit of 256") and the limit.
 Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
                                              size_t max_bytes);
+// The same; *request_id is the envelope's request id whenever the FlatBuffers
+// Verifier accepted the message (even if the schema walk then refused it), so
+// that the refusal reaches the request that caused it; 0 otherwise.
+Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size, size_t max_bytes,
+                                             uint64_t* request_id);
 
 // The finished bytes of one message.
 using Bytes = std::vector<uint8_t>;

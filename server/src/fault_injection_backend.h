@@ -1,0 +1,76 @@
+// A backend that wraps a real one and makes its copies fail, stall or die at
+// chosen points: leveldb's FaultInjectionTestEnv for engine memory. Tests
+// put it under a Service to show that failures come back per chunk, that a
+// failed store is never visible, that a stalled copy still gets exactly one
+// reply, and that nothing stale is served after a failed copy.
+// Thread-safe: rules may change while copies run.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "backend.h"
+
+namespace kvstash::server {
+
+struct FaultRule {
+  enum class Action {
+    kFail,   // copy the chunks before `chunk_index` for real, then fail
+    kStall,  // sleep `stall`, then copy for real
+    kDie,    // end the process at once (_exit), as a crash mid-copy would
+  };
+  Action action = Action::kFail;
+  std::optional<Direction> direction;  // unset: either
+  // The rule fires on the n-th matching Copy call (1-based), counted from
+  // when the rule was added; 0: on every matching call.
+  uint64_t nth_copy = 0;
+  // kFail: chunks [0, chunk_index) of the call are copied before the
+  // failure, so a partial copy is what the service must clean up.
+  uint32_t chunk_index = 0;
+  std::chrono::milliseconds stall{0};
+  Status error = Status::DeviceError("injected copy failure");
+};
+
+class FaultInjectionBackend : public Backend {
+ public:
+  explicit FaultInjectionBackend(std::unique_ptr<Backend> real) : real_(std::move(real)) {}
+
+  void AddRule(FaultRule rule);
+  void ClearRules();
+  // Copy calls seen so far in each direction.
+  uint64_t copies(Direction direction) const;
+
+  const char* name() const override { return real_->name(); }
+  int num_devices() const override { return real_->num_devices(); }
+  Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) override {
+    return real_->Open(spec);
+  }
+  SlabHooks slab_hooks() override { return real_->slab_hooks(); }
+  Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const override {
+    return real_->CheckRegistration(device, groups);
+  }
+  Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
+              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) override;
+  void Describe(nlohmann::json& out) const override { real_->Describe(out); }
+
+ private:
+  struct ActiveRule {
+    FaultRule rule;
+    uint64_t seen = 0;  // matching calls since the rule was added
+  };
+  // The rule that fires for this call, if any.
+  std::optional<FaultRule> Match(Direction direction);
+
+  std::unique_ptr<Backend> real_;
+  mutable std::mutex mutex_;
+  std::vector<ActiveRule> rules_;  // GUARDED_BY(mutex_)
+  std::atomic<uint64_t> store_copies_{0};
+  std::atomic<uint64_t> retrieve_copies_{0};
+};
+
+}  // namespace kvstash::server
