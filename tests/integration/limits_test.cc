@@ -120,11 +120,12 @@ TEST_F(Limits, RequestsInFlightPerClientAreBounded) {
 TEST_F(Limits, NamesLongerThan256BytesAreRefused) {
   auto reg = client_->RegisterKV(engine_->Registration(std::string(257, 'm'))).get();
   ASSERT_FALSE(reg.ok());
-  EXPECT_EQ(reg.status().code(), StatusCode::kTooLarge);
-  EXPECT_NE(reg.status().message().find("257 bytes; the limit is 256"), std::string::npos);
+  EXPECT_EQ(reg.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reg.status().message().find("RegisterKVRequest.model: 257 bytes exceed the limit of 256"),
+            std::string::npos);
   auto salted = client_->RegisterKV(engine_->Registration("m", std::string(300, 's'))).get();
   ASSERT_FALSE(salted.ok());
-  EXPECT_EQ(salted.status().code(), StatusCode::kTooLarge);
+  EXPECT_EQ(salted.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

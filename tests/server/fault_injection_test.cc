@@ -4,6 +4,8 @@
 // stale is served after a failed copy.
 #include "fault_injection_backend.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -16,6 +18,11 @@
 
 namespace kvstash::server {
 namespace {
+
+// A connection of this process: its credentials open the shm it creates.
+Peer Self(const char* id) {
+  return Peer{id, PeerCredentials{::getuid(), ::getgid(), ::getpid()}};
+}
 
 using kvstash::testing::Blocks;
 using kvstash::testing::EngineKv;
@@ -55,7 +62,7 @@ class FaultInjection : public ::testing::Test {
   // or those that came through the reply queue once its copies finished).
   std::vector<proto::Bytes> Call(const proto::Bytes& message) {
     std::vector<proto::Bytes> out;
-    std::optional<proto::Bytes> now = service_->Handle("peer", message.data(), message.size());
+    std::optional<proto::Bytes> now = service_->Handle(Self("peer"), message.data(), message.size());
     if (now) out.push_back(std::move(*now));
     while (service_->deferred_in_flight() > 0) std::this_thread::yield();
     for (OutgoingReply& r : replies_.TakeAll()) out.push_back(std::move(r.bytes));
@@ -213,11 +220,11 @@ TEST_F(FaultInjection, StalledCopyGetsExactlyOneReplyAndDoesNotBlockOthers) {
                     std::chrono::milliseconds(300)});
   const auto started = std::chrono::steady_clock::now();
   const proto::Bytes store = TransferMessage(21, Direction::kStore, Chunks(tokens, Blocks(0, 4)));
-  EXPECT_FALSE(service_->Handle("peer", store.data(), store.size()).has_value());
+  EXPECT_FALSE(service_->Handle(Self("peer"), store.data(), store.size()).has_value());
   // The frontend answers others while the copy stalls.
   flatbuffers::FlatBufferBuilder fbb;
   const proto::Bytes ping = proto::Finish(fbb, 22, wire::Body::PingRequest, wire::CreatePingRequest(fbb).Union());
-  auto pong = service_->Handle("other", ping.data(), ping.size());
+  auto pong = service_->Handle(Self("other"), ping.data(), ping.size());
   ASSERT_TRUE(pong.has_value());
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(200));
   EXPECT_EQ(service_->deferred_in_flight(), 1u);
