@@ -337,7 +337,10 @@ KVSTASH_API void kvstash_call_free(kvstash_call* call);
  * with kvstash_take_completed. Owned by the client: do not close it. */
 KVSTASH_API int kvstash_completion_fd(kvstash_client* client);
 /* Moves up to max completed, not yet taken, not freed calls into calls[], in
- * completion order, and returns how many. A call is taken at most once. */
+ * completion order, and returns how many. A call is taken at most once; a
+ * call freed first is never returned. Calls collected with kvstash_call_wait
+ * are takeable too until freed: on one handle, collect calls one way, or
+ * free each call in one place only. */
 KVSTASH_API size_t kvstash_take_completed(kvstash_client* client, kvstash_call** calls,
                                           size_t max);
 
