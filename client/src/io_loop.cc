@@ -170,7 +170,7 @@ void IoLoop::Accept(Request request) {
     Complete(request, Status::Unavailable(request.Name() + " not sent: " + down_why_));
     return;
   }
-  if (!handshaken_ && handshake_id_ == 0) handshake_wanted_ = true;
+  if (!handshaken_ && handshake_id_ == 0 && registering_again_ == 0) handshake_wanted_ = true;
   outbox_.push_back(request.id);
   pending_.Add(std::move(request));
 }
@@ -341,7 +341,7 @@ void IoLoop::OnConnected() {
   connected_ = true;
   goodbye_ = false;
   Log(LogLevel::kDebug, "connected to kvstashd at " + options_.endpoint);
-  if (!handshaken_ && handshake_id_ == 0) handshake_wanted_ = true;
+  if (!handshaken_ && handshake_id_ == 0 && registering_again_ == 0) handshake_wanted_ = true;
 }
 
 void IoLoop::OnDisconnected() {

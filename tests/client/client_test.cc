@@ -330,6 +330,8 @@ TEST(Client, LostConnectionFailsRequestsAndRestartRegistersAgainUnderTheSameId) 
   ASSERT_EQ(hello->type(), wire::Body::HelloRequest);
   auto store = client->Store(7, DummyChunks(1));  // waits for the registration
   second.Reply(*hello, HelloReply(hello->request_id(), kBoot2));
+  // One more while it registers again: it waits too (and starts no second Hello).
+  auto store_during = client->Store(7, DummyChunks(1));
   auto again = second.Receive();
   ASSERT_TRUE(again);
   ASSERT_EQ(again->type(), wire::Body::RegisterKVRequest);
@@ -339,6 +341,12 @@ TEST(Client, LostConnectionFailsRequestsAndRestartRegistersAgainUnderTheSameId) 
   ASSERT_EQ(sent->type(), wire::Body::StoreRequest);
   EXPECT_EQ(sent->envelope().body_as_StoreRequest()->registration_id(), 9u);
   second.Reply(*sent, StoreReply(sent->request_id(), {{ChunkResult::kStored, 256}}));
+  auto sent_during = second.Receive();
+  ASSERT_TRUE(sent_during);
+  ASSERT_EQ(sent_during->type(), wire::Body::StoreRequest);
+  EXPECT_EQ(sent_during->envelope().body_as_StoreRequest()->registration_id(), 9u);
+  second.Reply(*sent_during, StoreReply(sent_during->request_id(), {{ChunkResult::kStored, 256}}));
+  EXPECT_TRUE(store_during.get().ok());
   auto stored = store.get();
   ASSERT_TRUE(stored.ok()) << stored.status().ToString();
   EXPECT_EQ((*stored)[0].result, ChunkResult::kStored);
