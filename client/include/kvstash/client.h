@@ -5,11 +5,14 @@
 //   auto chunks = kvstash::PromptChunks(reg, tokens, n, block_table, num_blocks);
 //   auto outcomes = client->Store(reg.id, chunks).get();
 //
-// Every call returns a future at once; many requests may be in flight. Each
-// future is always satisfied: with the reply, the daemon's error, TimedOut
-// when no reply came within ClientOptions::request_timeout, Unavailable when
-// the connection was lost or kvstashd restarted, or Cancelled when the Client
-// is destroyed first.
+// Every call returns a future at once (or takes a callback); many requests
+// may be in flight. Each is always completed: with the reply, the daemon's
+// error, TimedOut when no reply came within ClientOptions::request_timeout
+// (also the request's deadline on the wire), Unavailable when kvstashd said
+// Goodbye, died, hung for about a second, or is not reachable (then new
+// requests fail at once), or Cancelled when the Client is destroyed first.
+// After kvstashd restarts, the client registers its registrations again by
+// itself, under the same ids (docs/protocol.md, "Client behaviour").
 #pragma once
 
 #include <chrono>
@@ -53,7 +56,8 @@ struct ClientOptions {
 class Client {
  public:
   // Connects and says Hello (protocol version check). Fails with Unavailable
-  // when no kvstashd answers, UnsupportedVersion on a version mismatch.
+  // naming the endpoint at once when nothing listens there (no socket file,
+  // a stale one), UnsupportedVersion on a version mismatch.
   static Result<std::unique_ptr<Client>> Connect(ClientOptions options);
 
   // Fails requests still pending with Cancelled and joins the I/O thread.
