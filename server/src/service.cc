@@ -259,6 +259,12 @@ Service::Reply Service::StatsReply(const Request& r) {
   return std::optional<ReplyBody>();
 }
 
+proto::Bytes Service::GoodbyeMessage(const std::string& reason) {
+  flatbuffers::FlatBufferBuilder fbb(64 + reason.size());
+  auto body = wire::CreateGoodbyeDirect(fbb, reason.c_str());
+  return proto::Finish(fbb, 0, wire::Body::Goodbye, body.Union());
+}
+
 Service::Reply Service::Ping(const Request&) {
   PingReply reply;
   reply.uptime_ms = uint64_t(
