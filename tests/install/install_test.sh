@@ -37,9 +37,9 @@ ls "$libdir"/libkvstash.so* >/dev/null || { echo "missing libkvstash.so"; exit 1
 
 # Exactly the public headers: client/include and vocab/include (and the
 # headers the build generates for vocab), nothing from src/.
-expected=$( (cd "$source_dir/client/include" && find kvstash -name '*.h');
-            (cd "$source_dir/vocab/include" && find kvstash -name '*.h');
-            (cd "$build/vocab/include" && find kvstash -name '*.h') | sort -u)
+expected=$({ (cd "$source_dir/client/include" && find kvstash -name '*.h');
+              (cd "$source_dir/vocab/include" && find kvstash -name '*.h');
+              (cd "$build/vocab/include" && find kvstash -name '*.h'); } | sort -u)
 installed=$(cd "$prefix/include" && find . -type f | sed 's|^\./||' | sort)
 if [ "$expected" != "$installed" ]; then
   echo "installed headers differ from the public ones:"
@@ -66,7 +66,7 @@ if command -v systemd-analyze >/dev/null; then
 fi
 
 echo "== kvstashd from the installed tree"
-socket="$work/kvstash.sock"
+socket="ipc://$work/kvstash.sock"
 "$prefix/bin/kvstashd" --socket "$socket" --backend host --l1-gb 0.0625 --l1-slice-mb 4 \
   >"$work/kvstashd.log" 2>&1 &
 daemon=$!
