@@ -19,11 +19,13 @@ def skip_reasons(log_text):
     for block in re.finditer(r"^\d+/\d+ Test: (\S+)\n(.*?)^<end of output>", log_text,
                              re.S | re.M):
         name, body = block.group(1), block.group(2)
-        if "[  SKIPPED ]" not in body:
+        # Our scripts print "SKIPPED: REASON" and exit 77 (SKIP_RETURN_CODE).
+        script = re.search(r"^SKIPPED: (.*)$", body, re.M)
+        if "[  SKIPPED ]" not in body and not script:
             continue
         # GoogleTest: "file:line: Skipped\nREASON\n" before "[  SKIPPED ] ...".
         found = re.search(r": Skipped\n(.*?)\n(?:\n|\[  SKIPPED \])", body, re.S)
-        reason = found.group(1).strip() if found else "(no reason given)"
+        reason = (script or found).group(1).strip() if (script or found) else "(no reason given)"
         yield name, " ".join(reason.split())
 
 

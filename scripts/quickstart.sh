@@ -42,7 +42,7 @@ step "built in $((SECONDS - start)) s"
 
 bin="$PWD/$build_dir/bin"
 run_dir=$(mktemp -d /tmp/kvstash-quickstart-XXXXXX)
-socket="$run_dir/kvstash.sock"  # a plain path is an ipc socket
+socket="ipc://$run_dir/kvstash.sock"
 "$bin/kvstashd" --socket "$socket" --backend host --l1-gb "${KVSTASH_L1_GB:-2}" >>"$log" 2>&1 &
 daemon=$!
 cleanup() {

@@ -14,6 +14,14 @@ namespace kvstash::cli {
 
 namespace {
 
+// The workloads themselves live in kvstash::bench_core (client/src/bench/).
+using bench::BenchConfig;
+using bench::BenchResults;
+#if KVSTASH_HAVE_CUDA
+using bench::CudaBenchConfig;
+using bench::CudaBenchResults;
+#endif
+
 struct BenchOptions {
   BenchConfig config;
   std::string dtype = "bf16";
@@ -39,9 +47,10 @@ int RunCudaBenchCommand(const CommonOptions& common, const BenchOptions& options
   CudaBenchConfig config;
   config.chunk_counts = options.cuda_chunk_counts;
   config.latency_samples = options.cuda_latency_samples;
-  Result<CudaBenchResults> results = RunCudaBench(**client, config);
+  Result<CudaBenchResults> results = bench::RunCudaBench(**client, config);
   if (!results.ok()) return Fail("bench", results.status());
-  std::cout << (common.json ? CudaBenchJson(*results).dump(2) + "\n" : CudaBenchText(*results));
+  std::cout << (common.json ? bench::CudaBenchJson(*results).dump(2) + "\n"
+                            : bench::CudaBenchText(*results));
   return results->passed() ? 0 : 1;
 #else
   (void)common;
@@ -56,12 +65,12 @@ int RunBenchCommand(const CommonOptions& common, BenchOptions& options) {
   options.config.shape.dtype = DTypeNames().at(options.dtype);
   auto client = ConnectCli(common, kBenchTimeoutMs);
   if (!client.ok()) return Fail("bench", client.status());
-  Result<BenchResults> results = RunBench(**client, options.config);
+  Result<BenchResults> results = bench::RunBench(**client, options.config);
   if (!results.ok()) return Fail("bench", results.status());
   if (common.json) {
-    std::cout << BenchJson(options.config, *results).dump(2) << "\n";
+    std::cout << bench::BenchJson(options.config, *results).dump(2) << "\n";
   } else {
-    std::cout << BenchText(options.config, *results);
+    std::cout << bench::BenchText(options.config, *results);
   }
   return results->passed() ? 0 : 1;
 }

@@ -225,18 +225,6 @@ class Renderer {
 
 }  // namespace
 
-std::string HumanBytes(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  size_t unit = 0;
-  while (bytes >= 1024 && unit + 1 < std::size(kUnits)) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
-  return text;
-}
-
 std::string RenderJson(const nlohmann::ordered_json& document) {
   Renderer renderer;
   renderer.Document(document);

@@ -10,7 +10,7 @@
 #include "bench_kv.h"
 #include "kvstash/client.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 struct BenchConfig {
   std::string backend = "host";
@@ -75,4 +75,4 @@ std::string HitShortfallReason(const BenchResults& results);
 // request failed), while data mismatches are reported in the results.
 Result<BenchResults> RunBench(Client& client, const BenchConfig& config);
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

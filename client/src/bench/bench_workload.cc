@@ -4,7 +4,7 @@
 #include <chrono>
 #include <map>
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 namespace {
 
@@ -280,4 +280,4 @@ Result<BenchResults> RunBench(Client& client, const BenchConfig& config) {
   return results;
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

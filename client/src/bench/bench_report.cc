@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "json_table.h"
+#include "human_bytes.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 namespace {
 
@@ -143,4 +143,4 @@ nlohmann::ordered_json BenchJson(const BenchConfig& config, const BenchResults& 
   };
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench
