@@ -16,7 +16,7 @@ import sys
 def skip_reasons(log_text):
     """Yields (test name, reason) for every test whose output has a skip."""
     # Each test's block: "N/M Test: NAME" ... "Output:" ... "<end of output>".
-    for block in re.finditer(r"^\d+/\d+ Test: (\S+)\n(.*?)^<end of output>", log_text,
+    for block in re.finditer(r"^\d+/\d+ Test: ([^\n]+)\n(.*?)^<end of output>", log_text,
                              re.S | re.M):
         name, body = block.group(1), block.group(2)
         # Our scripts print "SKIPPED: REASON" and exit 77 (SKIP_RETURN_CODE).
@@ -35,12 +35,16 @@ def main():
     log = pathlib.Path(sys.argv[1]) / "Testing" / "Temporary" / "LastTest.log"
     if not log.exists():
         return
-    reasons = sorted(set(skip_reasons(log.read_text(errors="replace"))))
-    if not reasons:
+    by_reason = {}
+    for name, reason in sorted(set(skip_reasons(log.read_text(errors="replace")))):
+        by_reason.setdefault(reason, []).append(name.split("  #")[0])
+    if not by_reason:
         return
-    print(f"\n{len(reasons)} skipped test(s), and why:")
-    for name, reason in reasons:
-        print(f"  {name}: {reason}")
+    total = sum(len(names) for names in by_reason.values())
+    print(f"\n{total} test(s) skipped, and why:")
+    for reason, names in by_reason.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        print(f"  {reason}\n    ({shown})")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ FOREIGN_FLAGS = {
     "--ipc", "--name", "--no-healthcheck", "--output-on-failure", "--pid", "--profile",
     "--rm", "--shm-size", "--test-dir", "--ulimit", "--dry-run", "--prefix", "--install",
     "--target", "--label-regex", "--runtime", "--isolation", "--volume", "--user",
+    "--cflags", "--libs", "--now",
 }
 DOCS = ["README.md", "docs/*.md"]
 # Files other than docs where a KVSTASH_* variable may be defined: the
