@@ -56,8 +56,8 @@ name=kvstash-ct-$$
 volume=kvstash-ct-run-$$
 # Podman asks for more than this machine's hard limits allow: ask for those.
 cap() { local hard=$1 want=$2; [ "$hard" = unlimited ] || [ "$hard" -ge "$want" ] && echo "$want" || echo "$hard"; }
-nofile=$(cap "$(ulimit -Hn)" 65536)
-nproc=$(cap "$(ulimit -Hu)" 65536)
+nofile=$(cap "$(ulimit -Hn)" 16384)
+nproc=$(cap "$(ulimit -Hu)" 4096)
 limits=(--ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
 run_opts=(--runtime runc "${limits[@]}")
 
