@@ -17,9 +17,9 @@ log="$PWD/$build_dir/quickstart.log"
 
 cat <<INTRO
 kvstash quick start: builds kvstashd and the kvstash CLI (host backend, no
-tests or CUDA kernels; about 2-3 minutes on 2 cores the first time, seconds
-after), starts kvstashd on a private socket and runs the synthetic engine
-workload against it. Build output, daemon logs and stats: $log
+tests or CUDA kernels: about 5 CPU-minutes, so about 3 minutes on 2 idle
+cores the first time, seconds after), starts kvstashd on a private socket and
+runs the synthetic engine workload against it. Build output, daemon logs and stats: $log
 (./scripts/test.sh builds everything and runs every test.)
 INTRO
 
