@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 build_dir=${KVSTASH_BUILD_DIR:-build}
 export KVSTASH_BIN_DIR="$PWD/$build_dir/bin"
+# Skipped tests' reasons (ctest keeps them in its log), whatever the outcome.
+trap 'python3 scripts/ctest_skip_reasons.py "$build_dir"' EXIT
 ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j "$(nproc)" "$@"
 # Then the request fuzzer: its own clang build, the regression corpus, and
 # KVSTASH_FUZZ_SECONDS of fuzzing (0 skips it).

@@ -8,7 +8,7 @@
 #include "bench_pattern.h"
 #include "bench_report.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 namespace {
 
 TEST(BenchPattern, DependsOnEveryField) {
@@ -104,4 +104,4 @@ TEST(BenchReport, PercentileIsNearestRank) {
 }
 
 }  // namespace
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -2,6 +2,10 @@
 // other subcommands print tables or JSON, failures exit non-zero.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdlib>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "daemon_process.h"
@@ -88,6 +92,116 @@ TEST_F(Cli, FailuresExitNonZeroWithTheError) {
   const ProcessResult bad = Run({"bench", "--prompt-tokens", "10", "--shared-prefix-tokens", "20"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("exceeds --prompt-tokens"), std::string::npos) << bad.output;
+}
+
+TEST_F(Cli, GlobalOptionsGoBeforeOrAfterTheSubcommand) {
+  const ProcessResult before = RunBinary("kvstash", {"--socket", daemon_->socket(), "ping"});
+  EXPECT_EQ(before.exit_code, 0) << before.output;
+  const ProcessResult after = RunBinary("kvstash", {"ping", "--socket", daemon_->socket()});
+  EXPECT_EQ(after.exit_code, 0) << after.output;
+  const ProcessResult json_first =
+      RunBinary("kvstash", {"--json", "--socket", daemon_->socket(), "stats"});
+  ASSERT_EQ(json_first.exit_code, 0) << json_first.output;
+  EXPECT_TRUE(nlohmann::json::accept(json_first.output)) << json_first.output;
+}
+
+TEST_F(Cli, APlainPathIsAnIpcSocket) {
+  const ProcessResult plain = RunBinary("kvstash", {"ping", "--socket", daemon_->socket_path()});
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("at ipc://" + daemon_->socket_path()), std::string::npos)
+      << plain.output;
+}
+
+TEST_F(Cli, KvstashSocketIsTheDefault) {
+  ::setenv("KVSTASH_SOCKET", daemon_->socket_path().c_str(), 1);
+  const ProcessResult from_env = RunBinary("kvstash", {"ping"});
+  // --socket wins over the environment.
+  const ProcessResult flag_wins =
+      RunBinary("kvstash", {"ping", "--socket", "/nonexistent/kvstash.sock"});
+  ::unsetenv("KVSTASH_SOCKET");
+  EXPECT_EQ(from_env.exit_code, 0) << from_env.output;
+  EXPECT_NE(flag_wins.exit_code, 0) << flag_wins.output;
+  EXPECT_NE(flag_wins.output.find("no kvstashd socket at /nonexistent/kvstash.sock"),
+            std::string::npos)
+      << flag_wins.output;
+}
+
+TEST_F(Cli, MistypedSubcommandGetsASuggestion) {
+  const ProcessResult typo = RunBinary("kvstash", {"--socket", daemon_->socket(), "stast"});
+  EXPECT_NE(typo.exit_code, 0);
+  EXPECT_NE(typo.output.find("unknown command 'stast'; did you mean 'stats'?"), std::string::npos)
+      << typo.output;
+}
+
+// CLI11 prints "  --flag TYPE:RANGE=DEFAULT  description", the description
+// moving to the next, deeper indented line when the spec is long. True when
+// the option on lines[i] has a description.
+bool HasDescription(const std::vector<std::string>& lines, size_t i) {
+  std::istringstream words(lines[i]);
+  std::string word;
+  words >> word;  // the flag
+  while (words >> word) {
+    const char c = word[0];
+    const bool spec = std::isupper(static_cast<unsigned char>(c)) || std::isdigit(c) ||
+                      c == '{' || c == '[' || c == '-' || c == '=' || word == "in" ||
+                      word == "...";
+    if (!spec) return true;
+  }
+  return i + 1 < lines.size() && lines[i + 1].rfind(std::string(20, ' '), 0) == 0 &&
+         lines[i + 1].find_first_not_of(' ') != std::string::npos;
+}
+
+TEST_F(Cli, BenchHelpDescribesEveryFlag) {
+  const ProcessResult help = RunBinary("kvstash", {"bench", "--help"});
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  std::vector<std::string> lines;
+  std::istringstream stream(help.output);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  int flags = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("  -", 0) != 0) continue;
+    ++flags;
+    EXPECT_TRUE(HasDescription(lines, i)) << "no help text: " << lines[i];
+  }
+  EXPECT_GE(flags, 15) << help.output;
+}
+
+TEST(CliEvictions, BenchSaysWhyTheHitRateFellShort) {
+  // A 16 MiB pool; 40 prompts of 16 chunks of 128 KiB (2 shared) need 70 MiB.
+  auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.015625",
+                                      "--l1-slice-mb", "4"});
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  std::vector<std::string> args = {"bench", "--socket", (*daemon)->socket(), "--layers", "4",
+                                   "--kv-heads", "2", "--head-dim", "64", "--prompts", "40",
+                                   "--prompt-tokens", "1024", "--shared-prefix-tokens", "128"};
+  const ProcessResult text = RunBinary("kvstash", args);
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("why not 100%"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("%: the pool was full and "), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find(" chunks were evicted"), std::string::npos) << text.output;
+
+  args.push_back("--json");
+  args.push_back("--seed");
+  args.push_back("2");
+  const ProcessResult json_run = RunBinary("kvstash", args);
+  ASSERT_EQ(json_run.exit_code, 0) << json_run.output;
+  const auto json = nlohmann::json::parse(json_run.output);
+  EXPECT_GT(json["daemon"]["evicted_chunks"].get<uint64_t>(), 0u) << json_run.output;
+  EXPECT_LT(json["lookup"]["hit_chunks"].get<uint64_t>(),
+            json["lookup"]["chunks"].get<uint64_t>());
+  EXPECT_NE(json["lookup"]["shortfall_reason"].get<std::string>().find("evicted"),
+            std::string::npos);
+}
+
+TEST_F(Cli, FullHitRateGivesNoShortfallReason) {
+  std::vector<std::string> args = {"bench", "--json"};
+  args.insert(args.end(), kSmallBench.begin(), kSmallBench.end());
+  const ProcessResult result = Run(args);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto json = nlohmann::json::parse(result.output);
+  EXPECT_EQ(json["lookup"]["shortfall_reason"], "");
+  EXPECT_EQ(json["daemon"]["counters_read"], true);
+  EXPECT_EQ(json["daemon"]["evicted_chunks"], 0);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The CPU twins against a naive reference written straight from DESIGN.md's
+// The CPU twins against a naive reference written straight from docs/protocol.md's
 // address formula, byte by byte, on every engine layout of layouts.h: random
 // payloads, poisoned outputs, whole buffers compared.
 #include "kvstash/kernels/chunk_copy.h"

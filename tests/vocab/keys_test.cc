@@ -49,7 +49,7 @@ TEST(Keys, ChainContinuesFromAPreviousKey) {
 }
 
 TEST(Keys, MatchesSha256OfSeedAndLittleEndianTokens) {
-  // SHA-256 of 32 zero bytes followed by int32 LE 1: fixed by DESIGN.md.
+  // SHA-256 of 32 zero bytes followed by int32 LE 1: fixed by docs/protocol.md.
   ChunkKey zero{};
   const int32_t token = 1;
   const auto key = ChainChunkKeys(zero, &token, 1, 256);

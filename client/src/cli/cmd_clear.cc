@@ -9,20 +9,20 @@ namespace kvstash::cli {
 
 namespace {
 
-struct ClearOptions : CommonOptions {
+struct ClearOptions {
   std::string model;
   std::string tenant;
 };
 
-int RunClear(const ClearOptions& options) {
+int RunClear(const CommonOptions& common, const ClearOptions& options) {
   if (options.model.empty() && !options.tenant.empty()) {
     return Fail("clear", Status::InvalidArgument("--tenant needs --model"));
   }
-  auto client = ConnectCli(options);
+  auto client = ConnectCli(common);
   if (!client.ok()) return Fail("clear", client.status());
   Result<uint64_t> cleared = (*client)->Clear(options.model, options.tenant).get();
   if (!cleared.ok()) return Fail("clear", cleared.status());
-  if (options.json) {
+  if (common.json) {
     std::cout << nlohmann::ordered_json{{"model", options.model},
                                 {"tenant", options.tenant},
                                 {"cleared_chunks", *cleared}}
@@ -39,14 +39,13 @@ int RunClear(const ClearOptions& options) {
 
 }  // namespace
 
-Command AddClearCommand(CLI::App& app) {
+Command AddClearCommand(CLI::App& app, SharedOptions common) {
   auto options = std::make_shared<ClearOptions>();
   CLI::App* command = app.add_subcommand(
       "clear", "Drop stored chunks (all, or one model's); leased chunks are kept");
-  AddCommonOptions(*command, *options);
   command->add_option("--model", options->model, "only this model's chunks");
   command->add_option("--tenant", options->tenant, "only this tenant salt's (with --model)");
-  return {command, [options] { return RunClear(*options); }};
+  return {command, [common, options] { return RunClear(*common, *options); }};
 }
 
 }  // namespace kvstash::cli

@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "json_table.h"
+#include "operator_view.h"
 
 namespace kvstash::cli {
 
@@ -22,17 +23,15 @@ int RunDescribe(const CommonOptions& options) {
     std::cout << *text << "\n";
     return Fail("describe", Status::Malformed("kvstashd's description is not valid JSON"));
   }
-  std::cout << (options.json ? document.dump(2) + "\n" : RenderJson(document));
+  std::cout << (options.json ? document.dump(2) + "\n" : RenderSections(DescribeView(document)));
   return 0;
 }
 
 }  // namespace
 
-Command AddDescribeCommand(CLI::App& app) {
-  auto options = std::make_shared<CommonOptions>();
+Command AddDescribeCommand(CLI::App& app, SharedOptions options) {
   CLI::App* command = app.add_subcommand(
       "describe", "Show the daemon: server, config, backend, pool, registrations and groups");
-  AddCommonOptions(*command, *options);
   return {command, [options] { return RunDescribe(*options); }};
 }
 

@@ -38,7 +38,7 @@ int RunPing(const CommonOptions& options) {
   const ServerInfo info = (*client)->server_info();
   const std::string boot_id = ToHex(info.boot_id.data(), info.boot_id.size());
   if (options.json) {
-    nlohmann::ordered_json out = {{"socket", options.socket},
+    nlohmann::ordered_json out = {{"socket", options.Endpoint()},
                           {"server_version", info.server_version},
                           {"protocol_version", info.protocol_version},
                           {"boot_id", boot_id},
@@ -51,7 +51,7 @@ int RunPing(const CommonOptions& options) {
   }
   char rtt[32];
   std::snprintf(rtt, sizeof(rtt), "%.3f ms", round_trip_ms);
-  std::cout << "kvstashd " << info.server_version << " at " << options.socket << ": up "
+  std::cout << "kvstashd " << info.server_version << " at " << options.Endpoint() << ": up "
             << Uptime(*uptime_ms) << ", backend " << info.backend << ", boot " << boot_id
             << ", round trip " << rtt << "\n";
   return 0;
@@ -59,10 +59,8 @@ int RunPing(const CommonOptions& options) {
 
 }  // namespace
 
-Command AddPingCommand(CLI::App& app) {
-  auto options = std::make_shared<CommonOptions>();
+Command AddPingCommand(CLI::App& app, SharedOptions options) {
   CLI::App* command = app.add_subcommand("ping", "Check that kvstashd answers");
-  AddCommonOptions(*command, *options);
   return {command, [options] { return RunPing(*options); }};
 }
 

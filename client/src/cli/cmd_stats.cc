@@ -1,12 +1,12 @@
-// `kvstash stats`: the daemon's counters as a name/value table (then the
-// derived figures of its JSON), or the JSON itself.
+// `kvstash stats`: the daemon's figures in an operator's order (pool,
+// registrations, counters, rates, latency), or its JSON itself.
 #include <iostream>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "common.h"
 #include "json_table.h"
+#include "operator_view.h"
 
 namespace kvstash::cli {
 
@@ -33,35 +33,19 @@ int RunStats(const CommonOptions& options) {
     std::cout << document.dump(2) << "\n";
     return 0;
   }
-  std::cout << CountersTable(*stats);
   if (document.is_object()) {
-    // The JSON repeats the counters (at the top or as one section); show only
-    // what it adds.
-    std::set<std::string> names;
-    for (const auto& counter : stats->counters) names.insert(counter.first);
-    auto repeats_counters = [&](const std::string& key, const nlohmann::ordered_json& value) {
-      if (names.count(key)) return true;
-      if (!value.is_object() || value.empty()) return false;
-      for (const auto& item : value.items()) {
-        if (!names.count(item.key())) return false;
-      }
-      return true;
-    };
-    nlohmann::ordered_json derived = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : document.items()) {
-      if (!repeats_counters(key, value)) derived[key] = value;
-    }
-    if (!derived.empty()) std::cout << "\n" << RenderJson(derived);
+    std::cout << RenderSections(StatsView(document));
+  } else {
+    // No usable JSON from the daemon: its counters alone.
+    std::cout << CountersTable(*stats);
   }
   return 0;
 }
 
 }  // namespace
 
-Command AddStatsCommand(CLI::App& app) {
-  auto options = std::make_shared<CommonOptions>();
+Command AddStatsCommand(CLI::App& app, SharedOptions options) {
   CLI::App* command = app.add_subcommand("stats", "Show the daemon's counters and rates");
-  AddCommonOptions(*command, *options);
   return {command, [options] { return RunStats(*options); }};
 }
 

@@ -1,5 +1,5 @@
-// What every `kvstash` subcommand shares: its connection options, connecting,
-// and how failures are reported.
+// What every `kvstash` subcommand shares: the global connection options,
+// connecting, and how failures are reported.
 #pragma once
 
 #include <functional>
@@ -12,19 +12,31 @@
 
 namespace kvstash::cli {
 
+// Options of the `kvstash` app itself, accepted before or after the
+// subcommand (`kvstash --socket S ping` and `kvstash ping --socket S`).
 struct CommonOptions {
-  std::string socket = kDefaultSocket;
+  std::string socket;  // empty: $KVSTASH_SOCKET, else kDefaultSocket
   bool json = false;
-  int timeout_ms = 10000;
+  int timeout_ms = 0;  // 0: the command's default (DefaultTimeoutMs)
   bool verbose = false;
   uint32_t busy_poll_us = 0;  // ClientOptions::busy_poll_us
+
+  // The endpoint to connect to: --socket, $KVSTASH_SOCKET or the default,
+  // a plain path taken as an ipc socket.
+  std::string Endpoint() const;
 };
 
-// --socket (env KVSTASH_SOCKET), --json, --timeout-ms, --busy-poll-us, --verbose.
-void AddCommonOptions(CLI::App& command, CommonOptions& options);
+// Request timeouts when --timeout-ms is not given.
+inline constexpr int kDefaultTimeoutMs = 10000;
+inline constexpr int kBenchTimeoutMs = 60000;
 
-// Connects, failing at once with a hint when an ipc:// socket file is missing.
-Result<std::unique_ptr<Client>> ConnectCli(const CommonOptions& options);
+// --socket, --json, --timeout-ms, --busy-poll-us, --verbose on the top-level
+// app; subcommands fall through to it for options they do not know.
+void AddCommonOptions(CLI::App& app, CommonOptions& options);
+
+// Connects, failing at once with a hint when an ipc socket file is missing.
+Result<std::unique_ptr<Client>> ConnectCli(const CommonOptions& options,
+                                           int default_timeout_ms = kDefaultTimeoutMs);
 
 // Prints "kvstash <command>: <status>" to stderr; returns the exit code 1.
 int Fail(const std::string& command, const Status& status);
@@ -35,10 +47,21 @@ struct Command {
   std::function<int()> run;
 };
 
-Command AddPingCommand(CLI::App& app);
-Command AddDescribeCommand(CLI::App& app);
-Command AddStatsCommand(CLI::App& app);
-Command AddClearCommand(CLI::App& app);
-Command AddBenchCommand(CLI::App& app);
+// Each subcommand reads the shared options once the command line is parsed.
+using SharedOptions = std::shared_ptr<const CommonOptions>;
+
+Command AddPingCommand(CLI::App& app, SharedOptions options);
+Command AddDescribeCommand(CLI::App& app, SharedOptions options);
+Command AddStatsCommand(CLI::App& app, SharedOptions options);
+Command AddClearCommand(CLI::App& app, SharedOptions options);
+Command AddBenchCommand(CLI::App& app, SharedOptions options);
+
+// The subcommand name closest to `typed` (edit distance at most 2, or a
+// prefix), or "" when none is close.
+std::string ClosestName(const std::string& typed, const std::vector<std::string>& names);
+
+// The first word of argv (after argv[0]) that is neither an option nor an
+// option's value: what the user meant as the subcommand; "" when none.
+std::string FirstCommandWord(int argc, const char* const* argv);
 
 }  // namespace kvstash::cli

@@ -29,6 +29,13 @@ bool IsObjectArray(const json& value) {
          std::all_of(value.begin(), value.end(), [](const json& v) { return v.is_object(); });
 }
 
+// Columns on a terminal: UTF-8 continuation bytes take none ("µs").
+size_t Width(const std::string& text) {
+  size_t width = 0;
+  for (const char c : text) width += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return width;
+}
+
 std::string Scalar(const json& value) {
   if (value.is_null()) return "-";
   if (value.is_string()) return value.get<std::string>();
@@ -118,9 +125,9 @@ class Renderer {
     if (!lines.empty()) {
       Title(path);
       size_t width = 0;
-      for (const auto& line : lines) width = std::max(width, line.first.size());
+      for (const auto& line : lines) width = std::max(width, Width(line.first));
       for (const auto& [key, text] : lines) {
-        out_ << key << std::string(width - key.size() + 2, ' ') << text << "\n";
+        out_ << key << std::string(width - Width(key) + 2, ' ') << text << "\n";
       }
       wrote_ = true;
     }
@@ -184,13 +191,13 @@ class Renderer {
     }
     std::vector<size_t> widths(columns.size(), 0);
     for (const auto& line : cells) {
-      for (size_t i = 0; i < line.size(); ++i) widths[i] = std::max(widths[i], line[i].size());
+      for (size_t i = 0; i < line.size(); ++i) widths[i] = std::max(widths[i], Width(line[i]));
     }
     for (const auto& line : cells) {
       std::string text;
       for (size_t i = 0; i < line.size(); ++i) {
         text += line[i];
-        if (i + 1 < line.size()) text += std::string(widths[i] - line[i].size() + 2, ' ');
+        if (i + 1 < line.size()) text += std::string(widths[i] - Width(line[i]) + 2, ' ');
       }
       text.erase(text.find_last_not_of(' ') + 1);
       out_ << text << "\n";
@@ -217,18 +224,6 @@ class Renderer {
 };
 
 }  // namespace
-
-std::string HumanBytes(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  size_t unit = 0;
-  while (bytes >= 1024 && unit + 1 < std::size(kUnits)) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, kUnits[unit]);
-  return text;
-}
 
 std::string RenderJson(const nlohmann::ordered_json& document) {
   Renderer renderer;

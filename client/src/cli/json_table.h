@@ -12,12 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "human_bytes.h"
+
 namespace kvstash::cli {
 
 // Keys render in the document's order (parse with ordered_json to keep it).
 std::string RenderJson(const nlohmann::ordered_json& document);
 
-// "4.0 MiB"
-std::string HumanBytes(double bytes);
+// "4.0 MiB": the bench reports' format, shared.
+using bench::HumanBytes;
 
 }  // namespace kvstash::cli

@@ -1,4 +1,4 @@
-// The chunk format (DESIGN.md "The chunk format"): one flat buffer per chunk,
+// The chunk format (docs/protocol.md "Chunk format"): one flat buffer per chunk,
 // groups one after another at 256-byte aligned offsets, each group laid out
 // [layer][kv][token][head][head_bytes].
 #pragma once

@@ -1,5 +1,5 @@
 // The geometry of one engine layer, described by byte strides rather than a
-// layout enum (DESIGN.md "Geometry"), and the address arithmetic shared by the
+// layout enum (docs/protocol.md "Geometry"), and the address arithmetic shared by the
 // CUDA kernels and their CPU twins.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Chunk keys (DESIGN.md "Keys"): key_0 = H(namespace, tokens[0:C]),
+// Chunk keys (docs/protocol.md "Scopes and keys"): key_0 = H(namespace, tokens[0:C]),
 // key_i = H(key_{i-1}, tokens[iC:(i+1)C]), H = SHA-256 over little-endian
 // int32 token ids. The namespace mixes model, tenant salt, layout fingerprint
 // and KV rank, so chunks of different ones can never be confused.

@@ -10,7 +10,7 @@
 #include "kvstash/client_types.h"
 #include "kvstash/host_memory.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 struct KvShape {
   uint32_t layers = 32;
@@ -64,4 +64,4 @@ class SyntheticKv {
   HostKvMemory memory_;
 };
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 // Identifies one head row: head_bytes contiguous bytes in the engine layout.
 struct RowId {
@@ -23,4 +23,4 @@ void PatternRow(const RowId& row, uint8_t* out, size_t bytes);
 // The byte an unwritten row holds after poisoning.
 inline constexpr uint8_t kPoisonByte = 0xA5;
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -13,7 +13,7 @@
 #include "raw_copy.h"
 #include "zmq_echo.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 namespace {
 
@@ -301,4 +301,4 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
   return out;
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

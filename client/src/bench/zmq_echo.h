@@ -8,10 +8,10 @@
 
 #include "kvstash/status.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 // Microseconds of `count` round trips of a `message_bytes` frame (after a
 // warm-up), in order.
 Result<std::vector<double>> ZmqRoundTripsUs(size_t message_bytes, int count);
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

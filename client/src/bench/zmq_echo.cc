@@ -9,7 +9,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 Result<std::vector<double>> ZmqRoundTripsUs(size_t message_bytes, int count) {
   const std::string endpoint = "ipc:///tmp/kvstash-bench-echo-" + std::to_string(::getpid()) + ".sock";
@@ -60,4 +60,4 @@ Result<std::vector<double>> ZmqRoundTripsUs(size_t message_bytes, int count) {
   }
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -8,7 +8,7 @@
 #include "kvstash/geometry_check.h"
 #include "kvstash/layouts.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 Result<SyntheticKv> SyntheticKv::Create(const KvShape& shape) {
   const LayerGeometry g =
@@ -118,4 +118,4 @@ void SyntheticKv::CheckPoison(size_t begin, size_t end, const uint32_t* block_ta
   }
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

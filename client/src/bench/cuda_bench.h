@@ -17,7 +17,7 @@
 
 #include "kvstash/client.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 struct CudaBenchConfig {
   std::vector<uint32_t> chunk_counts = {1, 4, 16, 64};
@@ -74,4 +74,4 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
 std::string CudaBenchText(const CudaBenchResults& results);
 nlohmann::ordered_json CudaBenchJson(const CudaBenchResults& results);
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 namespace {
 
@@ -33,4 +33,4 @@ void PatternRow(const RowId& row, uint8_t* out, size_t bytes) {
   }
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

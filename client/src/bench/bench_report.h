@@ -8,7 +8,7 @@
 
 #include "bench_workload.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 // The q-quantile (0..1) of values, 0 when empty.
 double Percentile(std::vector<double> values, double q);
@@ -16,4 +16,4 @@ double Percentile(std::vector<double> values, double q);
 std::string BenchText(const BenchConfig& config, const BenchResults& results);
 nlohmann::ordered_json BenchJson(const BenchConfig& config, const BenchResults& results);
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

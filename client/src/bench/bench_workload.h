@@ -10,7 +10,7 @@
 #include "bench_kv.h"
 #include "kvstash/client.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 struct BenchConfig {
   std::string backend = "host";
@@ -49,6 +49,12 @@ struct BenchResults {
   double retrieve_seconds = 0;
   std::vector<double> lookup_ms;
   std::vector<double> retrieve_ms;
+  // The daemon's counters over the run (daemon-wide: other clients' traffic
+  // counts too), to explain a hit rate below 100%.
+  bool daemon_counters_read = false;
+  uint64_t daemon_evicted_chunks = 0;
+  uint64_t daemon_cleared_chunks = 0;
+  uint64_t daemon_leases_expired = 0;
   // Verification.
   bool verified = false;
   uint64_t tokens_verified = 0;
@@ -61,8 +67,12 @@ struct BenchResults {
   }
 };
 
+// Why fewer chunks were found than asked for, in words ("" at 100%): the
+// pool was full and chunks were evicted, stores were skipped, cleared...
+std::string HitShortfallReason(const BenchResults& results);
+
 // Runs the workload; an error Status means it could not run at all (a
 // request failed), while data mismatches are reported in the results.
 Result<BenchResults> RunBench(Client& client, const BenchConfig& config);
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -11,7 +11,7 @@
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda_memory.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 struct CudaBenchLayout {
   std::string name;
@@ -35,4 +35,4 @@ class CudaBenchKv {
   std::vector<cuda::DeviceBuffer> layers_;
 };
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

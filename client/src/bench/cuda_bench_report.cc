@@ -4,7 +4,7 @@
 
 #include "cuda_bench.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 namespace {
 
@@ -83,4 +83,4 @@ nlohmann::ordered_json CudaBenchJson(const CudaBenchResults& r) {
           {"passed", r.passed()}};
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -2,8 +2,9 @@
 #include "bench_workload.h"
 
 #include <chrono>
+#include <map>
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 namespace {
 
@@ -203,7 +204,53 @@ class Workload {
   BenchResults results_;
 };
 
+// The daemon's counters by name; empty when Stats fails (an older daemon):
+// the workload runs without them.
+std::map<std::string, uint64_t> DaemonCounters(Client& client) {
+  std::map<std::string, uint64_t> counters;
+  auto stats = client.Stats().get();
+  if (stats.ok()) counters.insert(stats->counters.begin(), stats->counters.end());
+  return counters;
+}
+
+uint64_t Grew(const std::map<std::string, uint64_t>& before,
+              const std::map<std::string, uint64_t>& after, const std::string& name) {
+  const auto b = before.find(name);
+  const auto a = after.find(name);
+  if (a == after.end() || b == before.end() || a->second < b->second) return 0;
+  return a->second - b->second;
+}
+
 }  // namespace
+
+std::string HitShortfallReason(const BenchResults& r) {
+  if (r.hit_chunks >= r.lookup_chunks) return "";
+  std::vector<std::string> reasons;
+  if (r.daemon_evicted_chunks) {
+    reasons.push_back("the pool was full and " + std::to_string(r.daemon_evicted_chunks) +
+                      " chunks were evicted (a larger kvstashd --l1-gb, or fewer --prompts, "
+                      "keeps them)");
+  }
+  if (r.chunks_skipped_no_room) {
+    reasons.push_back(std::to_string(r.chunks_skipped_no_room) +
+                      " chunks were not stored for lack of room (every slot leased or in use)");
+  }
+  if (r.chunks_store_failed) {
+    reasons.push_back(std::to_string(r.chunks_store_failed) + " chunk stores failed");
+  }
+  if (r.daemon_cleared_chunks) {
+    reasons.push_back(std::to_string(r.daemon_cleared_chunks) +
+                      " chunks were dropped by a Clear during the run");
+  }
+  if (reasons.empty()) {
+    return r.daemon_counters_read
+               ? "no evictions, skipped stores or clears were counted during the run"
+               : "the daemon's counters could not be read to say why";
+  }
+  std::string out;
+  for (size_t i = 0; i < reasons.size(); ++i) out += (i ? "; " : "") + reasons[i];
+  return out;
+}
 
 Result<BenchResults> RunBench(Client& client, const BenchConfig& config) {
   KVSTASH_RETURN_IF_ERROR(CheckConfig(config, client.server_info()));
@@ -222,7 +269,15 @@ Result<BenchResults> RunBench(Client& client, const BenchConfig& config) {
   auto reg = client.RegisterKV(kv->Registration(config.model)).get();
   if (!reg.ok()) return reg.status();
   RegistrationScope scope(client, reg->id);
-  return Workload(client, config, *kv, *reg).Run();
+  const auto before = DaemonCounters(client);
+  Result<BenchResults> results = Workload(client, config, *kv, *reg).Run();
+  if (!results.ok()) return results;
+  const auto after = DaemonCounters(client);
+  results->daemon_counters_read = !before.empty() && !after.empty();
+  results->daemon_evicted_chunks = Grew(before, after, "evicted_chunks");
+  results->daemon_cleared_chunks = Grew(before, after, "cleared_chunks");
+  results->daemon_leases_expired = Grew(before, after, "leases_expired");
+  return results;
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "json_table.h"
+#include "human_bytes.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 namespace {
 
@@ -54,6 +54,12 @@ std::string BenchText(const BenchConfig& config, const BenchResults& r) {
            std::to_string(r.hit_chunks) + "/" + std::to_string(r.lookup_chunks) + "), " +
            Format("%.1f%% of tokens", 100 * Ratio(r.hit_tokens, r.lookup_tokens)) + " (" +
            std::to_string(r.hit_tokens) + "/" + std::to_string(r.lookup_tokens) + ")");
+  if (r.daemon_counters_read) line("evicted (daemon)", std::to_string(r.daemon_evicted_chunks) + " chunks");
+  const std::string shortfall = HitShortfallReason(r);
+  if (!shortfall.empty()) {
+    line("why not 100%", Format("hit rate %.0f%%: ", 100 * Ratio(r.hit_chunks, r.lookup_chunks)) +
+                             shortfall);
+  }
   if (r.chunks_missing) line("chunks missing", std::to_string(r.chunks_missing));
   line("store", Format("%.2f GB/s", GBps(r.bytes_stored, r.store_seconds)) + " (" +
                     HumanBytes(r.bytes_stored) + Format(" in %.3f s)", r.store_seconds));
@@ -111,7 +117,13 @@ nlohmann::ordered_json BenchJson(const BenchConfig& config, const BenchResults& 
         {"chunk_hit_rate", Ratio(r.hit_chunks, r.lookup_chunks)},
         {"token_hit_rate", Ratio(r.hit_tokens, r.lookup_tokens)},
         {"p50_ms", Percentile(r.lookup_ms, 0.5)},
-        {"p99_ms", Percentile(r.lookup_ms, 0.99)}}},
+        {"p99_ms", Percentile(r.lookup_ms, 0.99)},
+        {"shortfall_reason", HitShortfallReason(r)}}},
+      {"daemon",
+       {{"counters_read", r.daemon_counters_read},
+        {"evicted_chunks", r.daemon_evicted_chunks},
+        {"cleared_chunks", r.daemon_cleared_chunks},
+        {"leases_expired", r.daemon_leases_expired}}},
       {"retrieve",
        {{"chunks_retrieved", r.chunks_retrieved},
         {"chunks_missing", r.chunks_missing},
@@ -131,4 +143,4 @@ nlohmann::ordered_json BenchJson(const BenchConfig& config, const BenchResults& 
   };
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

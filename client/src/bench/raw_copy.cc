@@ -8,7 +8,7 @@
 
 #include "kvstash/cuda/cuda_status.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 Result<RawCopy> RawCopy::Create(uint64_t bytes) {
   RawCopy raw;
@@ -69,4 +69,4 @@ Result<double> RawCopy::MedianSeconds(Way way, uint64_t bytes, int reps) {
   return seconds[seconds.size() / 2];
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

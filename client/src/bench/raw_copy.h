@@ -11,7 +11,7 @@
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 class RawCopy {
  public:
@@ -32,4 +32,4 @@ class RawCopy {
   cuda::Stream down_, up_;
 };
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench

@@ -6,7 +6,7 @@
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/layouts.h"
 
-namespace kvstash::cli {
+namespace kvstash::bench {
 
 std::vector<CudaBenchLayout> CudaBenchLayouts() {
   return {{"llama-3-8b", 32, 8, 128, 16, DType::kBF16}, {"qwen2.5-0.5b", 24, 2, 64, 16, DType::kBF16}};
@@ -33,4 +33,4 @@ std::vector<CudaLayer> CudaBenchKv::Layers() const {
   return layers;
 }
 
-}  // namespace kvstash::cli
+}  // namespace kvstash::bench
