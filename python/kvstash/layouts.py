@@ -1,0 +1,216 @@
+"""Layer geometry from tensors: the engine layouts kvstash knows by shape,
+read with the tensor's own strides (so NHD, HND and padded blocks need no
+copy and no special case).
+
+Every layout is a mapping from the tensor's dimensions to the geometry's
+roles (block, kv, token, head, element); strides in bytes come from the
+tensor. See Geometry for the address formula (docs/protocol.md "Geometry").
+
+| name               | one layer's shape                         | block_tokens |
+| ------------------ | ----------------------------------------- | ------------ |
+| vllm_flash (_nhd)  | [2, num_blocks, block_size, heads, head]  | block_size   |
+| vllm_flash_hnd     | [2, num_blocks, heads, block_size, head]  | block_size   |
+| flashinfer (_nhd)  | [num_blocks, 2, block_size, heads, head]  | block_size   |
+| flashinfer_hnd     | [num_blocks, 2, heads, block_size, head]  | block_size   |
+| mla                | [num_blocks, block_size, latent]          | block_size   |
+| sglang             | [pool_size, heads, head] (K and V apart)  | 1            |
+
+vLLM's HND caches keep the NHD logical shape with permuted strides: they
+are found as `vllm_flash`/`flashinfer` and read with their real strides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from ._arrays import SUPPORTED_DTYPES, ArrayView, is_array, shape_text, view
+from .errors import invalid
+from .types import Geometry
+
+# Roles of a layout's dimensions, outermost first as the tensor lists them.
+_B, _K, _T, _H, _E = "block", "kv", "token", "head", "elem"
+
+_LAYOUTS: Dict[str, Tuple[str, ...]] = {
+    "vllm_flash": (_K, _B, _T, _H, _E),
+    "vllm_flash_nhd": (_K, _B, _T, _H, _E),
+    "vllm_flash_hnd": (_K, _B, _H, _T, _E),
+    "flashinfer": (_B, _K, _T, _H, _E),
+    "flashinfer_nhd": (_B, _K, _T, _H, _E),
+    "flashinfer_hnd": (_B, _K, _H, _T, _E),
+    "mla": (_B, _T, _E),
+    "sglang": (_T, _H, _E),  # a token pool: each token its own block
+}
+LAYOUT_NAMES = tuple(_LAYOUTS)
+
+_EXPECTED = (
+    "a vLLM flash-attn layer [2, num_blocks, block_size, num_kv_heads, head_size], "
+    "a FlashInfer layer [num_blocks, 2, block_size, num_kv_heads, head_size], "
+    "an MLA layer [num_blocks, block_size, latent], "
+    "an SGLang (K, V) pair of [pool_size, num_kv_heads, head_dim], "
+    "or one tensor holding all layers with the layer index first"
+)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer as kvstashd sees it: where block 0 lives and its geometry."""
+
+    array: ArrayView  # the tensor; array.ptr is the layer base
+    geometry: Geometry
+    source: str  # "layers[3]", "layers['model.layers.0.attn'][K]": for errors
+    layer: int = 0  # the engine layer (an SGLang pair gives two specs of one layer)
+
+    @property
+    def extent(self) -> int:
+        return self.geometry.extent_bytes()
+
+
+def _geometry(v: ArrayView, roles: Sequence[str], source: str, layout: str) -> Geometry:
+    if len(v.shape) != len(roles):
+        raise invalid(
+            f"{source}: layout {layout!r} expects a rank-{len(roles)} tensor, "
+            f"got shape {shape_text(v.shape)}"
+        )
+    if v.dtype is None:
+        raise invalid(
+            f"{source}: dtype {v.dtype_name} is not a KV element type kvstash knows "
+            f"(expected one of {SUPPORTED_DTYPES})"
+        )
+    if any(n == 0 for n in v.shape):
+        raise invalid(f"{source}: shape {shape_text(v.shape)} is empty")
+    for n, s in zip(v.shape, v.strides):
+        if n > 1 and s < 0:
+            raise invalid(
+                f"{source}: negative strides {list(v.strides)} are not supported "
+                "(pass the tensor in its memory order)"
+            )
+    dims = dict(zip(roles, zip(v.shape, v.strides)))
+    elems, elem_stride = dims[_E]
+    if elems > 1 and elem_stride != v.itemsize:
+        raise invalid(
+            f"{source}: the last dimension (head elements) must be contiguous: its stride is "
+            f"{elem_stride // v.itemsize} elements, expected 1 (shape {shape_text(v.shape)}, "
+            f"strides {[s // v.itemsize for s in v.strides]} elements)"
+        )
+    count = {r: dims[r][0] if r in dims else 1 for r in (_B, _K, _T, _H)}
+    stride = {r: dims[r][1] if r in dims and dims[r][0] > 1 else 0 for r in (_B, _K, _T, _H)}
+    if count[_K] > 2:
+        raise invalid(
+            f"{source}: layout {layout!r} puts K/V in a dimension of size {count[_K]}, expected 2 "
+            f"(shape {shape_text(v.shape)})"
+        )
+    if layout == "sglang":
+        # A token pool: the first dimension is the pool's tokens, one per block.
+        count[_B], count[_T] = count[_T], 1
+        stride[_B], stride[_T] = stride[_T], 0
+    return Geometry(
+        num_blocks=count[_B],
+        kv_count=count[_K],
+        block_tokens=count[_T],
+        num_heads=count[_H],
+        head_bytes=elems * v.itemsize,
+        block_stride=stride[_B],
+        kv_stride=stride[_K],
+        token_stride=stride[_T],
+        head_stride=stride[_H],
+        dtype=v.dtype,
+    )
+
+
+def _infer_name(v: ArrayView, source: str) -> str:
+    """The layout of one layer tensor, from its rank and where the 2 is."""
+    shape = v.shape
+    if len(shape) == 5:
+        if shape[0] == 2 and shape[1] != 2:
+            return "vllm_flash"
+        if shape[1] == 2 and shape[0] != 2:
+            return "flashinfer"
+        if shape[0] == 2 and shape[1] == 2:
+            raise invalid(
+                f"{source}: shape {shape_text(shape)} is both a vLLM flash-attn layer with 2 "
+                "blocks and a FlashInfer one; pass layout='vllm_flash' or 'flashinfer'"
+            )
+        raise invalid(
+            f"{source}: a rank-5 KV layer needs K/V (size 2) in dimension 0 (vLLM flash-attn "
+            f"[2, num_blocks, block_size, heads, head]) or 1 (FlashInfer [num_blocks, 2, "
+            f"block_size, heads, head]), got shape {shape_text(shape)}"
+        )
+    if len(shape) == 3:
+        return "mla"
+    raise invalid(f"{source}: cannot infer the layout of shape {shape_text(shape)}: expected {_EXPECTED}")
+
+
+_PER_LAYER_RANK = {name: len(roles) for name, roles in _LAYOUTS.items()}
+
+
+def _layer(tensor: Any, layout: Union[None, str, Geometry], source: str) -> List[LayerSpec]:
+    """LayerSpecs of one engine layer: a tensor, or an SGLang (K, V) pair."""
+    if isinstance(tensor, (tuple, list)):
+        if len(tensor) != 2 or not all(is_array(t) for t in tensor):
+            raise invalid(f"{source}: a layer given as a sequence must be a (K, V) pair of tensors")
+        name = layout if isinstance(layout, (str, Geometry)) else "sglang"
+        out: List[LayerSpec] = []
+        for part, t in zip("KV", tensor):
+            out += _layer(t, name, f"{source}[{part}]")
+        return out
+    v = view(tensor, source)
+    if isinstance(layout, Geometry):
+        g = layout
+        if g.extent_bytes() > v.nbytes_span:
+            raise invalid(
+                f"{source}: the geometry spans {g.extent_bytes()} bytes but the tensor "
+                f"(shape {shape_text(v.shape)}) only {v.nbytes_span}"
+            )
+        return [LayerSpec(v, g, source)]
+    name = layout if layout is not None else _infer_name(v, source)
+    if name not in _LAYOUTS:
+        raise invalid(f"layout {name!r} is not one of {', '.join(LAYOUT_NAMES)} (or a kvstash.Geometry)")
+    return [LayerSpec(v, _geometry(v, _LAYOUTS[name], source, name), source)]
+
+
+def _split_all_layers(tensor: Any, layout: Union[None, str, Geometry]) -> Optional[List[Any]]:
+    """The per-layer views of one tensor holding all layers (layer index
+    first), or None if the tensor is one layer."""
+    rank = len(tensor.shape)
+    if isinstance(layout, Geometry):
+        return None
+    if layout is None:
+        all_layers = rank in (4, 6)  # MLA [L, nb, bs, latent]; [L, ...5-D layer]
+    else:
+        if layout not in _PER_LAYER_RANK:
+            raise invalid(
+                f"layout {layout!r} is not one of {', '.join(LAYOUT_NAMES)} (or a kvstash.Geometry)"
+            )
+        all_layers = rank == _PER_LAYER_RANK[layout] + 1
+    if not all_layers:
+        return None
+    return [tensor[i] for i in range(int(tensor.shape[0]))]
+
+
+def layer_specs(layers: Any, layout: Union[None, str, Geometry] = None) -> List[LayerSpec]:
+    """The LayerSpecs of an engine's KV: a list of layer tensors (or SGLang
+    (K, V) pairs), vLLM's dict of layer name to tensor, or one tensor
+    holding all layers."""
+    if layout is not None and not isinstance(layout, (str, Geometry)):
+        raise invalid(f"layout must be None, a layout name or a kvstash.Geometry, got {type(layout).__name__}")
+    if isinstance(layout, str) and layout not in _LAYOUTS:
+        raise invalid(f"layout {layout!r} is not one of {', '.join(LAYOUT_NAMES)} (or a kvstash.Geometry)")
+    if is_array(layers):
+        split = _split_all_layers(layers, layout)
+        items = [(f"layers[{i}]", t) for i, t in enumerate(split)] if split else [("layers", layers)]
+    elif isinstance(layers, dict):
+        items = [(f"layers[{k!r}]", t) for k, t in layers.items()]
+    elif isinstance(layers, (list, tuple)):
+        items = [(f"layers[{i}]", t) for i, t in enumerate(layers)]
+    else:
+        raise invalid(
+            f"layers: expected a list of tensors, a dict of layer name to tensor or one tensor, "
+            f"got {type(layers).__name__}"
+        )
+    if not items:
+        raise invalid("layers is empty: register at least one KV layer")
+    specs: List[LayerSpec] = []
+    for index, (source, t) in enumerate(items):
+        specs += [replace(s, layer=index) for s in _layer(t, layout, source)]
+    return specs
