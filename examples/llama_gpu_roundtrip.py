@@ -140,7 +140,7 @@ def run(client, model, device, dtype, num_layers, kv_heads, head_dim, args) -> i
         print(f"FAIL: the prompt ({n} tokens) needs more than one chunk of {chunk}")
         return 1
     print(f"model: {num_layers} layers, {kv_heads} KV heads x {head_dim}, {dtype}; prompt {n} tokens; "
-          f"kvstash: {client.server_info.backend} backend, chunks of {chunk}; storing {stored_tokens}")
+          f"kvstash: chunks of {chunk}; storing {stored_tokens}")
 
     blocks = torch.randperm(num_blocks)
     table_a = blocks[: num_blocks // 2].to(torch.int32)

@@ -207,7 +207,9 @@ class Client:
     # ---- registration ----
 
     def register(self, layers: Any, model: str, tenant: Optional[str] = None, tp_rank: int = 0,
-                 tp_size: int = 1, layout: Union[None, str, Geometry] = None) -> "Registration":
+                 tp_size: int = 1,
+                 layout: Union[None, str, Geometry, Dict[str, Union[None, str, Geometry]]] = None,
+                 ) -> "Registration":
         """Registers an engine's KV cache and returns its Registration.
 
         `layers`: a list of per-layer tensors, vLLM's dict of layer name to
@@ -216,7 +218,11 @@ class Client:
         (kvstashd's cuda backend; the library shares their allocations over
         CUDA IPC) or kvstash.host_tensor memory (host backend), not a mix.
         `layout`: None to infer from shapes and strides, a name from
-        kvstash.LAYOUT_NAMES, or a kvstash.Geometry for every layer.
+        kvstash.LAYOUT_NAMES, or a kvstash.Geometry for every layer; with a
+        dict of layers, also a dict of layer name to layout (hybrid models;
+        layers it leaves out are inferred). vLLM's per-layer views
+        [num_blocks, heads, block_size, 2*head] are inferred as `vllm`;
+        name MLA layers `vllm_mla` (see kvstash.layouts).
         The tensors must stay alive and in place while registered (the
         Registration keeps a reference).
         """

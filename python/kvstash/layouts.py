@@ -1,22 +1,30 @@
 """Layer geometry from tensors: the engine layouts kvstash knows by shape,
-read with the tensor's own strides (so NHD, HND and padded blocks need no
-copy and no special case).
+read with the tensor's own strides (so NHD, HND, block-outer and padded
+layouts need no copy and no special case).
 
-Every layout is a mapping from the tensor's dimensions to the geometry's
-roles (block, kv, token, head, element); strides in bytes come from the
-tensor. See Geometry for the address formula (docs/protocol.md "Geometry").
+Every layout maps the tensor's dimensions to the geometry's roles (block,
+kv, token, head, element); strides in bytes come from the tensor. See
+Geometry for the address formula (docs/protocol.md "Geometry").
 
-| name               | one layer's shape                         | block_tokens |
-| ------------------ | ----------------------------------------- | ------------ |
-| vllm_flash (_nhd)  | [2, num_blocks, block_size, heads, head]  | block_size   |
-| vllm_flash_hnd     | [2, num_blocks, heads, block_size, head]  | block_size   |
-| flashinfer (_nhd)  | [num_blocks, 2, block_size, heads, head]  | block_size   |
-| flashinfer_hnd     | [num_blocks, 2, heads, block_size, head]  | block_size   |
-| mla                | [num_blocks, block_size, latent]          | block_size   |
-| sglang             | [pool_size, heads, head] (K and V apart)  | 1            |
+| name               | one layer's shape                                  | inferred for  |
+| ------------------ | -------------------------------------------------- | ------------- |
+| vllm               | [num_blocks, heads, block_size, 2*head] (K|V last) | rank 4        |
+| vllm_mla           | [num_blocks, 1, block_size, latent]                | (name it)     |
+| vllm_flash (_nhd)  | [2, num_blocks, block_size, heads, head]           | rank 5, 2 first |
+| vllm_flash_hnd     | [2, num_blocks, heads, block_size, head]           | (name it)     |
+| flashinfer (_nhd)  | [num_blocks, 2, block_size, heads, head]           | rank 5, 2 second |
+| flashinfer_hnd     | [num_blocks, 2, heads, block_size, head]           | (name it)     |
+| mla                | [num_blocks, block_size, latent]                   | rank 3        |
+| sglang             | [pool_size, heads, head] (K and V apart)           | (K, V) pairs  |
 
-vLLM's HND caches keep the NHD logical shape with permuted strides: they
-are found as `vllm_flash`/`flashinfer` and read with their real strides.
+`vllm` is vLLM's per-layer view since its KV-cache layouts (LBNHC, LBHNC,
+BLNHC, ...): logical [B, H, N, C] whatever the physical order, K and V the
+two halves of C. An MLA layer in that view must be named `vllm_mla`: from
+the tensor alone it looks like one KV head, and registered as `vllm` it
+would still round-trip exactly but be stored once per tensor-parallel rank
+instead of once per model. Older vLLM HND caches keep the NHD logical shape
+with permuted strides, so `vllm_flash`/`flashinfer` cover them too; the
+`*_hnd` names are for tensors whose dimensions are in HND order.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from .types import Geometry
 _B, _K, _T, _H, _E = "block", "kv", "token", "head", "elem"
 
 _LAYOUTS: Dict[str, Tuple[str, ...]] = {
+    "vllm": (_B, _H, _T, _E),  # K|V halves of the last dimension (_KV_IN_CONTENT)
+    "vllm_mla": (_B, _H, _T, _E),
     "vllm_flash": (_K, _B, _T, _H, _E),
     "vllm_flash_nhd": (_K, _B, _T, _H, _E),
     "vllm_flash_hnd": (_K, _B, _H, _T, _E),
@@ -42,8 +52,11 @@ _LAYOUTS: Dict[str, Tuple[str, ...]] = {
     "sglang": (_T, _H, _E),  # a token pool: each token its own block
 }
 LAYOUT_NAMES = tuple(_LAYOUTS)
+# Layouts whose last dimension holds K then V (each half head_bytes).
+_KV_IN_CONTENT = frozenset({"vllm"})
 
 _EXPECTED = (
+    "a vLLM layer view [num_blocks, num_kv_heads, block_size, 2 * head_size], "
     "a vLLM flash-attn layer [2, num_blocks, block_size, num_kv_heads, head_size], "
     "a FlashInfer layer [num_blocks, 2, block_size, num_kv_heads, head_size], "
     "an MLA layer [num_blocks, block_size, latent], "
@@ -95,6 +108,16 @@ def _geometry(v: ArrayView, roles: Sequence[str], source: str, layout: str) -> G
         )
     count = {r: dims[r][0] if r in dims else 1 for r in (_B, _K, _T, _H)}
     stride = {r: dims[r][1] if r in dims and dims[r][0] > 1 else 0 for r in (_B, _K, _T, _H)}
+    if layout in _KV_IN_CONTENT:
+        # K then V in the last dimension: two entries of half its size.
+        if elems % 2:
+            raise invalid(
+                f"{source}: layout {layout!r} holds K and V as the two halves of the last "
+                f"dimension, but it has {elems} elements (shape {shape_text(v.shape)}); name "
+                "layout='vllm_mla' for an MLA latent, or give a kvstash.Geometry"
+            )
+        elems //= 2
+        count[_K], stride[_K] = 2, elems * v.itemsize
     if count[_K] > 2:
         raise invalid(
             f"{source}: layout {layout!r} puts K/V in a dimension of size {count[_K]}, expected 2 "
@@ -136,6 +159,8 @@ def _infer_name(v: ArrayView, source: str) -> str:
             f"[2, num_blocks, block_size, heads, head]) or 1 (FlashInfer [num_blocks, 2, "
             f"block_size, heads, head]), got shape {shape_text(shape)}"
         )
+    if len(shape) == 4:
+        return "vllm"
     if len(shape) == 3:
         return "mla"
     raise invalid(f"{source}: cannot infer the layout of shape {shape_text(shape)}: expected {_EXPECTED}")
@@ -176,7 +201,9 @@ def _split_all_layers(tensor: Any, layout: Union[None, str, Geometry]) -> Option
     if isinstance(layout, Geometry):
         return None
     if layout is None:
-        all_layers = rank in (4, 6)  # MLA [L, nb, bs, latent]; [L, ...5-D layer]
+        # [L, 2, nb, ...] / [L, nb, 2, ...] (6-D), or [L, B, H, N, C]: a 5-D
+        # tensor with no K/V dimension of 2 where a 5-D layer has one.
+        all_layers = rank == 6 or (rank == 5 and 2 not in tuple(tensor.shape[:2]))
     else:
         if layout not in _PER_LAYER_RANK:
             raise invalid(
@@ -188,21 +215,44 @@ def _split_all_layers(tensor: Any, layout: Union[None, str, Geometry]) -> Option
     return [tensor[i] for i in range(int(tensor.shape[0]))]
 
 
-def layer_specs(layers: Any, layout: Union[None, str, Geometry] = None) -> List[LayerSpec]:
+Layout = Union[None, str, Geometry]
+
+
+def _check_layout(layout: Any, what: str) -> None:
+    if layout is not None and not isinstance(layout, (str, Geometry)):
+        raise invalid(
+            f"{what} must be None, a layout name or a kvstash.Geometry, got {type(layout).__name__}"
+        )
+    if isinstance(layout, str) and layout not in _LAYOUTS:
+        raise invalid(f"{what} {layout!r} is not one of {', '.join(LAYOUT_NAMES)} (or a kvstash.Geometry)")
+
+
+def layer_specs(layers: Any, layout: Union[Layout, Dict[str, Layout]] = None) -> List[LayerSpec]:
     """The LayerSpecs of an engine's KV: a list of layer tensors (or SGLang
     (K, V) pairs), vLLM's dict of layer name to tensor, or one tensor
-    holding all layers."""
-    if layout is not None and not isinstance(layout, (str, Geometry)):
-        raise invalid(f"layout must be None, a layout name or a kvstash.Geometry, got {type(layout).__name__}")
-    if isinstance(layout, str) and layout not in _LAYOUTS:
-        raise invalid(f"layout {layout!r} is not one of {', '.join(LAYOUT_NAMES)} (or a kvstash.Geometry)")
+    holding all layers. `layout` applies to every layer; with a dict of
+    layers it may also be a dict of layer name to layout (hybrid models),
+    layers it does not name being inferred."""
+    per_layer: Optional[Dict[str, Layout]] = None
+    if isinstance(layout, dict):
+        if not isinstance(layers, dict):
+            raise invalid("a dict of layouts needs layers as a dict of layer name to tensor")
+        unknown = set(layout) - set(layers)
+        if unknown:
+            raise invalid(f"layout names layers that are not in layers: {sorted(unknown)}")
+        for name, one in layout.items():
+            _check_layout(one, f"layout[{name!r}]")
+        per_layer, layout = layout, None
+    _check_layout(layout, "layout")
     if is_array(layers):
         split = _split_all_layers(layers, layout)
-        items = [(f"layers[{i}]", t) for i, t in enumerate(split)] if split else [("layers", layers)]
+        items = [(f"layers[{i}]", t, layout) for i, t in enumerate(split)] if split \
+            else [("layers", layers, layout)]
     elif isinstance(layers, dict):
-        items = [(f"layers[{k!r}]", t) for k, t in layers.items()]
+        items = [(f"layers[{k!r}]", t, per_layer.get(k) if per_layer else layout)
+                 for k, t in layers.items()]
     elif isinstance(layers, (list, tuple)):
-        items = [(f"layers[{i}]", t) for i, t in enumerate(layers)]
+        items = [(f"layers[{i}]", t, layout) for i, t in enumerate(layers)]
     else:
         raise invalid(
             f"layers: expected a list of tensors, a dict of layer name to tensor or one tensor, "
@@ -211,6 +261,6 @@ def layer_specs(layers: Any, layout: Union[None, str, Geometry] = None) -> List[
     if not items:
         raise invalid("layers is empty: register at least one KV layer")
     specs: List[LayerSpec] = []
-    for index, (source, t) in enumerate(items):
-        specs += [replace(s, layer=index) for s in _layer(t, layout, source)]
+    for index, (source, t, one_layout) in enumerate(items):
+        specs += [replace(s, layer=index) for s in _layer(t, one_layout, source)]
     return specs

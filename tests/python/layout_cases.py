@@ -138,7 +138,7 @@ def all_layers_mla(lib, device, dtype="float16", bs=8, latent=64, n_layers=3):
     g = kvstash.Geometry(NB, 1, bs, 1, latent * e, block_stride=bs * latent * e, kv_stride=0,
                          token_stride=latent * e, head_stride=0, dtype=_dt(dtype))
     views = [(base[i], 0) for i in range(n_layers)]
-    return Case("all_layers_mla", base, views, [base], g, bs, num_layers=n_layers)
+    return Case("all_layers_mla", base, views, [base], g, bs, layout="mla", num_layers=n_layers)
 
 
 def padded_blocks(lib, device, dtype="float16", bs=8, h=2, d=8):
@@ -150,6 +150,71 @@ def padded_blocks(lib, device, dtype="float16", bs=8, h=2, d=8):
                          kv_stride=NB * (bs + 1) * h * d * e, token_stride=h * d * e,
                          head_stride=d * e, dtype=_dt(dtype))
     return Case("padded_blocks", layers, [(t, 1) for t in layers], base, g, bs)
+
+
+def _vllm_geometry(dtype, bs, h, d, *, token_stride, head_stride, block_stride):
+    e = _size(dtype)
+    return kvstash.Geometry(NB, 2, bs, h, d * e, block_stride=block_stride, kv_stride=d * e,
+                            token_stride=token_stride, head_stride=head_stride, dtype=_dt(dtype))
+
+
+def vllm_lbnhc(lib, device, dtype="float16", bs=8, h=2, d=8):
+    # vLLM's per-layer view since its KV-cache layouts: logical [B, H, N, C],
+    # C = K|V; LBNHC (its NHD) stores each layer as [B, N, H, C].
+    base = [_alloc(lib, (NB, bs, h, 2 * d), dtype, device) for _ in range(2)]
+    layers = [_permute(t, (0, 2, 1, 3)) for t in base]
+    e = _size(dtype)
+    g = _vllm_geometry(dtype, bs, h, d, token_stride=h * 2 * d * e, head_stride=2 * d * e,
+                       block_stride=bs * h * 2 * d * e)
+    return Case("vllm_lbnhc", layers, [(t, 0) for t in layers], base, g, bs)
+
+
+def vllm_lbhnc(lib, device, dtype="float16", bs=8, h=2, d=8):
+    base = [_alloc(lib, (NB, h, bs, 2 * d), dtype, device) for _ in range(2)]
+    e = _size(dtype)
+    g = _vllm_geometry(dtype, bs, h, d, token_stride=2 * d * e, head_stride=bs * 2 * d * e,
+                       block_stride=h * bs * 2 * d * e)
+    return Case("vllm_lbhnc", base, [(t, 0) for t in base], base, g, bs)
+
+
+def vllm_blnhc(lib, device, dtype="float16", bs=8, h=2, d=8, n_layers=3):
+    # Block-outer: one buffer [B, L, N, H, C], each layer a strided view.
+    base = _alloc(lib, (NB, n_layers, bs, h, 2 * d), dtype, device)
+    layers = {f"model.layers.{i}.attn": _permute(base[:, i], (0, 2, 1, 3)) for i in range(n_layers)}
+    e = _size(dtype)
+    g = _vllm_geometry(dtype, bs, h, d, token_stride=h * 2 * d * e, head_stride=2 * d * e,
+                       block_stride=n_layers * bs * h * 2 * d * e)
+    views = [(t, 0) for t in layers.values()]
+    return Case("vllm_blnhc", layers, views, [base], g, bs, num_layers=n_layers)
+
+
+def vllm_all_layers(lib, device, dtype="float16", bs=8, h=2, d=8, n_layers=3):
+    # One tensor [L, B, H, N, C] (LBNHC memory order) holding every layer.
+    base = _alloc(lib, (n_layers, NB, bs, h, 2 * d), dtype, device)
+    whole = _permute(base, (0, 1, 3, 2, 4))
+    e = _size(dtype)
+    g = _vllm_geometry(dtype, bs, h, d, token_stride=h * 2 * d * e, head_stride=2 * d * e,
+                       block_stride=bs * h * 2 * d * e)
+    views = [(whole[i], 0) for i in range(n_layers)]
+    return Case("vllm_all_layers", whole, views, [base], g, bs, num_layers=n_layers)
+
+
+def vllm_mla_view(lib, device, dtype="float16", bs=8, latent=576):
+    base = [_alloc(lib, (NB, 1, bs, latent), dtype, device) for _ in range(2)]
+    e = _size(dtype)
+    g = kvstash.Geometry(NB, 1, bs, 1, latent * e, block_stride=bs * latent * e, kv_stride=0,
+                         token_stride=latent * e, head_stride=0, dtype=_dt(dtype))
+    return Case("vllm_mla_view", base, [(t, 0) for t in base], base, g, bs, layout="vllm_mla")
+
+
+def hybrid_dict_layouts(lib, device, dtype="float16", bs=8, h=2, d=8):
+    # A hybrid model: attention layers inferred, MLA-like layers named per layer.
+    attn = vllm_lbnhc(lib, device, dtype, bs, h, d)
+    mla_case = vllm_mla_view(lib, device, dtype, bs, latent=64)
+    layers = {"attn.0": attn.layers[0], "mla.0": mla_case.layers[0], "attn.1": attn.layers[1]}
+    views = [(attn.layers[0], 0), (mla_case.layers[0], 0), (attn.layers[1], 0)]
+    return Case("hybrid_dict_layouts", layers, views, attn.bases + mla_case.bases[:1], attn.expected,
+                bs, layout={"mla.0": "vllm_mla"}, num_layers=3)
 
 
 def dict_of_layers(lib, device, dtype="float16"):
@@ -166,6 +231,7 @@ def explicit_geometry(lib, device, dtype="float16", bs=8, h=2, d=8):
 
 
 NUMPY_CASES: List[Callable[..., Case]] = [
+    vllm_lbnhc, vllm_lbhnc, vllm_blnhc, vllm_all_layers, vllm_mla_view, hybrid_dict_layouts,
     vllm_flash_nhd, vllm_flash_hnd, vllm_flash_hnd_named, flashinfer_nhd, flashinfer_hnd, mla,
     mla_fp8_656, sglang_token_pool, all_layers_one_tensor, all_layers_mla, padded_blocks,
     dict_of_layers, explicit_geometry,
@@ -176,6 +242,9 @@ def torch_cases() -> List[Tuple[str, Callable[..., Case]]]:
     """Cases in torch dtypes numpy lacks (bf16, fp8), plus every numpy case."""
     out = [(f.__name__, f) for f in NUMPY_CASES]
     out += [
+        ("vllm_lbnhc_bf16", lambda lib, dev: vllm_lbnhc(lib, dev, "bfloat16", d=64)),
+        ("vllm_lbhnc_fp8", lambda lib, dev: vllm_lbhnc(lib, dev, "float8_e4m3fn", d=64)),
+        ("vllm_mla_view_bf16", lambda lib, dev: vllm_mla_view(lib, dev, "bfloat16")),
         ("vllm_flash_nhd_bf16", lambda lib, dev: vllm_flash_nhd(lib, dev, "bfloat16", d=64)),
         ("vllm_flash_hnd_bf16", lambda lib, dev: vllm_flash_hnd(lib, dev, "bfloat16", d=64)),
         ("flashinfer_bf16", lambda lib, dev: flashinfer_nhd(lib, dev, "bfloat16", d=64)),

@@ -99,12 +99,14 @@ def _kv(shape=(2, 12, 8, 2, 8), dtype="float16"):
     [
         (lambda: [np.zeros((2, 12, 8, 2, 8), np.float16)], None, "not in kvstash shared memory"),
         (lambda: [_kv((2, 12, 8, 2, 16))[..., ::2]], None, "must be contiguous"),
-        (lambda: [_kv((12, 8, 2, 8))], None, "cannot infer the layout of shape \\[12, 8, 2, 8\\]"),
+        (lambda: [_kv((12, 8))], None, "cannot infer the layout of shape \\[12, 8\\]"),
+        (lambda: [_kv((12, 2, 8, 7))], None, "two halves of the last dimension"),
         (lambda: [_kv((3, 12, 8, 2, 8))], None, "needs K/V \\(size 2\\) in dimension 0"),
         (lambda: [_kv((2, 2, 8, 2, 8))], None, "pass layout='vllm_flash' or 'flashinfer'"),
         (lambda: [_kv(dtype="float64")], None, "dtype float64 is not a KV element type"),
         (lambda: [_kv()], "paged", "layout 'paged' is not one of"),
         (lambda: [_kv()], "mla", "layout 'mla' expects a rank-3 tensor"),
+        (lambda: [_kv()], {"x": "mla"}, "a dict of layouts needs layers as a dict"),
         (lambda: [_kv()[:, ::-1]], None, "negative strides"),
         (lambda: [], None, "layers is empty"),
         (lambda: "kv", None, "expected a list of tensors"),
@@ -113,8 +115,8 @@ def _kv(shape=(2, 12, 8, 2, 8), dtype="float16"):
         (lambda: [(_kv((12, 2, 8)),)], None, "\\(K, V\\) pair"),
         (lambda: [_kv((2, 12, 0, 2, 8))], None, "is empty"),
     ],
-    ids=["plain-numpy", "strided-head", "rank-4", "no-kv-dim", "ambiguous", "float64",
-         "unknown-name", "wrong-rank-for-name", "negative-stride", "empty", "not-tensors",
+    ids=["plain-numpy", "strided-head", "rank-2", "odd-kv-content", "no-kv-dim", "ambiguous", "float64",
+         "unknown-name", "wrong-rank-for-name", "layout-dict-for-list", "negative-stride", "empty", "not-tensors",
          "geometry-too-big", "half-pair", "zero-size"],
 )
 def test_unsupported_tensors_are_refused_with_what_was_expected(client, layers, layout, message):
@@ -153,3 +155,22 @@ def test_host_tensor_names_and_lifetime():
     del t
     gc.collect()
     assert not os.path.exists("/dev/shm/kvstash-pytest-named")
+
+
+def test_mla_is_stored_once_per_model_and_attention_per_rank(client):
+    """Keys of an MLA latent (vllm_mla) do not depend on the tensor-parallel
+    rank; keys of K/V heads (vllm) do."""
+    tokens = list(range(16))
+    mla = layout_cases.vllm_mla_view("numpy", "cpu", latent=64)
+    attn = layout_cases.vllm_lbnhc("numpy", "cpu")
+    mla_keys = {client.register(mla.layers, model="tp", layout="vllm_mla", tp_rank=r,
+                                tp_size=2).chunk_keys(tokens)[0] for r in (0, 1)}
+    attn_keys = {client.register(attn.layers, model="tp", tp_rank=r,
+                                 tp_size=2).chunk_keys(tokens)[0] for r in (0, 1)}
+    assert len(mla_keys) == 1
+    assert len(attn_keys) == 2
+
+
+def test_tp_rank_must_be_below_tp_size(client):
+    with pytest.raises(kvstash.InvalidArgument, match="tp_rank"):
+        client.register([_kv()], model="tp", tp_rank=2, tp_size=2)
