@@ -113,7 +113,9 @@ class Dispatcher:
             while True:
                 n = take(self._handle, calls, _BATCH)
                 for i in range(n):
-                    self._complete(calls[i])
+                    call = calls[i]
+                    if call:
+                        self._complete(call)
                 if n < _BATCH:
                     break
 

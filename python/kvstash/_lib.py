@@ -25,7 +25,7 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 KVSTASH_DEFAULT_SOCKET = "ipc:///run/kvstash/kvstash.sock"
 
@@ -247,6 +247,10 @@ class Library:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)
+
+    if TYPE_CHECKING:  # the prototypes are set in __init__; tell type checkers so
+
+        def __getattr__(self, name: str) -> Any: ...
 
 
 def _candidates() -> list[Path]:

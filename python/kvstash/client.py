@@ -6,7 +6,7 @@ import ctypes
 import json
 import threading
 from ctypes import byref, c_uint64, c_void_p
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 from ._dispatch import Dispatcher
@@ -14,6 +14,9 @@ from .errors import Cancelled, Error, error_for, invalid
 from .layouts import LayerSpec, layer_specs
 from .shm import find_region
 from .types import Geometry, ServerInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .registration import Registration
 
 
 def _text(value: Optional[str], what: str) -> Optional[bytes]:
@@ -64,7 +67,7 @@ class Client:
             message = self._lib.kvstash_last_error(handle) if handle.value else None
             text = message.decode(errors="replace") if message else "kvstash_connect failed"
             self._lib.kvstash_close(handle)
-            self._handle = None
+            self._handle: Optional[c_void_p] = None
             raise error_for(status, text)
         self._handle = handle
 
@@ -72,10 +75,10 @@ class Client:
 
     def _enter(self) -> c_void_p:
         with self._state:
-            if self._closed:
+            if self._closed or self._handle is None:
                 raise Cancelled(12, "the kvstash client is closed")
             self._active += 1
-        return self._handle
+            return self._handle
 
     def _leave(self) -> None:
         with self._state:
@@ -107,6 +110,7 @@ class Client:
             if self._closed:
                 raise Cancelled(12, "the kvstash client is closed")
             if self._dispatcher is None:
+                assert self._handle is not None
                 self._dispatcher = Dispatcher(self._lib, self._handle, self._name)
             return self._dispatcher
 
@@ -159,6 +163,8 @@ class Client:
         buffer = c_void_p()
         self._call(fn, byref(buffer))
         try:
+            if not buffer.value:
+                raise error_for(11, "the library returned no JSON")
             return json.loads(ctypes.string_at(buffer.value).decode())
         finally:
             self._lib.kvstash_free(buffer)

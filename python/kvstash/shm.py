@@ -116,6 +116,20 @@ _TORCH_NAMES = {
 }
 
 
+def _torch(load: bool) -> Any:
+    """torch if imported already (or importable, when `load`), else None."""
+    import sys
+
+    if "torch" in sys.modules or load:
+        try:
+            import torch
+
+            return torch
+        except ImportError:
+            return None
+    return None
+
+
 def host_tensor(shape: Union[int, Sequence[int]], dtype: Any, name: Optional[str] = None) -> Any:
     """A zero-filled tensor in a new named POSIX shared memory object.
 
@@ -133,16 +147,9 @@ def host_tensor(shape: Union[int, Sequence[int]], dtype: Any, name: Optional[str
     for n in dims:
         count *= n
 
-    import sys
-
-    torch = sys.modules.get("torch")
+    torch: Any = _torch(load=isinstance(dtype, str))
     want_torch = False
     if isinstance(dtype, str):
-        if torch is None:
-            try:
-                import torch  # noqa: F811
-            except ImportError:
-                torch = None
         want_torch = torch is not None and dtype in _TORCH_NAMES
         if want_torch:
             dtype = getattr(torch, dtype)
