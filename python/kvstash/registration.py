@@ -94,9 +94,10 @@ def _key_blob(keys: Keys) -> bytes:
             blob = b"".join(keys)
         except TypeError:
             raise invalid("keys must be 32-byte bytes objects (from chunk_keys), a bytes blob or Chunks") from None
-        for i, k in enumerate(keys):
-            if len(k) != _KEY:
-                raise invalid(f"keys[{i}] is {len(k)} bytes, expected {_KEY}")
+        if len(blob) != _KEY * len(keys):
+            for i, k in enumerate(keys):
+                if len(k) != _KEY:
+                    raise invalid(f"keys[{i}] is {len(k)} bytes, expected {_KEY}")
     if len(blob) % _KEY:
         raise invalid(f"keys blob is {len(blob)} bytes, not a multiple of {_KEY}")
     return blob
