@@ -285,8 +285,10 @@ class Registration:
         return outcomes_from(outcomes, n)
 
     def lookup(self, keys: Keys, *, lease_ms: int = 0) -> LookupResult:
-        """The longest prefix of keys that is stored. With lease_ms > 0 the
-        hit chunks are leased (kept) until release() or expiry."""
+        """The longest prefix of keys that is stored. When anything hits, the
+        hit chunks are leased (kept from eviction and from clear) for
+        lease_ms (0: the daemon's --lease-ms): end the lease by retrieving
+        with lease_id=, or with release()."""
         blob = _key_blob(keys)
         result = _lib.CLookupResult()
         self._client._call(_lib.lib().kvstash_lookup, self.id, blob, len(blob) // _KEY,
