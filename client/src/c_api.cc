@@ -1,9 +1,11 @@
-// The C API: a thin synchronous layer over kvstash::Client. No exception
-// crosses it; every failure becomes a kvstash_status and per-thread text.
+// The C API's synchronous calls: a thin layer over kvstash::Client. No
+// exception crosses it; every failure becomes a kvstash_status and
+// per-thread text. Asynchronous calls live in c_api_async.cc.
 #include "kvstash/kvstash.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -13,9 +15,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "c_api_internal.h"
 #include "kvstash/client.h"
+#include "kvstash/cuda_memory.h"
 
-namespace {
+namespace kvstash::capi {
 
 using kvstash::Status;
 using kvstash::StatusCode;
@@ -48,8 +52,6 @@ KVSTASH_SAME(KVSTASH_CHUNK_RETRIEVED, kvstash::ChunkResult::kRetrieved);
 KVSTASH_SAME(KVSTASH_CHUNK_MISSING, kvstash::ChunkResult::kMissing);
 KVSTASH_SAME(KVSTASH_CHUNK_FAILED, kvstash::ChunkResult::kFailed);
 #undef KVSTASH_SAME
-
-kvstash_status ToC(StatusCode code) { return kvstash_status(int(code)); }
 
 kvstash::ChunkKey ToKey(const kvstash_key& key) {
   kvstash::ChunkKey out;
@@ -121,43 +123,80 @@ kvstash::Registration FromC(const kvstash_registration& r) {
   return out;
 }
 
-}  // namespace
-
-struct kvstash_client {
-  std::unique_ptr<kvstash::Client> client;
-  Status connect_error;  // why client is null
-
-  std::mutex mutex;
-  std::unordered_map<std::thread::id, std::string> errors;  // GUARDED_BY(mutex)
-
-  // Records the outcome of a call for kvstash_last_error and returns its code.
-  kvstash_status Finish(const Status& status) {
-    std::lock_guard<std::mutex> lock(mutex);
-    errors[std::this_thread::get_id()] = status.ok() ? std::string() : status.ToString();
-    return ToC(status.code());
-  }
-};
+kvstash_lookup_result ToC(const LookupResult& result) {
+  return kvstash_lookup_result{result.hit_chunks, result.hit_tokens, result.lease_id,
+                               result.lease_expires_ms};
+}
 
 namespace {
 
-// Runs body(client) on a connected handle, turning any exception into
-// KVSTASH_INTERNAL; body returns a Status.
-template <typename Body>
-kvstash_status Call(kvstash_client* handle, Body body) {
-  if (handle == nullptr) return KVSTASH_INVALID_ARGUMENT;
-  try {
-    if (!handle->client) {
-      return handle->Finish(Status::Unavailable("not connected: " + handle->connect_error.ToString()));
-    }
-    return handle->Finish(body(*handle->client));
-  } catch (const std::exception& e) {
-    return handle->Finish(Status::Internal(std::string("unexpected exception: ") + e.what()));
-  } catch (...) {
-    return handle->Finish(Status::Internal("unexpected exception"));
+// The C++ registration options a kvstash_register_options describes.
+Result<RegisterOptions> ToRegisterOptions(const kvstash_register_options& options) {
+  if (options.model == nullptr || options.model[0] == '\0') {
+    return Status::InvalidArgument("kvstash_register_options.model is required (got none)");
   }
+  const bool by_hand = options.num_allocations > 0 || options.num_layers > 0;
+  if (by_hand && options.num_cuda_layers > 0) {
+    return Status::InvalidArgument(
+        "kvstash_register_options gives both allocations/layers (" +
+        std::to_string(options.num_layers) + " layers) and cuda_layers (" +
+        std::to_string(options.num_cuda_layers) + "); give one or the other");
+  }
+  if ((options.num_allocations > 0 && options.allocations == nullptr) ||
+      (options.num_layers > 0 && options.layers == nullptr) ||
+      (options.num_cuda_layers > 0 && options.cuda_layers == nullptr)) {
+    return Status::InvalidArgument("kvstash_register_options has a count without its array");
+  }
+  RegisterOptions cpp;
+  cpp.model = options.model;
+  cpp.tenant_salt = options.tenant_salt ? options.tenant_salt : "";
+  cpp.tp_rank = options.tp_rank;
+  cpp.tp_size = options.tp_size == 0 ? 1 : options.tp_size;
+  for (size_t i = 0; i < options.num_allocations; ++i) {
+    auto allocation = ToAllocation(options.allocations[i], i);
+    if (!allocation.ok()) return allocation.status();
+    cpp.allocations.push_back(std::move(allocation.value()));
+  }
+  for (size_t i = 0; i < options.num_layers; ++i) {
+    const kvstash_layer& layer = options.layers[i];
+    cpp.layers.push_back({layer.allocation, layer.offset_bytes, ToGeometry(layer.geometry)});
+  }
+  if (options.num_cuda_layers > 0) {
+    std::vector<CudaLayer> layers;
+    layers.reserve(options.num_cuda_layers);
+    for (size_t i = 0; i < options.num_cuda_layers; ++i) {
+      layers.push_back({options.cuda_layers[i].data, ToGeometry(options.cuda_layers[i].geometry)});
+    }
+    KVSTASH_RETURN_IF_ERROR(AddCudaLayers(layers, cpp));
+  }
+  return cpp;
+}
+
+void CopyString(const std::string& from, char* to, size_t capacity) {
+  const size_t n = std::min(from.size(), capacity - 1);
+  std::memcpy(to, from.data(), n);
+  to[n] = '\0';
+}
+
+// A malloc'ed copy of text for the caller to kvstash_free.
+Status ToMalloced(const std::string& text, char** out) {
+  char* buffer = static_cast<char*>(std::malloc(text.size() + 1));
+  if (buffer == nullptr) {
+    return Status(StatusCode::kResourceExhausted,
+                  "out of memory for " + std::to_string(text.size() + 1) + " bytes of JSON");
+  }
+  std::memcpy(buffer, text.data(), text.size());
+  buffer[text.size()] = '\0';
+  *out = buffer;
+  return Status::Ok();
 }
 
 }  // namespace
+}  // namespace kvstash::capi
+
+using kvstash::Status;
+using kvstash::StatusCode;
+using namespace kvstash::capi;  // NOLINT: the C entry points below use its helpers
 
 extern "C" {
 
@@ -168,6 +207,12 @@ kvstash_status kvstash_connect(const kvstash_options* options, kvstash_client** 
   if (handle == nullptr) return KVSTASH_RESOURCE_EXHAUSTED;
   *client = handle;
   try {
+    Status queue_error;
+    handle->completions = NewCompletionQueue(queue_error);
+    if (!handle->completions) {
+      handle->connect_error = queue_error;
+      return handle->Finish(queue_error);
+    }
     kvstash::ClientOptions cpp;
     if (options != nullptr && options->socket != nullptr) cpp.socket = options->socket;
     if (options != nullptr && options->timeout_ms != 0) {
@@ -176,6 +221,7 @@ kvstash_status kvstash_connect(const kvstash_options* options, kvstash_client** 
     if (options != nullptr && options->client_name != nullptr) {
       cpp.client_name = options->client_name;
     }
+    if (options != nullptr) cpp.busy_poll_us = options->busy_poll_us;
     auto connected = kvstash::Client::Connect(std::move(cpp));
     if (!connected.ok()) {
       handle->connect_error = connected.status();
@@ -210,27 +256,76 @@ kvstash_status kvstash_ping(kvstash_client* client, uint64_t* uptime_ms) {
   });
 }
 
+kvstash_status kvstash_get_server_info(kvstash_client* client, kvstash_server_info* info) {
+  return Call(client, [&](kvstash::Client& c) {
+    if (info == nullptr) return Status::InvalidArgument("kvstash_get_server_info needs an output");
+    const kvstash::ServerInfo server = c.server_info();
+    *info = kvstash_server_info{};
+    info->protocol_version = server.protocol_version;
+    CopyString(server.server_version, info->server_version, sizeof(info->server_version));
+    std::memcpy(info->boot_id, server.boot_id.data(), sizeof(info->boot_id));
+    info->chunk_tokens = server.chunk_tokens;
+    info->max_chunks_per_request = server.max_chunks_per_request;
+    info->max_message_bytes = server.max_message_bytes;
+    CopyString(server.backend, info->backend, sizeof(info->backend));
+    info->peer_timeout_ms = server.peer_timeout_ms;
+    info->restarts = server.restarts;
+    return Status::Ok();
+  });
+}
+
+kvstash_status kvstash_describe(kvstash_client* client, char** json) {
+  return Call(client, [&](kvstash::Client& c) {
+    if (json == nullptr) return Status::InvalidArgument("kvstash_describe needs an output");
+    *json = nullptr;
+    auto described = c.Describe().get();
+    if (!described.ok()) return described.status();
+    return ToMalloced(*described, json);
+  });
+}
+
+kvstash_status kvstash_stats(kvstash_client* client, char** json) {
+  return Call(client, [&](kvstash::Client& c) {
+    if (json == nullptr) return Status::InvalidArgument("kvstash_stats needs an output");
+    *json = nullptr;
+    auto stats = c.Stats().get();
+    if (!stats.ok()) return stats.status();
+    return ToMalloced(stats->json, json);
+  });
+}
+
+void kvstash_free(void* buffer) { std::free(buffer); }
+
+kvstash_status kvstash_clear(kvstash_client* client, const char* model, const char* tenant_salt,
+                             uint64_t* cleared) {
+  return Call(client, [&](kvstash::Client& c) {
+    auto dropped = c.Clear(model ? model : "", tenant_salt ? tenant_salt : "").get();
+    if (!dropped.ok()) return dropped.status();
+    if (cleared != nullptr) *cleared = *dropped;
+    return Status::Ok();
+  });
+}
+
+kvstash_status kvstash_pool_ready(kvstash_client* client, uint64_t* ready_bytes,
+                                  uint64_t* capacity_bytes) {
+  return Call(client, [&](kvstash::Client& c) {
+    auto readiness = c.PoolReady().get();
+    if (!readiness.ok()) return readiness.status();
+    if (ready_bytes != nullptr) *ready_bytes = readiness->ready_bytes;
+    if (capacity_bytes != nullptr) *capacity_bytes = readiness->capacity_bytes;
+    return Status::Ok();
+  });
+}
+
 kvstash_status kvstash_register(kvstash_client* client, const kvstash_register_options* options,
                                 kvstash_registration* registration) {
   return Call(client, [&](kvstash::Client& c) {
-    if (options == nullptr || registration == nullptr || options->model == nullptr) {
-      return Status::InvalidArgument("kvstash_register needs options, a model and an output");
+    if (options == nullptr || registration == nullptr) {
+      return Status::InvalidArgument("kvstash_register needs options and an output");
     }
-    kvstash::RegisterOptions cpp;
-    cpp.model = options->model;
-    cpp.tenant_salt = options->tenant_salt ? options->tenant_salt : "";
-    cpp.tp_rank = options->tp_rank;
-    cpp.tp_size = options->tp_size == 0 ? 1 : options->tp_size;
-    for (size_t i = 0; i < options->num_allocations; ++i) {
-      auto allocation = ToAllocation(options->allocations[i], i);
-      if (!allocation.ok()) return allocation.status();
-      cpp.allocations.push_back(std::move(allocation.value()));
-    }
-    for (size_t i = 0; i < options->num_layers; ++i) {
-      const kvstash_layer& layer = options->layers[i];
-      cpp.layers.push_back({layer.allocation, layer.offset_bytes, ToGeometry(layer.geometry)});
-    }
-    auto reg = c.RegisterKV(cpp).get();
+    auto cpp = ToRegisterOptions(*options);
+    if (!cpp.ok()) return cpp.status();
+    auto reg = c.RegisterKV(*cpp).get();
     if (!reg.ok()) return reg.status();
     *registration = kvstash_registration{};
     registration->id = reg->id;
@@ -340,8 +435,7 @@ kvstash_status kvstash_lookup(kvstash_client* client, uint64_t registration_id,
     for (size_t i = 0; i < num_keys; ++i) cpp_keys.push_back(ToKey(keys[i]));
     auto found = c.Lookup(registration_id, cpp_keys, lease_ms).get();
     if (!found.ok()) return found.status();
-    *result = kvstash_lookup_result{found->hit_chunks, found->hit_tokens, found->lease_id,
-                                    found->lease_expires_ms};
+    *result = ToC(*found);
     return Status::Ok();
   });
 }

@@ -2,8 +2,6 @@
 // I/O thread, and decodes the reply into the call's future.
 #include "kvstash/client.h"
 
-#include <mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "decode.h"
@@ -18,40 +16,51 @@ class Client::Impl {
 
   client::Transport& transport() { return *transport_; }
 
-  // Sends the request that encode(request_id) builds; the future receives
-  // decode(reply) or why there is none. R is Status or Result<T>.
-  // boot_epoch: nonzero to fail the request if kvstashd restarted since.
+  // Sends the request that encode(header) builds; done receives
+  // decode(reply) or why there is none, exactly once. R is Status or
+  // Result<T>. registration_id: the engine's id of the registration the
+  // request names (0: none); encode writes header.registration_id, the
+  // daemon's id for it.
   template <typename R, typename Encode, typename Decode>
-  std::future<R> Call(const char* kind, uint64_t boot_epoch, Encode encode, Decode decode) {
-    auto promise = std::make_shared<std::promise<R>>();
-    std::future<R> future = promise->get_future();
+  void Call(const char* kind, uint64_t registration_id, Encode encode, Decode decode,
+            std::function<void(R)> done) {
     client::Request request;
+    request.unregisters = std::string_view(kind) == "UnregisterKV";
     request.id = transport_->NextRequestId();
     request.kind = kind;
-    request.bytes = encode(request.id);
-    request.boot_epoch = boot_epoch;
-    request.on_reply = [promise, decode = std::move(decode)](Result<client::Reply> reply) {
-      promise->set_value(reply.ok() ? R(decode(*reply)) : R(reply.status()));
+    request.timeout = transport_->timeout();
+    request.deadline = client::Clock::now() + request.timeout;
+    request.registration_id = registration_id;
+    request.wire_registration_id = wire_id(registration_id);
+    const client::Header header{
+        request.id,
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     request.deadline.time_since_epoch())
+                     .count()),
+        request.wire_registration_id};
+    request.bytes = encode(header);
+    request.on_reply = [done = std::move(done), decode = std::move(decode)](
+                           Result<client::Reply> reply) {
+      done(reply.ok() ? R(decode(*reply)) : R(reply.status()));
     };
     transport_->Submit(std::move(request));
+  }
+
+  // The same, answered through a future.
+  template <typename R, typename Encode, typename Decode>
+  std::future<R> Call(const char* kind, uint64_t registration_id, Encode encode, Decode decode) {
+    auto promise = std::make_shared<std::promise<R>>();
+    std::future<R> future = promise->get_future();
+    Call<R>(kind, registration_id, std::move(encode), std::move(decode),
+            std::function<void(R)>([promise](R r) { promise->set_value(std::move(r)); }));
     return future;
   }
 
-  // The boot epoch a registration of this client was made in; 0 for ids this
-  // client did not register (the daemon judges those).
-  uint64_t EpochOf(uint64_t registration_id) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = registration_epochs_.find(registration_id);
-    return it == registration_epochs_.end() ? 0 : it->second;
+  // The daemon id to encode for the engine's registration id.
+  uint64_t wire_id(uint64_t registration_id) const {
+    return registration_id == 0 ? 0 : transport_->registrations().WireId(registration_id);
   }
-  void Remember(uint64_t registration_id, uint64_t epoch) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    registration_epochs_[registration_id] = epoch;
-  }
-  void Forget(uint64_t registration_id) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    registration_epochs_.erase(registration_id);
-  }
+  client::Registrations& registrations() { return transport_->registrations(); }
 
   // TooLarge when a request carries more chunks or keys than the daemon takes.
   Status CheckCount(const char* what, size_t count) const {
@@ -65,25 +74,13 @@ class Client::Impl {
   }
 
  private:
-  std::mutex mutex_;
-  std::unordered_map<uint64_t, uint64_t> registration_epochs_;  // GUARDED_BY(mutex_)
   // Last: destroyed first, so no reply handler outlives what it touches.
   std::unique_ptr<client::Transport> transport_;
 };
 
-namespace {
-
-template <typename R>
-std::future<R> Ready(R value) {
-  std::promise<R> promise;
-  promise.set_value(std::move(value));
-  return promise.get_future();
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
-  client::SessionOptions session{std::move(options.socket), options.request_timeout,
+  client::SessionOptions session{ClientEndpoint(options.socket), options.request_timeout,
                                  std::move(options.client_name), std::move(options.log),
                                  std::chrono::microseconds(options.busy_poll_us)};
   std::future<Result<ServerInfo>> hello;
@@ -103,93 +100,150 @@ ServerInfo Client::server_info() const { return impl_->transport().server_info()
 std::future<Result<Registration>> Client::RegisterKV(const RegisterOptions& options) {
   Impl* impl = impl_.get();
   return impl_->Call<Result<Registration>>(
-      "RegisterKV", 0, [&](uint64_t id) { return client::EncodeRegisterKV(id, options); },
-      [impl](const client::Reply& reply) {
+      "RegisterKV", 0,
+      [&](const client::Header& h) { return client::EncodeRegisterKV(h, options); },
+      // Kept for registering again after a restart of kvstashd.
+      [impl, options](const client::Reply& reply) -> Result<Registration> {
         Result<Registration> registration = client::DecodeRegisterKV(*reply.envelope);
-        if (registration.ok()) impl->Remember(registration->id, reply.boot_epoch);
-        return registration;
+        if (!registration.ok()) return registration;
+        return impl->registrations().Add(std::move(registration.value()), options,
+                                         impl->transport().server_info().boot_id);
       });
 }
 
 std::future<Status> Client::UnregisterKV(uint64_t registration_id) {
   Impl* impl = impl_.get();
   return impl_->Call<Status>(
-      "UnregisterKV", impl_->EpochOf(registration_id),
-      [&](uint64_t id) { return client::EncodeUnregisterKV(id, registration_id); },
+      "UnregisterKV", registration_id,
+      [&](const client::Header& h) {
+        return client::EncodeUnregisterKV(h, h.registration_id);
+      },
       [impl, registration_id](const client::Reply& reply) {
         Status status = client::DecodeUnregisterKV(*reply.envelope);
-        if (status.ok()) impl->Forget(registration_id);
+        if (status.ok()) impl->registrations().Remove(registration_id);
         return status;
       });
 }
 
+namespace {
+
+template <typename R>
+std::pair<std::future<R>, Client::Done<R>> FutureAndDone() {
+  auto promise = std::make_shared<std::promise<R>>();
+  std::future<R> future = promise->get_future();
+  return {std::move(future), [promise](R r) { promise->set_value(std::move(r)); }};
+}
+
+}  // namespace
+
 std::future<Result<std::vector<ChunkOutcome>>> Client::Store(
     uint64_t registration_id, const std::vector<ChunkBlocks>& chunks) {
+  auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
+  Store(registration_id, chunks, std::move(done));
+  return std::move(future);
+}
+
+void Client::Store(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                   Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
-  if (Status count = impl_->CheckCount("Store", chunks.size()); !count.ok()) return Ready<R>(count);
+  if (Status count = impl_->CheckCount("Store", chunks.size()); !count.ok()) return done(count);
   const size_t n = chunks.size();
-  return impl_->Call<R>(
-      "Store", impl_->EpochOf(registration_id),
-      [&](uint64_t id) { return client::EncodeStore(id, registration_id, chunks); },
-      [n](const client::Reply& reply) { return client::DecodeStore(*reply.envelope, n); });
+  impl_->Call<R>(
+      "Store", registration_id,
+      [&](const client::Header& h) {
+        return client::EncodeStore(h, h.registration_id, chunks);
+      },
+      [n](const client::Reply& reply) { return client::DecodeStore(*reply.envelope, n); },
+      std::move(done));
 }
 
 std::future<Result<std::vector<ChunkOutcome>>> Client::Retrieve(
     uint64_t registration_id, const std::vector<ChunkBlocks>& chunks, uint32_t skip_tokens,
     uint64_t lease_id) {
+  auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
+  Retrieve(registration_id, chunks, skip_tokens, lease_id, std::move(done));
+  return std::move(future);
+}
+
+void Client::Retrieve(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                      uint32_t skip_tokens, uint64_t lease_id,
+                      Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
   if (Status count = impl_->CheckCount("Retrieve", chunks.size()); !count.ok()) {
-    return Ready<R>(count);
+    return done(count);
   }
   const size_t n = chunks.size();
-  return impl_->Call<R>(
-      "Retrieve", impl_->EpochOf(registration_id),
-      [&](uint64_t id) {
-        return client::EncodeRetrieve(id, registration_id, chunks, skip_tokens, lease_id);
+  impl_->Call<R>(
+      "Retrieve", registration_id,
+      [&](const client::Header& h) {
+        return client::EncodeRetrieve(h, h.registration_id, chunks, skip_tokens,
+                                      lease_id);
       },
-      [n](const client::Reply& reply) { return client::DecodeRetrieve(*reply.envelope, n); });
+      [n](const client::Reply& reply) { return client::DecodeRetrieve(*reply.envelope, n); },
+      std::move(done));
 }
 
 std::future<Result<LookupResult>> Client::Lookup(uint64_t registration_id,
                                                  const std::vector<ChunkKey>& keys,
                                                  uint32_t lease_ms) {
-  if (Status count = impl_->CheckCount("Lookup", keys.size()); !count.ok()) {
-    return Ready<Result<LookupResult>>(count);
-  }
-  return impl_->Call<Result<LookupResult>>(
-      "Lookup", impl_->EpochOf(registration_id),
-      [&](uint64_t id) { return client::EncodeLookup(id, registration_id, keys, lease_ms); },
-      [](const client::Reply& reply) { return client::DecodeLookup(*reply.envelope); });
+  auto [future, done] = FutureAndDone<Result<LookupResult>>();
+  Lookup(registration_id, keys, lease_ms, std::move(done));
+  return std::move(future);
+}
+
+void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys,
+                    uint32_t lease_ms, Done<Result<LookupResult>> done) {
+  if (Status count = impl_->CheckCount("Lookup", keys.size()); !count.ok()) return done(count);
+  impl_->Call<Result<LookupResult>>(
+      "Lookup", registration_id,
+      [&](const client::Header& h) {
+        return client::EncodeLookup(h, h.registration_id, keys, lease_ms);
+      },
+      [](const client::Reply& reply) { return client::DecodeLookup(*reply.envelope); },
+      std::move(done));
 }
 
 std::future<Result<uint32_t>> Client::Release(uint64_t lease_id) {
-  return impl_->Call<Result<uint32_t>>(
-      "Release", 0, [&](uint64_t id) { return client::EncodeRelease(id, lease_id); },
-      [](const client::Reply& reply) { return client::DecodeRelease(*reply.envelope); });
+  auto [future, done] = FutureAndDone<Result<uint32_t>>();
+  Release(lease_id, std::move(done));
+  return std::move(future);
+}
+
+void Client::Release(uint64_t lease_id, Done<Result<uint32_t>> done) {
+  impl_->Call<Result<uint32_t>>(
+      "Release", 0, [&](const client::Header& h) { return client::EncodeRelease(h, lease_id); },
+      [](const client::Reply& reply) { return client::DecodeRelease(*reply.envelope); },
+      std::move(done));
 }
 
 std::future<Result<uint64_t>> Client::Clear(const std::string& model,
                                             const std::string& tenant_salt) {
   return impl_->Call<Result<uint64_t>>(
-      "Clear", 0, [&](uint64_t id) { return client::EncodeClear(id, model, tenant_salt); },
+      "Clear", 0, [&](const client::Header& h) { return client::EncodeClear(h, model, tenant_salt); },
       [](const client::Reply& reply) { return client::DecodeClear(*reply.envelope); });
 }
 
 std::future<Result<std::string>> Client::Describe() {
   return impl_->Call<Result<std::string>>(
-      "Describe", 0, [](uint64_t id) { return client::EncodeDescribe(id); },
+      "Describe", 0, [](const client::Header& h) { return client::EncodeDescribe(h); },
       [](const client::Reply& reply) { return client::DecodeDescribe(*reply.envelope); });
 }
 
 std::future<Result<StatsResult>> Client::Stats() {
   return impl_->Call<Result<StatsResult>>(
-      "Stats", 0, [](uint64_t id) { return client::EncodeStats(id); },
+      "Stats", 0, [](const client::Header& h) { return client::EncodeStats(h); },
       [](const client::Reply& reply) { return client::DecodeStats(*reply.envelope); });
+}
+
+std::future<Result<PoolReadiness>> Client::PoolReady() {
+  return impl_->Call<Result<PoolReadiness>>(
+      "Ping (pool readiness)", 0, [](const client::Header& h) { return client::EncodePing(h); },
+      [](const client::Reply& reply) { return client::DecodePoolReadiness(*reply.envelope); });
 }
 
 std::future<Result<uint64_t>> Client::Ping() {
   return impl_->Call<Result<uint64_t>>(
-      "Ping", 0, [](uint64_t id) { return client::EncodePing(id); },
+      "Ping", 0, [](const client::Header& h) { return client::EncodePing(h); },
       [](const client::Reply& reply) { return client::DecodePing(*reply.envelope); });
 }
 

@@ -199,6 +199,12 @@ Result<uint64_t> DecodePing(const wire::Envelope& envelope) {
   return (*reply)->uptime_ms();
 }
 
+Result<PoolReadiness> DecodePoolReadiness(const wire::Envelope& envelope) {
+  auto reply = BodyAs<wire::PingReply>(envelope);
+  if (!reply.ok()) return reply.status();
+  return PoolReadiness{(*reply)->pool_ready_bytes(), (*reply)->pool_bytes()};
+}
+
 uint64_t PeekRequestId(const void* data, size_t size) {
   const auto* bytes = static_cast<const uint8_t*>(data);
   if (size < 8 || !flatbuffers::BufferHasIdentifier(bytes, wire::EnvelopeIdentifier())) return 0;

@@ -27,6 +27,7 @@ Result<uint64_t> DecodeClear(const wire::Envelope& envelope);
 Result<std::string> DecodeDescribe(const wire::Envelope& envelope);
 Result<StatsResult> DecodeStats(const wire::Envelope& envelope);
 Result<uint64_t> DecodePing(const wire::Envelope& envelope);
+Result<PoolReadiness> DecodePoolReadiness(const wire::Envelope& envelope);
 
 // The request id of a message that failed verification, when at least the
 // envelope's own table and its request_id field are readable; 0 otherwise.

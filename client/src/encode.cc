@@ -11,8 +11,9 @@ using flatbuffers::FlatBufferBuilder;
 using flatbuffers::Offset;
 
 template <typename T>
-Bytes Envelope(FlatBufferBuilder& fbb, uint64_t request_id, Offset<T> body) {
-  return proto::Finish(fbb, request_id, wire::BodyTraits<T>::enum_value, body.Union());
+Bytes Envelope(FlatBufferBuilder& fbb, const Header& header, Offset<T> body) {
+  return proto::Finish(fbb, header.request_id, wire::BodyTraits<T>::enum_value, body.Union(),
+                       header.deadline_ns);
 }
 
 Offset<wire::Allocation> EncodeAllocation(FlatBufferBuilder& fbb, const Allocation& allocation) {
@@ -47,13 +48,13 @@ size_t ChunksBytesHint(const std::vector<ChunkBlocks>& chunks) {
 
 }  // namespace
 
-Bytes EncodeHello(uint64_t request_id, const std::string& client_name) {
+Bytes EncodeHello(const Header& header, const std::string& client_name) {
   FlatBufferBuilder fbb(256);
   auto body = wire::CreateHelloRequestDirect(fbb, proto::kProtocolVersion, client_name.c_str());
-  return Envelope(fbb, request_id, body);
+  return Envelope(fbb, header, body);
 }
 
-Bytes EncodeRegisterKV(uint64_t request_id, const RegisterOptions& options) {
+Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options) {
   FlatBufferBuilder fbb(1024 + 128 * options.layers.size());
   std::vector<Offset<wire::Allocation>> allocations;
   for (const Allocation& allocation : options.allocations) {
@@ -67,64 +68,83 @@ Bytes EncodeRegisterKV(uint64_t request_id, const RegisterOptions& options) {
   auto body = wire::CreateRegisterKVRequestDirect(fbb, options.model.c_str(),
                                                   options.tenant_salt.c_str(), options.tp_rank,
                                                   options.tp_size, &allocations, &layers);
-  return Envelope(fbb, request_id, body);
+  return Envelope(fbb, header, body);
 }
 
-Bytes EncodeUnregisterKV(uint64_t request_id, uint64_t registration_id) {
+Bytes EncodeUnregisterKV(const Header& header, uint64_t registration_id) {
   FlatBufferBuilder fbb(128);
-  return Envelope(fbb, request_id, wire::CreateUnregisterKVRequest(fbb, registration_id));
+  return Envelope(fbb, header, wire::CreateUnregisterKVRequest(fbb, registration_id));
 }
 
-Bytes EncodeStore(uint64_t request_id, uint64_t registration_id,
+Bytes EncodeStore(const Header& header, uint64_t registration_id,
                   const std::vector<ChunkBlocks>& chunks) {
   FlatBufferBuilder fbb(ChunksBytesHint(chunks));
   auto encoded = EncodeChunks(fbb, chunks);
-  return Envelope(fbb, request_id, wire::CreateStoreRequest(fbb, registration_id, encoded));
+  return Envelope(fbb, header, wire::CreateStoreRequest(fbb, registration_id, encoded));
 }
 
-Bytes EncodeRetrieve(uint64_t request_id, uint64_t registration_id,
+Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
                      const std::vector<ChunkBlocks>& chunks, uint32_t skip_tokens,
                      uint64_t lease_id) {
   FlatBufferBuilder fbb(ChunksBytesHint(chunks));
   auto encoded = EncodeChunks(fbb, chunks);
   auto body = wire::CreateRetrieveRequest(fbb, registration_id, encoded, skip_tokens, lease_id);
-  return Envelope(fbb, request_id, body);
+  return Envelope(fbb, header, body);
 }
 
-Bytes EncodeLookup(uint64_t request_id, uint64_t registration_id,
+Bytes EncodeLookup(const Header& header, uint64_t registration_id,
                    const std::vector<ChunkKey>& keys, uint32_t lease_ms) {
   FlatBufferBuilder fbb(256 + 32 * keys.size());
   std::vector<wire::Key> wire_keys;
   wire_keys.reserve(keys.size());
   for (const ChunkKey& key : keys) wire_keys.push_back(proto::ToWire(key));
   auto body = wire::CreateLookupRequestDirect(fbb, registration_id, &wire_keys, lease_ms);
-  return Envelope(fbb, request_id, body);
+  return Envelope(fbb, header, body);
 }
 
-Bytes EncodeRelease(uint64_t request_id, uint64_t lease_id) {
+Bytes EncodeRelease(const Header& header, uint64_t lease_id) {
   FlatBufferBuilder fbb(128);
-  return Envelope(fbb, request_id, wire::CreateReleaseRequest(fbb, lease_id));
+  return Envelope(fbb, header, wire::CreateReleaseRequest(fbb, lease_id));
 }
 
-Bytes EncodeClear(uint64_t request_id, const std::string& model, const std::string& tenant_salt) {
+Bytes EncodeClear(const Header& header, const std::string& model, const std::string& tenant_salt) {
   FlatBufferBuilder fbb(256);
   auto body = wire::CreateClearRequestDirect(fbb, model.c_str(), tenant_salt.c_str());
-  return Envelope(fbb, request_id, body);
+  return Envelope(fbb, header, body);
 }
 
-Bytes EncodeDescribe(uint64_t request_id) {
+Bytes EncodeDescribe(const Header& header) {
   FlatBufferBuilder fbb(64);
-  return Envelope(fbb, request_id, wire::CreateDescribeRequest(fbb));
+  return Envelope(fbb, header, wire::CreateDescribeRequest(fbb));
 }
 
-Bytes EncodeStats(uint64_t request_id) {
+Bytes EncodeStats(const Header& header) {
   FlatBufferBuilder fbb(64);
-  return Envelope(fbb, request_id, wire::CreateStatsRequest(fbb));
+  return Envelope(fbb, header, wire::CreateStatsRequest(fbb));
 }
 
-Bytes EncodePing(uint64_t request_id) {
+Bytes EncodePing(const Header& header) {
   FlatBufferBuilder fbb(64);
-  return Envelope(fbb, request_id, wire::CreatePingRequest(fbb));
+  return Envelope(fbb, header, wire::CreatePingRequest(fbb));
+}
+
+bool RewriteRegistrationId(Bytes& bytes, uint64_t registration_id) {
+  // Our own bytes, so no verification; the generated types hide their
+  // Table base, so go through Table itself with their field offsets.
+  auto* envelope = flatbuffers::GetMutableRoot<flatbuffers::Table>(bytes.data());
+  const auto type = wire::Body(envelope->GetField<uint8_t>(wire::Envelope::VT_BODY_TYPE, 0));
+  auto* body = envelope->GetPointer<flatbuffers::Table*>(wire::Envelope::VT_BODY);
+  if (body == nullptr) return false;
+  flatbuffers::voffset_t field = 0;
+  switch (type) {
+    case wire::Body::UnregisterKVRequest: field = wire::UnregisterKVRequest::VT_REGISTRATION_ID; break;
+    case wire::Body::StoreRequest: field = wire::StoreRequest::VT_REGISTRATION_ID; break;
+    case wire::Body::RetrieveRequest: field = wire::RetrieveRequest::VT_REGISTRATION_ID; break;
+    case wire::Body::LookupRequest: field = wire::LookupRequest::VT_REGISTRATION_ID; break;
+    default: return false;
+  }
+  // Present: registration ids are never 0, the default FlatBuffers omits.
+  return body->SetField<uint64_t>(field, registration_id, 0);
 }
 
 }  // namespace kvstash::client

@@ -12,20 +12,36 @@ namespace kvstash::client {
 
 using proto::Bytes;
 
-Bytes EncodeHello(uint64_t request_id, const std::string& client_name);
-Bytes EncodeRegisterKV(uint64_t request_id, const RegisterOptions& options);
-Bytes EncodeUnregisterKV(uint64_t request_id, uint64_t registration_id);
-Bytes EncodeStore(uint64_t request_id, uint64_t registration_id,
+// Every request's envelope: its id and its deadline (CLOCK_MONOTONIC ns,
+// Envelope.deadline_ns), after which kvstashd starts none of its work.
+struct Header {
+  uint64_t request_id = 0;
+  uint64_t deadline_ns = 0;
+  // The daemon's id of the registration the request names (0: none): the
+  // Encode functions below that take a registration id are given this one.
+  uint64_t registration_id = 0;
+};
+
+Bytes EncodeHello(const Header& header, const std::string& client_name);
+Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options);
+Bytes EncodeUnregisterKV(const Header& header, uint64_t registration_id);
+Bytes EncodeStore(const Header& header, uint64_t registration_id,
                   const std::vector<ChunkBlocks>& chunks);
-Bytes EncodeRetrieve(uint64_t request_id, uint64_t registration_id,
+Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
                      const std::vector<ChunkBlocks>& chunks, uint32_t skip_tokens,
                      uint64_t lease_id);
-Bytes EncodeLookup(uint64_t request_id, uint64_t registration_id,
+Bytes EncodeLookup(const Header& header, uint64_t registration_id,
                    const std::vector<ChunkKey>& keys, uint32_t lease_ms);
-Bytes EncodeRelease(uint64_t request_id, uint64_t lease_id);
-Bytes EncodeClear(uint64_t request_id, const std::string& model, const std::string& tenant_salt);
-Bytes EncodeDescribe(uint64_t request_id);
-Bytes EncodeStats(uint64_t request_id);
-Bytes EncodePing(uint64_t request_id);
+Bytes EncodeRelease(const Header& header, uint64_t lease_id);
+Bytes EncodeClear(const Header& header, const std::string& model, const std::string& tenant_salt);
+Bytes EncodeDescribe(const Header& header);
+Bytes EncodeStats(const Header& header);
+Bytes EncodePing(const Header& header);
+
+// Writes registration_id into an encoded request that names a registration
+// (UnregisterKV, Store, Retrieve, Lookup), in place: the I/O thread's fix-up
+// when kvstashd restarted and gave the registration a new id. False for a
+// message of another kind.
+bool RewriteRegistrationId(Bytes& bytes, uint64_t registration_id);
 
 }  // namespace kvstash::client

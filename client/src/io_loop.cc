@@ -3,6 +3,8 @@
 
 #include <zmq.h>
 
+#include <sys/stat.h>
+
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -20,17 +22,43 @@ namespace {
 constexpr uint64_t kDefaultMaxMessageBytes = 64ull << 20;
 // Per client context, so one name serves every client of a process.
 constexpr char kMonitorEndpoint[] = "inproc://kvstash-client-monitor";
+// A daemon that dies closes its socket, which the monitor reports at once;
+// heartbeats catch one that hangs whole (SIGSTOP, a frozen host) or a tcp
+// peer that vanished: no PONG within kHeartbeatTimeout ends the connection.
+// ZeroMQ's I/O threads answer PINGs, so a daemon busy in its frontend is
+// not taken for dead.
+constexpr int kHeartbeatIntervalMs = 250;
+constexpr int kHeartbeatTimeoutMs = 1000;
+constexpr int kReconnectIntervalMs = 100;
+
+// Why nobody answers at `endpoint`, for an ipc socket with its file.
+std::string NobodyListens(const std::string& endpoint) {
+  const std::string ipc = "ipc://";
+  if (endpoint.compare(0, ipc.size(), ipc) == 0) {
+    const std::string path = endpoint.substr(ipc.size());
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) {
+      return "no kvstashd at " + endpoint + ": " + path +
+             " does not exist (is it running? set --socket or KVSTASH_SOCKET)";
+    }
+    return "no kvstashd listens at " + endpoint + ": connection refused (a stale socket file " +
+           "left by a kvstashd that is gone?)";
+  }
+  return "no kvstashd listens at " + endpoint + ": connection refused";
+}
 
 std::string Millis(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
 
 }  // namespace
 
 IoLoop::IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue& queue,
-               std::atomic<uint64_t>& next_id, std::promise<Result<ServerInfo>> first_hello)
+               std::atomic<uint64_t>& next_id, Registrations& registrations,
+               std::promise<Result<ServerInfo>> first_hello)
     : options_(std::move(options)),
       context_(context),
       queue_(queue),
       next_id_(next_id),
+      registrations_(registrations),
       first_hello_(std::move(first_hello)),
       max_message_bytes_(kDefaultMaxMessageBytes) {}
 
@@ -66,6 +94,9 @@ Status IoLoop::OpenSockets() {
     dealer_.emplace(context_, zmq::socket_type::dealer);
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->set(zmq::sockopt::immediate, 1);
+    dealer_->set(zmq::sockopt::heartbeat_ivl, kHeartbeatIntervalMs);
+    dealer_->set(zmq::sockopt::heartbeat_timeout, kHeartbeatTimeoutMs);
+    dealer_->set(zmq::sockopt::reconnect_ivl, kReconnectIntervalMs);
     // One identity for the client's life, kept across reconnects: kvstashd
     // ties registrations to it (ZeroMQ reserves identities that start with 0).
     std::array<uint8_t, 16> identity{};
@@ -75,7 +106,8 @@ Status IoLoop::OpenSockets() {
     dealer_->set(zmq::sockopt::routing_id, zmq::const_buffer(identity.data(), identity.size()));
     // Watch the connection so that a lost one fails its requests at once.
     if (zmq_socket_monitor(dealer_->handle(), kMonitorEndpoint,
-                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_CONNECT_RETRIED) != 0) {
       throw zmq::error_t();
     }
     monitor_.emplace(context_, zmq::socket_type::pair);
@@ -133,7 +165,12 @@ void IoLoop::RunBroken(const Status& why) {
 }
 
 void IoLoop::Accept(Request request) {
-  if (!handshaken_ && handshake_id_ == 0) handshake_wanted_ = true;
+  if (!connected_ || goodbye_) {
+    // Nobody to send it to: say so now rather than at its deadline.
+    Complete(request, Status::Unavailable(request.Name() + " not sent: " + down_why_));
+    return;
+  }
+  if (!handshaken_ && handshake_id_ == 0 && registering_again_ == 0) handshake_wanted_ = true;
   outbox_.push_back(request.id);
   pending_.Add(std::move(request));
 }
@@ -148,12 +185,9 @@ void IoLoop::Flush() {
       outbox_.pop_front();
       continue;
     }
-    if (!handshaken_ && id != handshake_id_) return;  // waits for the Hello
-    if (request->boot_epoch != 0 && request->boot_epoch != boot_epoch_.load()) {
+    if (!handshaken_ && !request->session) return;  // waits for the session
+    if (request->registration_id != 0 && !ResolveRegistration(*request)) {
       outbox_.pop_front();
-      Complete(*request, Status::Unavailable(
-                             request->Name() + " names a registration made before kvstashd at " +
-                             options_.endpoint + " restarted; register again"));
       continue;
     }
     if (request->bytes.size() > max_message_bytes_) {
@@ -262,6 +296,10 @@ void IoLoop::HandleReply(const zmq::message_t& message) {
   }
   const wire::Envelope& envelope = **verified;
   const uint64_t id = envelope.request_id();
+  if (const wire::Goodbye* goodbye = envelope.body_as_Goodbye()) {
+    OnGoodbye(goodbye->reason() ? goodbye->reason()->str() : std::string());
+    return;
+  }
   if (const wire::ErrorReply* error = envelope.body_as_ErrorReply()) {
     StatusCode code = proto::FromWire(error->code());
     if (code == StatusCode::kOk) code = StatusCode::kInternal;
@@ -280,7 +318,7 @@ void IoLoop::HandleReply(const zmq::message_t& message) {
                               ", which already ended (timed out?)");
     return;
   }
-  Complete(*request, Reply{&envelope, boot_epoch_.load()});
+  Complete(*request, Reply{&envelope});
 }
 
 void IoLoop::HandleMonitorEvents() {
@@ -295,21 +333,78 @@ void IoLoop::HandleMonitorEvents() {
     }
     if (id == ZMQ_EVENT_CONNECTED) OnConnected();
     if (id == ZMQ_EVENT_DISCONNECTED) OnDisconnected();
+    if (id == ZMQ_EVENT_CONNECT_RETRIED) OnConnectFailed();
   }
 }
 
 void IoLoop::OnConnected() {
   connected_ = true;
+  goodbye_ = false;
   Log(LogLevel::kDebug, "connected to kvstashd at " + options_.endpoint);
-  if (!handshaken_ && handshake_id_ == 0) handshake_wanted_ = true;
+  if (!handshaken_ && handshake_id_ == 0 && registering_again_ == 0) handshake_wanted_ = true;
 }
 
 void IoLoop::OnDisconnected() {
   connected_ = false;
-  handshaken_ = false;
   Log(LogLevel::kWarn, "lost the connection to kvstashd at " + options_.endpoint);
-  FailSent(Status::Unavailable("the connection to kvstashd at " + options_.endpoint +
-                               " was lost"));
+  EndSession(goodbye_ ? down_why_
+                      : "the connection to kvstashd at " + options_.endpoint +
+                            " was lost (reconnecting)");
+}
+
+void IoLoop::OnConnectFailed() {
+  connected_ = false;
+  const std::string why = NobodyListens(options_.endpoint);
+  if (first_hello_) {
+    // Connect: nothing to wait for.
+    first_hello_->set_value(Status::Unavailable(why));
+    first_hello_.reset();
+  }
+  if (handshaken_ || down_why_ != why) Log(LogLevel::kDebug, why + " (retrying)");
+  EndSession(why + " (retrying)");
+}
+
+void IoLoop::OnGoodbye(const std::string& reason) {
+  Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint + " said goodbye: " + reason);
+  goodbye_ = true;
+  EndSession("kvstashd at " + options_.endpoint + " is stopping (" +
+             (reason.empty() ? std::string("Goodbye") : reason) + "); reconnecting");
+}
+
+void IoLoop::EndSession(const std::string& why) {
+  handshaken_ = false;
+  down_why_ = why;
+  registering_again_ = 0;
+  FailSent(Status::Unavailable(why));
+  FailQueued(Status::Unavailable(why));
+}
+
+bool IoLoop::ResolveRegistration(Request& request) {
+  std::optional<Result<uint64_t>> where = registrations_.Resolve(request.registration_id, boot_);
+  if (!where) return true;  // not this client's: kvstashd judges the id
+  if (!where->ok()) {
+    if (request.unregisters) {
+      // Nothing on this daemon to unregister: forgetting it is the whole job.
+      registrations_.Remove(request.registration_id);
+      flatbuffers::FlatBufferBuilder fbb(64);
+      const proto::Bytes bytes =
+          proto::Finish(fbb, request.id, wire::Body::UnregisterKVReply,
+                        wire::CreateUnregisterKVReply(fbb).Union());
+      auto envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), bytes.size());
+      if (envelope.ok()) {
+        Complete(request, Reply{*envelope});
+        return false;
+      }
+    }
+    Complete(request, Status::Unavailable(request.Name() + " not sent: " +
+                                          where->status().message()));
+    return false;
+  }
+  if (**where != request.wire_registration_id) {
+    RewriteRegistrationId(request.bytes, **where);
+    request.wire_registration_id = **where;
+  }
+  return true;
 }
 
 Request IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
@@ -322,9 +417,16 @@ Request IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
   return request;
 }
 
+Header IoLoop::HeaderOf(const Request& request, uint64_t registration_id) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      request.deadline.time_since_epoch());
+  return Header{request.id, uint64_t(ns.count()), registration_id};
+}
+
 void IoLoop::StartHandshake() {
   Request hello = OwnRequest("Hello", [this](Result<Reply> reply) { OnHello(std::move(reply)); });
-  hello.bytes = EncodeHello(hello.id, options_.client_name);
+  hello.bytes = EncodeHello(HeaderOf(hello), options_.client_name);
+  hello.session = true;
   handshake_wanted_ = false;
   handshake_id_ = hello.id;
   pending_.Add(std::move(hello));
@@ -335,7 +437,7 @@ void IoLoop::KeepAlive() {
   if (!handshaken_ || keepalive_.count() == 0 || !outbox_.empty()) return;
   if (Clock::now() - last_sent_ < keepalive_) return;
   Request ping = OwnRequest("Ping (keep-alive)", [](Result<Reply>) {});  // only its arrival matters
-  ping.bytes = EncodePing(ping.id);
+  ping.bytes = EncodePing(HeaderOf(ping));
   outbox_.push_back(ping.id);
   pending_.Add(std::move(ping));
 }
@@ -365,19 +467,61 @@ void IoLoop::OnHello(Result<Reply> reply) {
     std::lock_guard<std::mutex> lock(info_mutex_);
     restarted = info_.has_value() && info_->boot_id != info->boot_id;
     if (restarted) old_boot = ToHex(info_->boot_id.data(), info_->boot_id.size());
+    info->restarts = (info_ ? info_->restarts : 0) + (restarted ? 1 : 0);
     info_ = *info;
   }
   if (restarted) {
-    boot_epoch_.fetch_add(1);
     Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint + " restarted (boot id " + old_boot +
                              " -> " + ToHex(info->boot_id.data(), info->boot_id.size()) +
-                             "): registrations made before are gone");
+                             "): registering this client's registrations again; chunks stored " +
+                             "before are gone");
   }
   if (info->max_message_bytes != 0) max_message_bytes_ = info->max_message_bytes;
   keepalive_ = std::chrono::milliseconds(info->peer_timeout_ms / 4);
+  boot_ = info->boot_id;
+  ++session_;
+  RegisterAgain(boot_);
+}
+
+void IoLoop::RegisterAgain(const BootId& boot) {
+  std::vector<Registrations::Stale> stale = registrations_.StaleFor(boot);
+  if (stale.empty()) return Ready();
+  registering_again_ = stale.size();
+  // Ahead of everything that waits for the session, in registration order.
+  for (auto it = stale.rbegin(); it != stale.rend(); ++it) {
+    const uint64_t engine_id = it->engine_id;
+    const uint64_t session = session_;
+    Request again = OwnRequest("RegisterKV (again: kvstashd restarted)", [this, engine_id, session,
+                                                                          boot](Result<Reply> reply) {
+      Result<Registration> registered =
+          reply.ok() ? DecodeRegisterKV(*reply->envelope) : Result<Registration>(reply.status());
+      if (!registered.ok()) {
+        Log(LogLevel::kWarn, "could not register registration " + std::to_string(engine_id) +
+                                 " again: " + registered.status().ToString());
+      }
+      if (std::optional<uint64_t> unused = registrations_.Rebound(engine_id, registered, boot)) {
+        Log(LogLevel::kError, "registration " + std::to_string(engine_id) +
+                                  " is unusable on the restarted kvstashd: its configuration changed");
+        Request drop = OwnRequest("UnregisterKV (unusable after restart)", [](Result<Reply>) {});
+        drop.bytes = EncodeUnregisterKV(HeaderOf(drop), *unused);
+        drop.session = true;
+        outbox_.push_front(drop.id);
+        pending_.Add(std::move(drop));
+      }
+      if (session == session_ && registering_again_ > 0 && --registering_again_ == 0) Ready();
+    });
+    again.bytes = EncodeRegisterKV(HeaderOf(again), it->options);
+    again.session = true;
+    outbox_.push_front(again.id);
+    pending_.Add(std::move(again));
+  }
+}
+
+void IoLoop::Ready() {
   handshaken_ = true;
+  down_why_.clear();
   if (first_hello_) {
-    first_hello_->set_value(std::move(info));
+    first_hello_->set_value(server_info());
     first_hello_.reset();
   }
 }

@@ -1,17 +1,23 @@
 // The client's I/O thread: owns the DEALER socket and its connection monitor,
 // sends queued requests, matches replies to requests by id, fails requests
-// whose deadline passed, and keeps the Hello session with kvstashd.
+// whose deadline passed, and keeps the session with kvstashd.
 //
 // Session rules:
-//  - Nothing but a Hello is sent until a Hello succeeded on the current
-//    connection; the socket has ZMQ_IMMEDIATE, so requests wait here (not in
-//    ZeroMQ) while there is no connection, and their deadline still runs.
-//  - A lost connection fails every request already sent with Unavailable (its
-//    reply can no longer come), then the next connection says Hello again.
-//  - A Hello whose boot id differs from the last one means kvstashd restarted:
-//    the boot epoch advances, and requests bound to a registration of an
-//    earlier epoch fail with Unavailable instead of being sent (registration
-//    ids are only unique within one boot).
+//  - A session is ready once a Hello succeeded on the current connection and
+//    every live registration is registered on the daemon that answered it.
+//    Until then only the session's own requests go out; the others wait here
+//    (not in ZeroMQ: ZMQ_IMMEDIATE), their deadlines running.
+//  - A lost connection (the monitor's DISCONNECTED: a daemon that exits or
+//    dies closes its socket; ZeroMQ heartbeats turn a hung one into that
+//    within kHeartbeatTimeout) or a Goodbye from kvstashd fails every request
+//    sent or waiting with Unavailable at once. While no connection is up,
+//    new requests fail with Unavailable at once; ZeroMQ keeps reconnecting.
+//  - Before the first Hello, a failed connect attempt (no socket file, or
+//    nothing listening: ZeroMQ's CONNECT_RETRIED) fails Connect at once.
+//  - A Hello whose boot id differs from the last one means kvstashd
+//    restarted: `restarts` counts it, and every registration this client
+//    holds is registered again (Registrations) before the session is ready;
+//    requests naming one get the new daemon id written into their bytes.
 #pragma once
 
 #include <atomic>
@@ -25,8 +31,10 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "encode.h"
 #include "kvstash/client.h"
 #include "pending_requests.h"
+#include "registrations.h"
 #include "submission_queue.h"
 
 namespace kvstash::client {
@@ -43,7 +51,8 @@ class IoLoop {
  public:
   // first_hello is satisfied by the outcome of the first Hello.
   IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue& queue,
-         std::atomic<uint64_t>& next_id, std::promise<Result<ServerInfo>> first_hello);
+         std::atomic<uint64_t>& next_id, Registrations& registrations,
+         std::promise<Result<ServerInfo>> first_hello);
 
   // Runs on the I/O thread until the queue is closed, then fails whatever is
   // left with Cancelled and closes the sockets.
@@ -51,7 +60,6 @@ class IoLoop {
 
   // Thread-safe.
   ServerInfo server_info() const;
-  uint64_t boot_epoch() const { return boot_epoch_.load(); }
 
  private:
   Status OpenSockets();
@@ -70,12 +78,24 @@ class IoLoop {
   void HandleMonitorEvents();
   void OnConnected();
   void OnDisconnected();
+  void OnConnectFailed();
+  void OnGoodbye(const std::string& reason);
+  // Fails what is sent and what waits with Unavailable(why); the session
+  // must start again.
+  void EndSession(const std::string& why);
+  // Writes the daemon's current id of the request's registration into its
+  // bytes; false when it was completed instead (registration not usable).
+  bool ResolveRegistration(Request& request);
 
   // A request of the loop's own (Hello, keep-alive Ping) with a fresh id and
   // the session's timeout; the caller encodes its bytes and queues it.
   Request OwnRequest(const char* kind, ReplyHandler on_reply);
+  static Header HeaderOf(const Request& request, uint64_t registration_id = 0);
   void StartHandshake();
   void OnHello(Result<Reply> reply);
+  // Registers again what the daemon of `boot` does not hold; then Ready.
+  void RegisterAgain(const BootId& boot);
+  void Ready();
   // Sends a Ping when nothing went out for a while, so that kvstashd does
   // not take this engine for dead (peer_timeout_ms) and drop its
   // registrations.
@@ -91,6 +111,7 @@ class IoLoop {
   zmq::context_t& context_;
   SubmissionQueue& queue_;
   std::atomic<uint64_t>& next_id_;
+  Registrations& registrations_;
   std::optional<std::promise<Result<ServerInfo>>> first_hello_;
 
   // I/O thread only.
@@ -99,7 +120,12 @@ class IoLoop {
   PendingRequests pending_;
   std::deque<uint64_t> outbox_;  // ids not yet sent, in order (may hold ended ids)
   bool connected_ = false;
-  bool handshaken_ = false;     // a Hello succeeded on this connection
+  bool handshaken_ = false;     // the session is ready (see the session rules)
+  bool goodbye_ = false;        // kvstashd said it is stopping; until the next connection
+  std::string down_why_;        // why no session: for requests failed at once
+  uint64_t session_ = 0;        // counts successful Hellos
+  size_t registering_again_ = 0;  // outstanding RegisterKVs of this session
+  BootId boot_{};               // of the daemon that answered the last Hello
   bool handshake_wanted_ = false;
   uint64_t handshake_id_ = 0;   // the Hello in progress, 0 when none
   bool want_pollout_ = false;
@@ -112,7 +138,6 @@ class IoLoop {
 
   mutable std::mutex info_mutex_;
   std::optional<ServerInfo> info_;  // GUARDED_BY(info_mutex_)
-  std::atomic<uint64_t> boot_epoch_{1};
 };
 
 }  // namespace kvstash::client

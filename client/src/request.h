@@ -16,7 +16,6 @@ using Clock = std::chrono::steady_clock;
 // What a request's completion receives.
 struct Reply {
   const wire::Envelope* envelope = nullptr;  // verified; valid only during the call
-  uint64_t boot_epoch = 0;                   // the session's epoch when it arrived
 };
 
 // Called exactly once, on the I/O thread (or on the submitting thread when
@@ -29,9 +28,17 @@ struct Request {
   proto::Bytes bytes;     // released once sent
   std::chrono::milliseconds timeout{0};
   Clock::time_point deadline;
-  // Nonzero for requests naming a registration: they are only valid while
-  // kvstashd is the same boot that registered it (see IoLoop).
-  uint64_t boot_epoch = 0;
+  // Requests naming a registration: the engine's id for it, and the daemon
+  // id encoded in `bytes`. The I/O thread rewrites the latter if kvstashd
+  // restarted since and the registration got a new daemon id (see IoLoop).
+  uint64_t registration_id = 0;
+  uint64_t wire_registration_id = 0;
+  // The session's own requests (Hello, registering again after a restart):
+  // sent before the session is ready; every other request waits for it.
+  bool session = false;
+  // UnregisterKV: a registration that the restarted daemon does not hold is
+  // forgotten here and the request succeeds without being sent.
+  bool unregisters = false;
   bool sent = false;
   ReplyHandler on_reply;
 

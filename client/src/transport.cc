@@ -20,7 +20,7 @@ Result<std::unique_ptr<Transport>> Transport::Start(SessionOptions options,
   first_hello = hello.get_future();
   transport->loop_ = std::make_unique<IoLoop>(std::move(options), transport->context_,
                                               transport->queue_, transport->next_id_,
-                                              std::move(hello));
+                                              transport->registrations_, std::move(hello));
   try {
     transport->thread_ = std::thread([loop = transport->loop_.get()] { loop->Run(); });
   } catch (const std::system_error& e) {
@@ -35,8 +35,10 @@ Transport::~Transport() {
 }
 
 void Transport::Submit(Request request) {
-  request.timeout = timeout_;
-  request.deadline = Clock::now() + timeout_;
+  if (request.timeout.count() == 0) {
+    request.timeout = timeout_;
+    request.deadline = Clock::now() + timeout_;
+  }
   if (!queue_.Push(request)) {
     ReplyHandler handler = std::move(request.on_reply);
     handler(Status::Cancelled(request.Name() + " was submitted after the client shut down"));

@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include "io_loop.h"
+#include "registrations.h"
 #include "submission_queue.h"
 
 namespace kvstash::client {
@@ -28,18 +29,19 @@ class Transport {
 
   uint64_t NextRequestId() { return next_id_.fetch_add(1); }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  // Sets the deadline and hands the request to the I/O thread; its handler
-  // runs exactly once.
+  // Hands the request to the I/O thread (setting its timeout and deadline
+  // unless the caller did); its handler runs exactly once.
   void Submit(Request request);
 
   ServerInfo server_info() const { return loop_->server_info(); }
-  uint64_t boot_epoch() const { return loop_->boot_epoch(); }
+  Registrations& registrations() { return registrations_; }
 
  private:
   Transport() = default;
 
   std::chrono::milliseconds timeout_{0};
   std::atomic<uint64_t> next_id_{1};
+  Registrations registrations_;
   zmq::context_t context_{1};
   SubmissionQueue queue_;
   std::unique_ptr<IoLoop> loop_;

@@ -30,9 +30,10 @@ Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
 }
 
 Bytes Finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id, wire::Body type,
-             flatbuffers::Offset<void> body) {
+             flatbuffers::Offset<void> body, uint64_t deadline_ns) {
   wire::EnvelopeBuilder envelope(fbb);
   envelope.add_request_id(request_id);
+  envelope.add_deadline_ns(deadline_ns);
   envelope.add_body_type(type);
   envelope.add_body(body);
   wire::FinishEnvelopeBuffer(fbb, envelope.Finish());

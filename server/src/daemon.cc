@@ -143,6 +143,11 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     if ((items[2].revents & ZMQ_POLLIN) && !stopping) {
       Logger()->info("stopping: answering {} requests in flight", service->deferred_in_flight());
       service->BeginShutdown();
+      // Tell every client now, so that none waits out its timeout on
+      // requests this daemon will not answer (they fail with Unavailable).
+      const proto::Bytes goodbye = Service::GoodbyeMessage("kvstashd is stopping");
+      for (const PeerId& peer : service->RecentPeers()) Send(router, peer, goodbye);
+      router.set(zmq::sockopt::linger, 200);  // deliver them before the socket closes
       stopping = true;
       drain_deadline = Clock::now() + kDrainTimeout;
     }

@@ -4,6 +4,7 @@
 namespace kvstash::server {
 
 void PeerWatch::Heard(const PeerId& peer, Clock::time_point now) {
+  recent_[peer] = now;
   auto owner = owners_.find(peer);
   if (owner != owners_.end()) owner->second.last_heard = now;
 }
@@ -26,6 +27,9 @@ void PeerWatch::Disown(uint64_t registration_id) {
 
 std::vector<PeerWatch::Gone> PeerWatch::TakeGone(Clock::time_point now) {
   std::vector<Gone> gone;
+  for (auto it = recent_.begin(); it != recent_.end();) {
+    it = now - it->second > kPeerMemory ? recent_.erase(it) : std::next(it);
+  }
   if (timeout_.count() == 0) return gone;
   for (auto it = owners_.begin(); it != owners_.end();) {
     const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_heard);
@@ -39,6 +43,13 @@ std::vector<PeerWatch::Gone> PeerWatch::TakeGone(Clock::time_point now) {
     it = owners_.erase(it);
   }
   return gone;
+}
+
+std::vector<PeerWatch::PeerId> PeerWatch::RecentPeers() const {
+  std::vector<PeerId> peers;
+  peers.reserve(recent_.size());
+  for (const auto& [peer, last_heard] : recent_) peers.push_back(peer);
+  return peers;
 }
 
 }  // namespace kvstash::server

@@ -41,6 +41,11 @@ class PeerWatch {
 
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  // Every peer heard from within kPeerMemory (registered or not): whom the
+  // daemon tells Goodbye when it stops.
+  std::vector<PeerId> RecentPeers() const;
+  static constexpr std::chrono::minutes kPeerMemory{10};
+
  private:
   struct Owner {
     Clock::time_point last_heard;
@@ -49,6 +54,7 @@ class PeerWatch {
   const std::chrono::milliseconds timeout_;
   std::unordered_map<PeerId, Owner> owners_;
   std::unordered_map<uint64_t, PeerId> owner_of_;
+  std::unordered_map<PeerId, Clock::time_point> recent_;  // last heard, pruned in TakeGone
 };
 
 }  // namespace kvstash::server

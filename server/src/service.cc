@@ -199,11 +199,18 @@ Service::Reply Service::StatsReply(const Request& r) {
   return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::StatsReply, body.Union()));
 }
 
+proto::Bytes Service::GoodbyeMessage(const std::string& reason) {
+  flatbuffers::FlatBufferBuilder fbb(64 + reason.size());
+  auto body = wire::CreateGoodbyeDirect(fbb, reason.c_str());
+  return proto::Finish(fbb, 0, wire::Body::Goodbye, body.Union());
+}
+
 Service::Reply Service::Ping(const Request& r) {
   flatbuffers::FlatBufferBuilder fbb(64);
   const auto uptime =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count();
-  auto body = wire::CreatePingReply(fbb, uint64_t(uptime));
+  auto body = wire::CreatePingReply(fbb, uint64_t(uptime), pool_->capacity_bytes(),
+                                    pool_->ready_bytes());
   return std::optional<proto::Bytes>(proto::Finish(fbb, r.id, wire::Body::PingReply, body.Union()));
 }
 

@@ -41,6 +41,10 @@ class Service {
   std::optional<proto::Bytes> Handle(const PeerId& peer, const uint8_t* data, size_t size);
   // Answers every request with Unavailable from now on.
   void BeginShutdown() { shutting_down_ = true; }
+  // Peers heard from lately, each with the Goodbye to send it (request_id 0)
+  // when the daemon stops.
+  std::vector<PeerId> RecentPeers() const { return peers_.RecentPeers(); }
+  static proto::Bytes GoodbyeMessage(const std::string& reason);
   // Requests whose reply is still to come through the reply queue.
   uint64_t deferred_in_flight() const { return deferred_.load(); }
   // Ends expired leases and drops the registrations of engines gone

@@ -49,13 +49,19 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::vector<st
   if (access(binary.c_str(), X_OK) != 0) {
     return Status::NotFound("kvstashd not found at " + binary + " (set KVSTASH_BIN_DIR)");
   }
-  std::vector<std::string> argv_storage = {binary, "--socket", d->socket_, "--backend", "host",
-                                           "--log-level", "warn"};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  d->pid_ = fork();
-  if (d->pid_ == 0) {
+  d->argv_ = {binary, "--socket", d->socket_, "--backend", "host", "--log-level", "warn"};
+  d->argv_.insert(d->argv_.end(), args.begin(), args.end());
+  Status started = d->Restart();
+  if (!started.ok()) return started;
+  return d;
+}
+
+Status DaemonProcess::Restart() {
+  if (pid_ > 0) return Status::Internal("kvstashd is still running (pid " + std::to_string(pid_) + ")");
+  pid_ = fork();
+  if (pid_ == 0) {
     std::vector<char*> argv;
-    for (std::string& a : argv_storage) argv.push_back(a.data());
+    for (std::string& a : argv_) argv.push_back(a.data());
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
@@ -63,17 +69,29 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::vector<st
   // Ready once it answers a ping.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!d->running()) return Status::Unavailable("kvstashd exited during startup");
+    if (!running()) return Status::Unavailable("kvstashd exited during startup");
     ClientOptions options;
-    options.socket = d->socket_;
+    options.socket = socket_;
     options.request_timeout = std::chrono::milliseconds(500);
-    if (access(d->socket_path_.c_str(), F_OK) == 0) {
+    if (access(socket_path_.c_str(), F_OK) == 0) {
       auto client = Client::Connect(options);
-      if (client.ok() && (*client)->Ping().get().ok()) return d;
+      if (client.ok() && (*client)->Ping().get().ok()) return Status::Ok();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return Status::TimedOut("kvstashd did not answer within 20 s");
+}
+
+void DaemonProcess::Signal(int signal) {
+  if (pid_ > 0) kill(pid_, signal);
+}
+
+int DaemonProcess::Wait() {
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
 bool DaemonProcess::running() const {

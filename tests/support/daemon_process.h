@@ -34,6 +34,12 @@ class DaemonProcess {
   pid_t pid() const { return pid_; }
   // SIGTERM, then waits; returns the exit code (or -signal).
   int Stop();
+  // Sends `signal` without waiting (SIGTERM, SIGKILL); Wait reaps it.
+  void Signal(int signal);
+  int Wait();
+  // Starts kvstashd again on the same socket with the same arguments (after
+  // Stop or Wait) and waits until it answers a ping.
+  Status Restart();
   bool running() const;
 
  private:
@@ -41,6 +47,7 @@ class DaemonProcess {
   std::string dir_;
   std::string socket_path_;
   std::string socket_;
+  std::vector<std::string> argv_;
   pid_t pid_ = -1;
 };
 

@@ -5,11 +5,14 @@
 //   auto chunks = kvstash::PromptChunks(reg, tokens, n, block_table, num_blocks);
 //   auto outcomes = client->Store(reg.id, chunks).get();
 //
-// Every call returns a future at once; many requests may be in flight. Each
-// future is always satisfied: with the reply, the daemon's error, TimedOut
-// when no reply came within ClientOptions::request_timeout, Unavailable when
-// the connection was lost or kvstashd restarted, or Cancelled when the Client
-// is destroyed first.
+// Every call returns a future at once (or takes a callback); many requests
+// may be in flight. Each is always completed: with the reply, the daemon's
+// error, TimedOut when no reply came within ClientOptions::request_timeout
+// (also the request's deadline on the wire), Unavailable when kvstashd said
+// Goodbye, died, hung for about a second, or is not reachable (then new
+// requests fail at once), or Cancelled when the Client is destroyed first.
+// After kvstashd restarts, the client registers its registrations again by
+// itself, under the same ids (docs/protocol.md, "Client behaviour").
 #pragma once
 
 #include <chrono>
@@ -35,7 +38,9 @@ enum class LogLevel { kDebug, kInfo, kWarn, kError };
 using LogSink = std::function<void(LogLevel, std::string_view)>;
 
 struct ClientOptions {
-  std::string socket = kDefaultSocket;
+  // Empty: $KVSTASH_SOCKET, then kDefaultSocket. A plain path means that ipc
+  // socket (kvstash::ClientEndpoint).
+  std::string socket;
   std::chrono::milliseconds request_timeout{5000};
   std::string client_name;  // shown in the daemon's logs
   LogSink log;              // empty: the library logs nothing
@@ -51,7 +56,8 @@ struct ClientOptions {
 class Client {
  public:
   // Connects and says Hello (protocol version check). Fails with Unavailable
-  // when no kvstashd answers, UnsupportedVersion on a version mismatch.
+  // naming the endpoint at once when nothing listens there (no socket file,
+  // a stale one), UnsupportedVersion on a version mismatch.
   static Result<std::unique_ptr<Client>> Connect(ClientOptions options);
 
   // Fails requests still pending with Cancelled and joins the I/O thread.
@@ -60,8 +66,17 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // The latest Hello reply. Its boot_id changes when kvstashd restarted;
-  // registrations made before then fail with Unavailable and must be redone.
+  // `restarts` counts those changes. After a restart the client registers
+  // every live registration again by itself before it sends anything else,
+  // and keeps their ids (docs/protocol.md "Client behaviour on restart").
   ServerInfo server_info() const;
+
+  // Callbacks: `done` runs exactly once, on the client's I/O thread (on the
+  // calling thread when the call fails before it is queued, or when the
+  // Client is already closing). It must return quickly and must not wait on
+  // this Client (it runs on the thread that completes every request).
+  template <typename T>
+  using Done = std::function<void(T)>;
 
   std::future<Result<Registration>> RegisterKV(const RegisterOptions& options);
   std::future<Status> UnregisterKV(uint64_t registration_id);
@@ -81,12 +96,26 @@ class Client {
                                            uint32_t lease_ms = 0);
   // Returns the number of chunks the lease held.
   std::future<Result<uint32_t>> Release(uint64_t lease_id);
+
+  // The same four calls completing through a callback instead of a future:
+  // no thread waits per call (see Done above).
+  void Store(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+             Done<Result<std::vector<ChunkOutcome>>> done);
+  void Retrieve(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                uint32_t skip_tokens, uint64_t lease_id,
+                Done<Result<std::vector<ChunkOutcome>>> done);
+  void Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
+              Done<Result<LookupResult>> done);
+  void Release(uint64_t lease_id, Done<Result<uint32_t>> done);
+
   // Empty model: everything. Returns the number of chunks dropped.
   std::future<Result<uint64_t>> Clear(const std::string& model = {},
                                       const std::string& tenant_salt = {});
   std::future<Result<std::string>> Describe();  // JSON
   std::future<Result<StatsResult>> Stats();
   std::future<Result<uint64_t>> Ping();  // daemon uptime in ms
+  // The L1 pool's readiness (a Ping: answered at once).
+  std::future<Result<PoolReadiness>> PoolReady();
 
  private:
   class Impl;

@@ -29,6 +29,17 @@ struct ServerInfo {
   // kvstashd drops the registrations of a connection silent this long; the
   // client pings on its own well within it. 0: never.
   uint32_t peer_timeout_ms = 0;
+  // Daemon restarts this client has seen (boot id changes since Connect).
+  // After each one the client registered every live registration again by
+  // itself: registration ids stay valid; chunks stored before are gone.
+  uint32_t restarts = 0;
+};
+
+// The daemon's L1 pool: it answers at once and pins its pool in the
+// background; stores find room as ready_bytes grows to capacity_bytes.
+struct PoolReadiness {
+  uint64_t ready_bytes = 0;
+  uint64_t capacity_bytes = 0;
 };
 
 // ---- memory sharing ----

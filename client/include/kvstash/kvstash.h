@@ -4,10 +4,14 @@
  * Plain calls are synchronous: each returns once kvstashd replied, the
  * request timed out, or the connection failed; *_submit calls return at once
  * (see "asynchronous calls"). A handle may be used from several threads at
- * once. If kvstashd restarts, the library notices within about a second,
- * fails what was pending with KVSTASH_UNAVAILABLE, reconnects and registers
- * the live registrations again under the same ids. Every call returns a kvstash_status (the wire protocol's
- * ErrorCode values); after a failure, kvstash_last_error(client) says why.
+ * once. If kvstashd stops (it says Goodbye), dies or hangs, the library
+ * notices within about a second, fails what was pending with
+ * KVSTASH_UNAVAILABLE, fails new calls with it at once while no daemon
+ * answers, and reconnects; after a restart it registers the live
+ * registrations again under the same ids before it sends anything else
+ * (docs/protocol.md, "Client behaviour"). Every call returns a
+ * kvstash_status (the wire protocol's ErrorCode values); after a failure,
+ * kvstash_last_error(client) says why.
  *
  *   kvstash_client* client = NULL;
  *   kvstash_options options = {NULL, 5000, "my-engine"};
@@ -83,7 +87,10 @@ typedef struct kvstash_options {
   /* NULL or "": $KVSTASH_SOCKET, then KVSTASH_DEFAULT_SOCKET. A plain path
    * ("/run/kvstash/kvstash.sock") means that ipc socket. */
   const char* socket;
-  uint32_t timeout_ms;     /* per request, also the request's deadline; 0: 5000 */
+  /* Per request: the request's deadline (Envelope.deadline_ns) is now plus
+   * this; kvstashd starts none of its work after it, and the call returns
+   * KVSTASH_TIMED_OUT then. 0: 5000. */
+  uint32_t timeout_ms;
   const char* client_name; /* shown in the daemon's logs; may be NULL */
   /* Microseconds the client's I/O thread polls on a core after its last
    * message instead of sleeping (fewer wake-ups, one busy core); 0: never. */
@@ -211,7 +218,9 @@ typedef struct kvstash_server_info {
 
 /* Connects and says Hello. Like sqlite3_open, *client is set even when this
  * fails (NULL only if memory ran out), so that kvstash_last_error can say
- * why; close it with kvstash_close either way. */
+ * why; close it with kvstash_close either way. Fails at once with
+ * KVSTASH_UNAVAILABLE naming the socket when nothing listens there (no
+ * socket file, or a stale one), whatever timeout_ms says. */
 KVSTASH_API kvstash_status kvstash_connect(const kvstash_options* options,
                                            kvstash_client** client);
 /* Fails requests still pending with KVSTASH_CANCELLED; NULL is ignored. */
@@ -337,7 +346,10 @@ KVSTASH_API void kvstash_call_free(kvstash_call* call);
  * with kvstash_take_completed. Owned by the client: do not close it. */
 KVSTASH_API int kvstash_completion_fd(kvstash_client* client);
 /* Moves up to max completed, not yet taken, not freed calls into calls[], in
- * completion order, and returns how many. A call is taken at most once. */
+ * completion order, and returns how many. A call is taken at most once; a
+ * call freed first is never returned. Calls collected with kvstash_call_wait
+ * are takeable too until freed: on one handle, collect calls one way, or
+ * free each call in one place only. */
 KVSTASH_API size_t kvstash_take_completed(kvstash_client* client, kvstash_call** calls,
                                           size_t max);
 

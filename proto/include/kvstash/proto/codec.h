@@ -28,7 +28,8 @@ Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
 // The finished bytes of one message.
 using Bytes = std::vector<uint8_t>;
 Bytes Finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
-             wire::Body type, flatbuffers::Offset<void> body);
+             wire::Body type, flatbuffers::Offset<void> body,
+             uint64_t deadline_ns = 0);
 Bytes ErrorMessage(uint64_t request_id, const Status& status);
 
 inline StatusCode FromWire(wire::ErrorCode code) { return StatusCode(uint16_t(code)); }

@@ -1,0 +1,66 @@
+// The engine's live registrations as this client made them, so that it can
+// make them again when kvstashd restarts. The engine keeps one id per
+// registration for the client's life (the first daemon id it got); each
+// daemon boot hands out its own ids, which this table maps to.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "kvstash/client_types.h"
+#include "kvstash/status.h"
+
+namespace kvstash::client {
+
+using BootId = std::array<uint8_t, 16>;
+
+// Thread-safe.
+class Registrations {
+ public:
+  // A RegisterKV reply of daemon boot `boot`: remembers it and returns the
+  // registration with the id the engine will use.
+  Registration Add(Registration registration, RegisterOptions options, const BootId& boot);
+  void Remove(uint64_t engine_id);
+
+  // The daemon id to encode for engine_id: itself when this client did not
+  // register it (kvstashd judges such ids).
+  uint64_t WireId(uint64_t engine_id) const;
+
+  // Where a request naming engine_id must go on boot `boot`: nullopt when
+  // this client does not know the id; the daemon id when it was registered
+  // on that boot; Unavailable (saying why) when it is not (yet) registered
+  // there.
+  std::optional<Result<uint64_t>> Resolve(uint64_t engine_id, const BootId& boot) const;
+
+  // Registrations not registered on boot `boot`: to register again.
+  struct Stale {
+    uint64_t engine_id;
+    RegisterOptions options;
+  };
+  std::vector<Stale> StaleFor(const BootId& boot) const;
+  // The outcome of registering engine_id again on `boot`. A registration
+  // whose chunk layout or key namespace changed stays unusable: the engine's
+  // keys and block math were computed for the old one; it is not tried
+  // again, and the daemon id returned is to be unregistered.
+  std::optional<uint64_t> Rebound(uint64_t engine_id, const Result<Registration>& again,
+                                  const BootId& boot);
+
+ private:
+  struct Entry {
+    Registration first;  // as the engine saw it (id = engine id)
+    RegisterOptions options;
+    uint64_t daemon_id = 0;
+    BootId boot{};
+    Status last_error;  // why it is not registered on a later boot
+    bool retired = false;  // never registered again (configuration changed)
+  };
+  mutable std::mutex mutex_;
+  std::unordered_map<uint64_t, Entry> entries_;  // GUARDED_BY(mutex_), by engine id
+  uint64_t next_private_id_ = 1ull << 63;        // GUARDED_BY(mutex_)
+};
+
+}  // namespace kvstash::client
