@@ -113,16 +113,3 @@ def has_torch() -> bool:
         return False
     return True
 
-
-def lib_exports(*names: str) -> bool:
-    from kvstash import _lib
-
-    return not set(names) & set(_lib.lib().missing)
-
-
-# Calls of the complete C API (async submit, server info, describe/stats/clear,
-# readiness, one socket rule); a libkvstash built before it skips these tests.
-needs_full_c_api = pytest.mark.skipif(
-    not lib_exports("kvstash_get_server_info", "kvstash_store_submit"),
-    reason="this libkvstash predates the complete C API (no kvstash_get_server_info/_submit)",
-)

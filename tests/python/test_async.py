@@ -11,12 +11,10 @@ import pytest
 
 import kvstash
 
-from conftest import needs_full_c_api
 from layout_cases import fill_random, vllm_flash_nhd
 
 np = pytest.importorskip("numpy")
 
-pytestmark = needs_full_c_api
 
 
 @pytest.fixture

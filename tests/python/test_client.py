@@ -11,7 +11,6 @@ import pytest
 
 import kvstash
 
-from conftest import needs_full_c_api
 
 
 def test_ping_returns_the_daemon_uptime(client):
@@ -20,7 +19,6 @@ def test_ping_returns_the_daemon_uptime(client):
     assert client.ping() >= first
 
 
-@needs_full_c_api
 def test_server_info_names_the_host_backend(client):
     info = client.server_info
     assert info.backend == "host"
@@ -31,7 +29,6 @@ def test_server_info_names_the_host_backend(client):
     assert info.restarts == 0
 
 
-@needs_full_c_api
 def test_describe_and_stats_are_json_objects(client):
     described = client.describe()
     stats = client.stats()
@@ -39,21 +36,18 @@ def test_describe_and_stats_are_json_objects(client):
     assert isinstance(stats, dict) and stats
 
 
-@needs_full_c_api
 def test_pool_ready_reports_capacity(client):
     ready, capacity = client.pool_ready()
     assert capacity > 0
     assert 0 <= ready <= capacity
 
 
-@needs_full_c_api
 def test_socket_from_environment(daemon, monkeypatch):
     monkeypatch.setenv("KVSTASH_SOCKET", daemon.socket)
     with kvstash.Client() as c:
         assert c.ping() >= 0
 
 
-@needs_full_c_api
 def test_plain_path_means_an_ipc_socket(daemon):
     with kvstash.Client(socket=daemon.socket_path) as c:
         assert c.ping() >= 0
@@ -106,7 +100,6 @@ def test_import_needs_neither_torch_nor_numpy():
     assert out.stdout.strip() == "Client"
 
 
-@needs_full_c_api
 def test_clear_drops_stored_chunks(client):
     reg = _small_registration(client, model="clear-me")
     tokens = list(range(32))

@@ -8,12 +8,11 @@ import sys
 
 import pytest
 
-from conftest import REPO, needs_full_c_api
+from conftest import REPO
 
 pytest.importorskip("numpy")
 
 
-@needs_full_c_api
 def test_python_host_engine_example_passes(daemon):
     out = subprocess.run(
         [sys.executable, str(REPO / "examples" / "python_host_engine.py"), "--socket", daemon.socket],
@@ -24,7 +23,6 @@ def test_python_host_engine_example_passes(daemon):
     assert "loaded 48 of" in out.stdout
 
 
-@needs_full_c_api
 def test_llama_example_round_trips_on_the_host_backend():
     """The GPU Llama example's logic, run on the CPU (host backend): the
     restored KV gives the same next-token logits as the model's own."""

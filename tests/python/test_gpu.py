@@ -14,9 +14,9 @@ import pytest
 import kvstash
 
 import layout_cases
-from conftest import Daemon, needs_full_c_api
+from conftest import Daemon
 
-pytestmark = [pytest.mark.gpu, needs_full_c_api]
+pytestmark = [pytest.mark.gpu]
 
 
 def _why_no_gpu():

@@ -9,7 +9,6 @@ import pytest
 
 import kvstash
 
-from conftest import needs_full_c_api
 from layout_cases import fill_random, vllm_flash_nhd
 
 np = pytest.importorskip("numpy")
@@ -29,7 +28,6 @@ def _wait_for(predicate, seconds: float = 10.0):
     return False
 
 
-@needs_full_c_api
 def test_daemon_gone_is_unavailable(private_daemon):
     with kvstash.Client(socket=private_daemon.socket, timeout_ms=1000) as client:
         case = vllm_flash_nhd("numpy", "cpu")
@@ -44,7 +42,6 @@ def test_daemon_gone_is_unavailable(private_daemon):
             reg.lookup_async(keys).result(10)
 
 
-@needs_full_c_api
 def test_daemon_restart_registers_again_under_the_same_id(private_daemon):
     with kvstash.Client(socket=private_daemon.socket, timeout_ms=2000) as client:
         case = vllm_flash_nhd("numpy", "cpu")
