@@ -15,6 +15,7 @@ packages=(
   libhiredis-dev liburing-dev libxxhash-dev redis-server
   python3 python3-yaml python3-prometheus-client
   clang-14 libclang-rt-14-dev llvm-14   # scripts/fuzz.sh: libFuzzer, sanitizers, symbolizer
+  python3-venv  # scripts/test_python.sh: the CI venv (pip install ., pytest, vLLM)
 )
 
 missing=()

@@ -6,12 +6,16 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 build_dir=${KVSTASH_BUILD_DIR:-build}
 export KVSTASH_BIN_DIR="$PWD/$build_dir/bin"
+status=0
+ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j "$(nproc)" "$@" || status=$?
 # Skipped tests' reasons (ctest keeps them in its log), whatever the outcome.
-trap 'python3 scripts/ctest_skip_reasons.py "$build_dir"' EXIT
-ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j "$(nproc)" "$@"
+python3 scripts/ctest_skip_reasons.py "$build_dir"
+[ "$status" -eq 0 ] || exit "$status"
 # Then the request fuzzer: its own clang build, the regression corpus, and
 # KVSTASH_FUZZ_SECONDS of fuzzing (0 skips it).
 fuzz_seconds=${KVSTASH_FUZZ_SECONDS:-60}
 if [ "$fuzz_seconds" != 0 ]; then
   bash scripts/fuzz.sh "$fuzz_seconds"
 fi
+# The Python package: pip install . into the CI venv and its pytest suite.
+bash scripts/test_python.sh

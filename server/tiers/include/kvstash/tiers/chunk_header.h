@@ -1,4 +1,4 @@
-// The header every chunk carries once it leaves L1 (DESIGN.md "Tiers"): the
+// The header every chunk carries once it leaves L1 (docs/protocol.md, tiers): the
 // chunk's identity (key, scope, layout fingerprint, token count, payload
 // size) and checksums over the payload and over the header itself. The
 // payload that follows is exactly the flat chunk, unchanged on every tier.

@@ -1,4 +1,4 @@
-// The tier interface (DESIGN.md "Tiers"): a store below L1 that holds chunks
+// The tier interface (docs/protocol.md, tiers): a store below L1 that holds chunks
 // by (scope, key) in the flat chunk format behind a ChunkHeader. L2 (local
 // disk, DiskTier) and L3 (Redis / Valkey, RedisTier) implement it; Mooncake
 // Store or an S3-compatible store would be a third implementation beside

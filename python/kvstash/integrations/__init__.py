@@ -1,0 +1,1 @@
+"""Engine integrations (kvstash.integrations.vllm: the vLLM KV connector)."""
