@@ -1,0 +1,1 @@
+"""Integrations of kvstash into inference engines (``kvstash.integrations.vllm``)."""
