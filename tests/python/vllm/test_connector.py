@@ -1,0 +1,289 @@
+"""KvstashConnector against the real vLLM 0.32 v1 Scheduler and a real kvstashd."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import CHUNK_TOKENS, vllm_or_skip
+
+vllm_or_skip()
+
+import torch  # noqa: E402
+
+import kvstash  # noqa: E402
+from harness import (  # noqa: E402
+    BLOCK_SIZE,
+    Engine,
+    make_kv_cache_config,
+    make_request,
+    make_vllm_config,
+)
+from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+
+from kvstash.integrations.vllm import KvstashConnector, SettingsError  # noqa: E402
+
+LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
+
+
+def llama_specs(heads: int = 2, head_size: int = 16):
+    spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=heads, head_size=head_size,
+                             dtype=torch.float16)
+    return {name: spec for name in LAYERS}
+
+
+def engine(model_dir, daemon, specs=None, tp_size=1, num_blocks=64, extra=None, layout="LBNHC"):
+    config = make_vllm_config(model_dir, daemon.socket, extra=extra, tp_size=tp_size)
+    config.cache_config.kv_cache_layout = layout
+    kv_cache_config = make_kv_cache_config(config, specs or llama_specs(), num_blocks)
+    return Engine(config, kv_cache_config, layout)
+
+
+def prompt(n: int, salt: int = 0):
+    return [100 + (i * 7 + salt) % 800 for i in range(n)]
+
+
+def run_and_store(e: Engine, request_id: str, tokens) -> None:
+    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2))
+    e.run_until_idle()
+    e.settle_stores()
+
+
+def stored_chunks(daemon) -> int:
+    with daemon.client() as client:
+        return int(client.stats()["counters"]["store_chunks"]) if "counters" in client.stats() else -1
+
+
+def prefix_hit(e: Engine, request_id: str, tokens):
+    """Schedules a request after vLLM's own prefix cache was emptied, so any hit is kvstash's."""
+    assert e.scheduler.reset_prefix_cache()
+    for w in e.workers:
+        w.wipe()
+    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2))
+
+
+def test_first_request_stores_and_a_shared_prefix_loads_its_bytes(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    a = prompt(100)
+    run_and_store(e, "a", a)  # 3 full chunks of 32 tokens
+    worker = e.workers[0].connector.worker_side
+    assert worker.stats["store_chunks"] == 3
+    assert worker.stats["store_failed_chunks"] == 0
+
+    b = a[:96] + prompt(20, salt=5)
+    prefix_hit(e, "b", b)
+    so = e.step()
+    (new,) = so.scheduled_new_reqs
+    # 96 tokens from kvstash: vLLM computes only the rest.
+    assert new.num_computed_tokens == 96
+    (load,) = so.kv_connector_metadata.loads
+    assert (load.start_token, load.end_token) == (0, 96)
+    block_ids = e.scheduler.kv_cache_manager.get_block_ids("b")
+    assert load.block_ids[0][:6] == block_ids[0][:6]
+    # The loaded blocks hold exactly the bytes request a's forward pass wrote.
+    assert e.workers[0].matches(block_ids, b, 0, 96)
+    assert e.last_outputs[0].invalid_block_ids == set()
+    assert worker.stats["load_chunks"] == 3
+    e.run_until_idle()
+
+
+def test_a_request_without_a_stored_prefix_loads_nothing(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    run_and_store(e, "a", prompt(100))
+    prefix_hit(e, "b", prompt(100, salt=3))
+    so = e.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0
+    assert so.kv_connector_metadata.loads == []
+    e.run_until_idle()
+
+
+def test_at_least_one_prompt_token_is_left_to_compute(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    a = prompt(96)  # exactly 3 chunks
+    run_and_store(e, "a", a)
+    prefix_hit(e, "b", a)
+    so = e.step()
+    # Loading all 96 would leave nothing to compute logits from: 2 chunks load.
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 64
+    e.run_until_idle()
+
+
+def test_chunks_missing_at_load_time_are_reported_per_block_and_recomputed(model_dir, daemon):
+    # lease_ms=1: the lookup's lease lapses at once, so a clear between the
+    # lookup and the load can drop the chunks.
+    e = engine(model_dir, daemon, extra={"lease_ms": 1})
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    prefix_hit(e, "b", a[:96] + [5, 6, 7])
+
+    def clear_daemon():
+        with daemon.client() as client:
+            assert client.clear() >= 3
+
+    so = e.step(before_load=clear_daemon)
+    block_ids = e.scheduler.kv_cache_manager.get_block_ids("b")[0]
+    assert so.kv_connector_metadata.loads[0].end_token == 96
+    # Every block the load should have filled is reported...
+    assert e.last_outputs[0].invalid_block_ids == set(block_ids[:6])
+    # ...and vLLM recomputes them instead of serving wrong KV.
+    request = e.scheduler.requests["b"]
+    assert request.num_computed_tokens < 96
+    e.run_until_idle()
+    assert "b" not in e.scheduler.requests
+
+
+def test_blocks_of_a_finished_request_stay_alive_until_its_stores_finished(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    pool = e.scheduler.kv_cache_manager.block_pool
+    free_before = pool.get_num_free_blocks()
+    e.scheduler.add_request(make_request("a", prompt(100), max_tokens=1))
+    steps = 0
+    while "a" in e.scheduler.requests and steps < 50:
+        e.step()
+        steps += 1
+        request = e.scheduler.requests.get("a")
+        if request is not None and request.is_finished():
+            # Finished but its stores may be in flight: the blocks are still held.
+            assert pool.get_num_free_blocks() < free_before
+    assert "a" not in e.scheduler.requests
+    assert pool.get_num_free_blocks() == free_before
+    assert not e.connector.has_pending_push_work()
+
+
+def test_an_aborted_request_keeps_its_blocks_until_stored_then_frees_them(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    pool = e.scheduler.kv_cache_manager.block_pool
+    free_before = pool.get_num_free_blocks()
+    e.scheduler.add_request(make_request("a", prompt(100), max_tokens=50))
+    e.step()  # 64 tokens computed: 2 chunks being stored
+    e.scheduler.finish_requests("a", RequestStatus.FINISHED_ABORTED)
+    assert e.connector.has_pending_push_work()
+    e.run_until_idle()
+    assert pool.get_num_free_blocks() == free_before
+    assert e.workers[0].connector.worker_side.stats["store_chunks"] == 2
+
+
+def test_an_aborted_request_with_a_hit_releases_its_lease(model_dir, daemon):
+    e = engine(model_dir, daemon, extra={"lease_ms": 600000})
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    assert e.scheduler.reset_prefix_cache()
+    request = make_request("b", a)
+    e.scheduler.add_request(request)
+    matched, _ = e.connector.get_num_new_matched_tokens(request, 0)
+    assert matched == 96
+    with daemon.client() as client:
+        assert client.describe()["pool"]["leases"] == 1
+    e.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
+    with daemon.client() as client:
+        assert client.describe()["pool"]["leases"] == 0
+        # Released, the chunks can be cleared (a leased chunk cannot).
+        assert client.clear() == 3
+
+
+def test_a_preempted_request_waits_for_its_stores_before_its_blocks_are_reused(model_dir, daemon):
+    # 12 blocks of 16 tokens: two 90-token prompts that keep decoding must preempt.
+    e = engine(model_dir, daemon, num_blocks=13)
+    e.scheduler.add_request(make_request("a", prompt(90, 1), max_tokens=60))
+    e.scheduler.add_request(make_request("b", prompt(90, 2), max_tokens=60))
+    preempted = set()
+    for _ in range(200):
+        if not (e.scheduler.has_requests() or e.connector.has_pending_push_work()):
+            break
+        so = e.step()
+        preempted |= set(so.preempted_req_ids or ())
+        meta = so.kv_connector_metadata
+        assert meta.preempted_req_ids == set(so.preempted_req_ids or ())
+        for req_id in meta.preempted_req_ids:
+            # handle_preemptions ran: nothing of it is in flight any more.
+            assert req_id not in e.workers[0].connector.worker_side._stores
+    assert preempted, "the test needs vLLM to preempt a request"
+    assert not e.scheduler.has_requests()
+
+
+def test_tensor_parallel_ranks_store_and_load_their_own_kv(model_dir, daemon):
+    e = engine(model_dir, daemon, tp_size=2)
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    for w in e.workers:
+        assert w.connector.worker_side.stats["store_chunks"] == 3
+    with daemon.client() as client:
+        regs = client.describe()["registrations"]
+    assert sorted(r["tp_rank"] for r in regs if r.get("tp_size") == 2) == [0, 0, 1]
+    b = a[:96] + [9, 9, 9]
+    prefix_hit(e, "b", b)
+    e.step()
+    block_ids = e.scheduler.kv_cache_manager.get_block_ids("b")
+    for w in e.workers:  # each rank got its own bytes back (patterns differ per rank)
+        assert w.matches(block_ids, b, 0, 96)
+        assert e.last_outputs[w.rank].invalid_block_ids == set()
+    e.run_until_idle()
+
+
+def test_mla_is_stored_once_and_loaded_on_every_rank(model_dir, daemon):
+    spec = MLAAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=1, head_size=72,
+                            dtype=torch.float16)
+    e = engine(model_dir, daemon, specs={name: spec for name in LAYERS}, tp_size=2)
+    # MLA is the same on every rank: make the 'model' write identical bytes.
+    for w in e.workers:
+        w.rank = 0
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    assert e.workers[0].connector.worker_side.stats["store_chunks"] == 3
+    assert e.workers[1].connector.worker_side.stats["store_chunks"] == 0
+    b = a[:96] + [1, 2, 3]
+    prefix_hit(e, "b", b)
+    e.step()
+    block_ids = e.scheduler.kv_cache_manager.get_block_ids("b")
+    for w in e.workers:
+        assert w.matches(block_ids, b, 0, 96)
+    e.run_until_idle()
+
+
+def test_a_hybrid_model_with_two_kv_cache_groups(model_dir, daemon):
+    # Two attention geometries with equal page sizes: vLLM makes two groups,
+    # each with its own block table; kvstash registers each group.
+    specs = {
+        LAYERS[0]: FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=2, head_size=32,
+                                     dtype=torch.float16),
+        LAYERS[1]: FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=4, head_size=16,
+                                     dtype=torch.float16),
+    }
+    e = engine(model_dir, daemon, specs=specs, layout="BLNHC")
+    assert len(e.scheduler.kv_cache_config.kv_cache_groups) == 2
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    assert e.workers[0].connector.worker_side.stats["store_chunks"] == 6  # 3 per group
+    b = a[:96] + [4, 4]
+    prefix_hit(e, "b", b)
+    so = e.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 96
+    block_ids = e.scheduler.kv_cache_manager.get_block_ids("b")
+    assert e.workers[0].matches(block_ids, b, 0, 96)
+    e.run_until_idle()
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"timout_ms": 5}, "unknown key"),
+    ({"timeout_ms": 0}, "outside 1..3600000"),
+    ({"timeout_ms": "soon"}, "must be an integer"),
+    ({"model": ""}, "non-empty string"),
+    ({"lease_ms": 10 ** 7}, "outside 1..600000"),
+])
+def test_bad_settings_are_refused_with_the_key_and_the_limit(model_dir, daemon, extra, message):
+    with pytest.raises(SettingsError, match=message):
+        engine(model_dir, daemon, extra=extra)
+
+
+def test_the_model_name_defaults_to_the_served_model_name(model_dir, daemon):
+    config = make_vllm_config(model_dir, daemon.socket)
+    config.kv_transfer_config.kv_connector_extra_config.pop("model")
+    from kvstash.integrations.vllm.settings import parse_settings
+    assert parse_settings(config.kv_transfer_config.kv_connector_extra_config, config).model == str(model_dir)
+
+
+def test_an_unreachable_daemon_fails_at_startup_with_the_socket(model_dir, tmp_path):
+    class Nowhere:
+        socket = f"ipc://{tmp_path}/none.sock"
+    with pytest.raises(kvstash.Error):
+        engine(model_dir, Nowhere, extra={"timeout_ms": 300})
