@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CHUNK_TOKENS, vllm_or_skip
+from vllm_support import CHUNK_TOKENS, vllm_or_skip
 
 vllm_or_skip()
 
 import torch  # noqa: E402
 
 import kvstash  # noqa: E402
-from harness import (  # noqa: E402
+from vllm_harness import (  # noqa: E402
     BLOCK_SIZE,
     Engine,
     make_kv_cache_config,
@@ -47,11 +47,6 @@ def run_and_store(e: Engine, request_id: str, tokens) -> None:
     e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2))
     e.run_until_idle()
     e.settle_stores()
-
-
-def stored_chunks(daemon) -> int:
-    with daemon.client() as client:
-        return int(client.stats()["counters"]["store_chunks"]) if "counters" in client.stats() else -1
 
 
 def prefix_hit(e: Engine, request_id: str, tokens):
