@@ -36,7 +36,7 @@ from vllm.v1.core.kv_cache_utils import (
     init_none_hash,
 )
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import KVCacheConfig, create_kv_cache_views
+from vllm.v1.kv_cache_interface import KVCacheConfig, UniformTypeKVCacheSpecs, create_kv_cache_views
 from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
@@ -100,9 +100,11 @@ def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
 
 
 def make_kv_cache_config(vllm_config: VllmConfig, layer_specs: Dict[str, object],
-                         num_blocks: int) -> KVCacheConfig:
-    """vLLM's own grouping and placement of the layers' KV (as the engine core does)."""
-    groups = get_kv_cache_groups(vllm_config, dict(layer_specs))
+                         num_blocks: int, groups=None) -> KVCacheConfig:
+    """vLLM's own grouping (unless `groups` are given) and placement of the
+    layers' KV, as the engine core does."""
+    if groups is None:
+        groups = get_kv_cache_groups(vllm_config, dict(layer_specs))
     # Size the pool for num_blocks blocks.
     probe = get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
     bytes_per_block = probe.kv_cache_tensors[0].size // probe.num_blocks
@@ -121,8 +123,11 @@ def host_kv_caches(kv_cache_config: KVCacheConfig, layout: str = "LBNHC") -> Dic
     views: Dict[str, torch.Tensor] = {}
     for tensor in kv_cache_config.kv_cache_tensors:
         group = next(g for g in kv_cache_config.kv_cache_groups if tensor.layers[0] in g.layer_names)
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            spec = spec.kv_cache_specs[tensor.layers[0]]
         views.update(zip(tensor.layers, create_kv_cache_views(
-            raw, group.kv_cache_spec, kv_cache_config.num_blocks, KVCacheLayout[layout], tensor)))
+            raw, spec, kv_cache_config.num_blocks, KVCacheLayout[layout], tensor)))
     return views
 
 

@@ -39,9 +39,11 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True)
 class GroupLayout:
-    """One vLLM KV cache group that kvstash stores, as one registration."""
+    """Layers of one vLLM KV cache group with one geometry: one kvstash
+    registration (a group whose layers differ in shape gives several)."""
 
     group_id: int
+    """The vLLM KV cache group: whose block table these layers use."""
     layer_names: Tuple[str, ...]
     block_size: int
     """vLLM's (manager) block size in tokens: the scheduler's block ids."""
@@ -128,22 +130,24 @@ def _spec_layout(group_id: int, layer_names: Sequence[str], spec: Any) -> GroupL
 
 
 def group_layouts(kv_cache_config: Any) -> List[GroupLayout]:
-    """Every KV cache group of vLLM's KVCacheConfig as a GroupLayout, or a
-    LayoutError naming the first group kvstash cannot store."""
+    """What kvstash registers for vLLM's KVCacheConfig: one GroupLayout per KV
+    cache group, or per layer geometry inside a group whose layers differ in
+    shape (vLLM's UniformTypeKVCacheSpecs: one block table, several
+    geometries). Raises a LayoutError naming the first group kvstash cannot
+    store."""
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
 
     layouts = []
     for group_id, group in enumerate(kv_cache_config.kv_cache_groups):
         spec = group.kv_cache_spec
         if isinstance(spec, UniformTypeKVCacheSpecs):
-            specs = list(spec.kv_cache_specs.values())
-            if any(s != specs[0] for s in specs[1:]):
-                raise LayoutError(
-                    f"KV cache group {group_id} mixes layer specs; kvstash needs one "
-                    "geometry per group"
-                )
-            spec = specs[0]
-        layouts.append(_spec_layout(group_id, group.layer_names, spec))
+            by_spec: Dict[Any, List[str]] = {}
+            for name in group.layer_names:
+                by_spec.setdefault(spec.kv_cache_specs[name], []).append(name)
+            for layer_spec, names in by_spec.items():
+                layouts.append(_spec_layout(group_id, names, layer_spec))
+        else:
+            layouts.append(_spec_layout(group_id, group.layer_names, spec))
     if not layouts:
         raise LayoutError("vLLM's KV cache config has no KV cache groups")
     return layouts

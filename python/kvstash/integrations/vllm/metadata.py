@@ -21,7 +21,8 @@ class LoadSpec:
     """Tokens before this are already in vLLM's blocks (its own prefix cache)."""
     end_token: int
     lease_ids: Tuple[int, ...]
-    """The scheduler's lookup lease per group (rank 0's scope); released by the load."""
+    """The scheduler's lookup lease per registration (rank 0's scope, in
+    group_layouts order); released by the load."""
 
 
 @dataclass

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class _Load:
     spec: LoadSpec
-    group: int
+    registration: int
     first_chunk: int
     future: "concurrent.futures.Future[Any]"
 
@@ -95,7 +95,7 @@ class WorkerSide:
     def _blocks_of(self, spec_blocks: Tuple[List[int], ...], begin: int, end: int) -> Set[int]:
         """vLLM block ids (every group) holding tokens [begin, end)."""
         out: Set[int] = set()
-        for layout in self._groups:
+        for layout in self._groups:  # (several layouts of one group add the same ids)
             ids = spec_blocks[layout.group_id]
             bs = layout.block_size
             out.update(ids[t // bs] for t in range(begin - begin % bs, end, bs) if t // bs < len(ids))
@@ -112,13 +112,13 @@ class WorkerSide:
                 self._load_errors |= self._blocks_of(spec.block_ids, last * c, spec.end_token)
             if last <= first:
                 continue
-            for registered in self._registered:
+            for index, registered in enumerate(self._registered):
                 try:
                     chunks = registered.reg.chunks(
                         spec.token_ids[: last * c], self._table(registered, spec.block_ids),
                         start_chunk=first, num_chunks=last - first)
                     # The lease is rank 0's scope's; other ranks' scopes hold no lease.
-                    lease = spec.lease_ids[registered.layout.group_id] if (
+                    lease = spec.lease_ids[index] if (
                         self._tp_rank == 0 or registered.layout.is_mla) else 0
                     future = registered.reg.retrieve_async(
                         chunks, skip_tokens=spec.start_token - first * c, lease_id=lease,
@@ -126,7 +126,7 @@ class WorkerSide:
                 except kvstash.Error as error:
                     future = concurrent.futures.Future()
                     future.set_exception(error)
-                self._loads.append(_Load(spec, registered.layout.group_id, first, future))
+                self._loads.append(_Load(spec, index, first, future))
 
     def wait_for_loads(self) -> None:
         """Waits for every submitted load; failed chunks become load errors."""
