@@ -100,9 +100,15 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvstashConnectorMetadata)
         self._worker.start_load_kv(meta)
+        # Loads are synchronous (vLLM calls this before the forward pass when
+        # a step has them) and chunks span all layers, so they are waited for
+        # here: wait_for_layer_load is not called when a full CUDA graph
+        # replays, and a load must never race the attention that reads it.
+        self._worker.wait_for_loads()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # Chunks span all layers: the first layer's wait completes every load.
+        # Layer-wise loads come with GPU-side completion; until then
+        # start_load_kv has already waited.
         self._worker.wait_for_loads()
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,

@@ -1,9 +1,10 @@
 """The worker side of KvstashConnector: one kvstash registration per KV cache
 group on this rank, loads before the forward pass, stores after it.
 
-Loads: start_load_kv submits one asynchronous Retrieve per group and request;
-wait_for_layer_load waits for them (kvstash moves whole chunks across all
-layers, so the first layer's wait covers every layer). Any chunk that did not
+Loads: start_load_kv submits one asynchronous Retrieve per registration and
+request, all at once, then waits for them before the forward pass (kvstash
+moves whole chunks across all layers, so there is nothing to wait for per
+layer yet). Any chunk that did not
 arrive (missing, failed, the call failed) turns the blocks it should have
 filled into load errors, and vLLM recomputes them.
 
