@@ -28,6 +28,8 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from kvstash.integrations.vllm import KvstashConnector, SettingsError  # noqa: E402
+from kvstash.integrations.vllm.layout import LayoutError  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 
 LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
 
@@ -39,8 +41,9 @@ def llama_specs(heads: int = 2, head_size: int = 16):
 
 
 def engine(model_dir, daemon, specs=None, tp_size=1, num_blocks=64, extra=None, layout="LBNHC",
-           groups=None):
-    config = make_vllm_config(model_dir, daemon.socket, extra=extra, tp_size=tp_size)
+           groups=None, failure_policy="recompute"):
+    config = make_vllm_config(model_dir, daemon.socket, extra=extra, tp_size=tp_size,
+                              failure_policy=failure_policy)
     config.cache_config.kv_cache_layout = layout
     kv_cache_config = make_kv_cache_config(config, specs or llama_specs(), num_blocks, groups)
     return Engine(config, kv_cache_config, layout)
@@ -114,10 +117,11 @@ def test_at_least_one_prompt_token_is_left_to_compute(model_dir, daemon):
     e.run_until_idle()
 
 
-def test_chunks_missing_at_load_time_are_reported_per_block_and_recomputed(model_dir, daemon):
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_chunks_missing_at_load_time_are_reported_per_block(model_dir, daemon, policy):
     # lease_ms=1: the lookup's lease lapses at once, so a clear between the
     # lookup and the load can drop the chunks.
-    e = engine(model_dir, daemon, extra={"lease_ms": 1})
+    e = engine(model_dir, daemon, extra={"lease_ms": 1}, failure_policy=policy)
     a = prompt(100)
     run_and_store(e, "a", a)
     prefix_hit(e, "b", a[:96] + [5, 6, 7])
@@ -133,15 +137,19 @@ def test_chunks_missing_at_load_time_are_reported_per_block_and_recomputed(model
         assert cleared == 3
 
     so = e.step(before_load=clear_daemon)
-    block_ids = e.scheduler.kv_cache_manager.get_block_ids("b")[0]
-    assert so.kv_connector_metadata.loads[0].end_token == 96
-    # Every block the load should have filled is reported...
-    assert e.last_outputs[0].invalid_block_ids == set(block_ids[:6])
-    # ...and vLLM recomputes them instead of serving wrong KV.
-    request = e.scheduler.requests["b"]
-    assert request.num_computed_tokens < 96
-    e.run_until_idle()
-    assert "b" not in e.scheduler.requests
+    (load,) = so.kv_connector_metadata.loads
+    assert load.end_token == 96
+    # Every block the load should have filled is reported.
+    assert e.last_outputs[0].invalid_block_ids == set(load.block_ids[0][:6])
+    if policy == "recompute":
+        # vLLM recomputes them instead of serving wrong KV...
+        assert e.scheduler.requests["b"].num_computed_tokens < 96
+        e.run_until_idle()
+        assert "b" not in e.scheduler.requests
+    else:
+        # ...or, with vLLM's default policy, fails the request.
+        assert "b" not in e.scheduler.requests or e.scheduler.requests["b"].is_finished()
+        e.run_until_idle()
 
 
 def test_blocks_of_a_finished_request_stay_alive_until_its_stores_finished(model_dir, daemon):
@@ -149,10 +157,10 @@ def test_blocks_of_a_finished_request_stay_alive_until_its_stores_finished(model
     pool = e.scheduler.kv_cache_manager.block_pool
     free_before = pool.get_num_free_blocks()
     e.scheduler.add_request(make_request("a", prompt(100), max_tokens=1))
-    steps, held = 0, False
-    while "a" in e.scheduler.requests and steps < 50:
+    held = False
+    deadline = time.monotonic() + 30
+    while "a" in e.scheduler.requests and time.monotonic() < deadline:
         e.step()
-        steps += 1
         request = e.scheduler.requests.get("a")
         if request is not None and request.is_finished():
             # Finished, its stores maybe in flight: vLLM has not freed its blocks.
@@ -200,9 +208,8 @@ def test_a_preempted_request_waits_for_its_stores_before_its_blocks_are_reused(m
     e.scheduler.add_request(make_request("a", prompt(90, 1), max_tokens=60))
     e.scheduler.add_request(make_request("b", prompt(90, 2), max_tokens=60))
     preempted = set()
-    for _ in range(200):
-        if not (e.scheduler.has_requests() or e.connector.has_pending_push_work()):
-            break
+    deadline = time.monotonic() + 60
+    while e.busy() and time.monotonic() < deadline:
         so = e.step()
         preempted |= set(so.preempted_req_ids or ())
         meta = so.kv_connector_metadata
@@ -288,12 +295,15 @@ def test_a_hybrid_model_with_two_kv_cache_groups(model_dir, daemon):
     assert len(e.workers[0].connector.worker_side.registrations) == 2
 
 
-def test_one_group_with_two_layer_geometries(model_dir, daemon):
+def test_one_group_with_layers_of_two_shapes_is_refused_clearly(model_dir, daemon):
     # vLLM groups full-attention layers of different shapes into one group
-    # (one block table, UniformTypeKVCacheSpecs): one registration per shape.
-    e = engine(model_dir, daemon, specs=two_geometries())
-    assert len(e.scheduler.kv_cache_config.kv_cache_groups) == 1
-    store_and_hit(e, stores_per_request=6)
+    # (UniformTypeKVCacheSpecs) and shows the scheduler only one of the
+    # shapes, so the scheduler could never find what workers store: refused.
+    config = make_vllm_config(model_dir, daemon.socket)
+    kv_cache_config = make_kv_cache_config(config, two_geometries(), 64)
+    assert len(kv_cache_config.kv_cache_groups) == 1
+    with pytest.raises(LayoutError, match="layers of different shapes"):
+        KvstashConnector(config, KVConnectorRole.WORKER, kv_cache_config)
 
 
 @pytest.mark.parametrize("extra, message", [

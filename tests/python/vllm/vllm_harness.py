@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -72,7 +73,8 @@ def write_tiny_llama(directory: Path) -> Path:
 
 
 def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
-                     tp_size: int = 1, max_num_batched_tokens: int = 64) -> VllmConfig:
+                     tp_size: int = 1, max_num_batched_tokens: int = 64,
+                     failure_policy: str = "recompute") -> VllmConfig:
     model_config = ModelConfig(model=str(model_dir), dtype="float16", seed=0,
                                skip_tokenizer_init=True, max_model_len=2048)
     scheduler_config = SchedulerConfig(
@@ -88,6 +90,7 @@ def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
         kv_connector_module_path="kvstash.integrations.vllm",
         kv_role="kv_both",
         kv_connector_extra_config=settings,
+        kv_load_failure_policy=failure_policy,
     )
     return VllmConfig(
         model_config=model_config,
@@ -260,9 +263,18 @@ class Engine:
         self.scheduler.update_from_output(so, merged)
         return so
 
-    def run_until_idle(self, max_steps: int = 100) -> int:
+    def busy(self) -> bool:
+        return self.scheduler.has_requests() or self.connector.has_pending_push_work()
+
+    def run_until_idle(self, timeout_s: float = 30.0) -> int:
+        """Steps like vLLM's engine loop while requests run or blocks wait for
+        their stores (the connector's has_pending_push_work)."""
+        deadline = time.monotonic() + timeout_s
         steps = 0
-        while (self.scheduler.has_requests() or self.connector.has_pending_push_work()) and steps < max_steps:
+        while self.busy():
+            assert time.monotonic() < deadline, "the engine did not go idle"
+            if not self.scheduler.has_requests():
+                time.sleep(0.001)  # only stores in flight: an idle engine loop
             self.step()
             steps += 1
         return steps

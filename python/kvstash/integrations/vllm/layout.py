@@ -39,8 +39,8 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True)
 class GroupLayout:
-    """Layers of one vLLM KV cache group with one geometry: one kvstash
-    registration (a group whose layers differ in shape gives several)."""
+    """One vLLM KV cache group, all its layers of one geometry: one kvstash
+    registration."""
 
     group_id: int
     """The vLLM KV cache group: whose block table these layers use."""
@@ -131,23 +131,27 @@ def _spec_layout(group_id: int, layer_names: Sequence[str], spec: Any) -> GroupL
 
 def group_layouts(kv_cache_config: Any) -> List[GroupLayout]:
     """What kvstash registers for vLLM's KVCacheConfig: one GroupLayout per KV
-    cache group, or per layer geometry inside a group whose layers differ in
-    shape (vLLM's UniformTypeKVCacheSpecs: one block table, several
-    geometries). Raises a LayoutError naming the first group kvstash cannot
-    store."""
+    cache group. Raises a LayoutError naming the first group kvstash cannot
+    store.
+
+    A group whose layers differ in shape (UniformTypeKVCacheSpecs with several
+    specs) is refused: vLLM gives the scheduler one arbitrary spec of such a
+    group, so the scheduler could not look up the chunks the workers store."""
     from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
 
     layouts = []
     for group_id, group in enumerate(kv_cache_config.kv_cache_groups):
         spec = group.kv_cache_spec
         if isinstance(spec, UniformTypeKVCacheSpecs):
-            by_spec: Dict[Any, List[str]] = {}
-            for name in group.layer_names:
-                by_spec.setdefault(spec.kv_cache_specs[name], []).append(name)
-            for layer_spec, names in by_spec.items():
-                layouts.append(_spec_layout(group_id, names, layer_spec))
-        else:
-            layouts.append(_spec_layout(group_id, group.layer_names, spec))
+            specs = list(spec.kv_cache_specs.values())
+            if any(s != specs[0] for s in specs[1:]):
+                raise LayoutError(
+                    f"KV cache group {group_id} holds layers of different shapes "
+                    f"({len(set(specs))} specs); kvstash supports one layer shape per KV "
+                    "cache group (vLLM's scheduler sees only one of them)"
+                )
+            spec = specs[0]
+        layouts.append(_spec_layout(group_id, group.layer_names, spec))
     if not layouts:
         raise LayoutError("vLLM's KV cache config has no KV cache groups")
     return layouts
