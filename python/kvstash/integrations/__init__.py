@@ -1,1 +1,1 @@
-"""Integrations of kvstash into inference engines (``kvstash.integrations.vllm``)."""
+"""Engine integrations (kvstash.integrations.vllm: the vLLM KV connector)."""

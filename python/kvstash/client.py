@@ -1,0 +1,316 @@
+"""Client: one connection to kvstashd (one libkvstash handle)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from ctypes import byref, c_uint64, c_void_p
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+
+from . import _lib
+from ._dispatch import Dispatcher
+from .errors import Cancelled, Error, error_for, invalid
+from .layouts import LayerSpec, layer_specs
+from .shm import find_region
+from .types import Geometry, ServerInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .registration import Registration
+
+
+def _text(value: Optional[str], what: str) -> Optional[bytes]:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid(f"{what} must be a str, got {type(value).__name__}")
+    return value.encode()
+
+
+def _uint(value: Any, what: str, bits: int = 32) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0 or value >= 1 << bits:
+        raise invalid(f"{what} {value} is out of range [0, {(1 << bits) - 1}]")
+    return value
+
+
+class Client:
+    """A connection to kvstashd.
+
+    `socket`: None for $KVSTASH_SOCKET, then ipc:///run/kvstash/kvstash.sock;
+    a plain path means that ipc socket. `timeout_ms` bounds every request.
+    Thread-safe: share one Client between threads. Close it (or use `with`)
+    when done; that cancels calls still pending.
+
+        with kvstash.Client(name="my-engine") as client:
+            reg = client.register(kv_caches, model="llama-3-8b")
+    """
+
+    def __init__(self, socket: Optional[str] = None, timeout_ms: int = 5000,
+                 name: Optional[str] = None, busy_poll_us: int = 0) -> None:
+        self._lib = _lib.lib()
+        self._state = threading.Condition()
+        self._closed = False
+        self._active = 0  # GUARDED_BY(_state): blocking calls inside the library
+        self._dispatcher: Optional[Dispatcher] = None  # GUARDED_BY(_state), started on first use
+        self._name = name or "python"
+        options = _lib.Options(
+            socket=_text(socket, "socket"),
+            timeout_ms=_uint(timeout_ms, "timeout_ms"),
+            client_name=_text(name, "name"),
+            busy_poll_us=_uint(busy_poll_us, "busy_poll_us"),
+        )
+        handle = c_void_p()
+        status = self._lib.kvstash_connect(byref(options), byref(handle))
+        if status != 0:
+            message = self._lib.kvstash_last_error(handle) if handle.value else None
+            text = message.decode(errors="replace") if message else "kvstash_connect failed"
+            self._lib.kvstash_close(handle)
+            self._handle: Optional[c_void_p] = None
+            raise error_for(status, text)
+        self._handle = handle
+
+    # ---- plumbing ----
+
+    def _enter(self) -> c_void_p:
+        with self._state:
+            if self._closed or self._handle is None:
+                raise Cancelled(12, "the kvstash client is closed")
+            self._active += 1
+            return self._handle
+
+    def _leave(self) -> None:
+        with self._state:
+            self._active -= 1
+            if self._active == 0 and self._closed:
+                self._state.notify_all()
+
+    def _error(self, status: int) -> Error:
+        """The exception for `status`, with this thread's last message."""
+        message = self._lib.kvstash_last_error(self._handle)
+        text = message.decode(errors="replace") if message else ""
+        return error_for(status, text or _lib.status_name(status))
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        """fn(handle, *args); raises on a non-OK status."""
+        handle = self._enter()
+        try:
+            status = fn(handle, *args)
+            if status != 0:
+                raise self._error(status)
+        finally:
+            self._leave()
+
+    def _dispatch(self) -> Dispatcher:
+        dispatcher = self._dispatcher
+        if dispatcher is not None:
+            return dispatcher
+        with self._state:
+            if self._closed:
+                raise Cancelled(12, "the kvstash client is closed")
+            if self._dispatcher is None:
+                assert self._handle is not None
+                self._dispatcher = Dispatcher(self._lib, self._handle, self._name)
+            return self._dispatcher
+
+    # ---- lifetime ----
+
+    def close(self) -> None:
+        """Cancels pending asynchronous calls (their futures fail with
+        Cancelled) and disconnects. The daemon drops this connection's
+        registrations. Idempotent."""
+        with self._state:
+            if self._closed or self._handle is None:
+                self._closed = True
+                return
+            self._closed = True
+            while self._active > 0:
+                self._state.wait()
+            dispatcher = self._dispatcher
+        if dispatcher is not None:
+            dispatcher.stop()
+        self._lib.kvstash_close(self._handle)
+        if dispatcher is not None:
+            dispatcher.drain()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed and self._handle is not None:
+                self.close()
+        except Exception:
+            pass
+
+    # ---- daemon ----
+
+    def ping(self) -> int:
+        """The daemon's uptime in milliseconds."""
+        uptime = c_uint64()
+        self._call(self._lib.kvstash_ping, byref(uptime))
+        return uptime.value
+
+    def _json(self, fn: Any) -> Dict[str, Any]:
+        buffer = c_void_p()
+        self._call(fn, byref(buffer))
+        try:
+            if not buffer.value:
+                raise error_for(11, "the library returned no JSON")
+            return json.loads(ctypes.string_at(buffer.value).decode())
+        finally:
+            self._lib.kvstash_free(buffer)
+
+    def describe(self) -> Dict[str, Any]:
+        """The daemon's configuration and registrations (`kvstash describe --json`)."""
+        return self._json(self._lib.kvstash_describe)
+
+    def stats(self) -> Dict[str, Any]:
+        """The daemon's counters (`kvstash stats --json`)."""
+        return self._json(self._lib.kvstash_stats)
+
+    def clear(self, model: Optional[str] = None, tenant: Optional[str] = None) -> int:
+        """Drops stored chunks of one model (and tenant), or of every scope
+        this client may clear when model is None. Returns how many."""
+        cleared = c_uint64()
+        self._call(self._lib.kvstash_clear, _text(model, "model"), _text(tenant, "tenant"),
+                   byref(cleared))
+        return cleared.value
+
+    def pool_ready(self) -> Tuple[int, int]:
+        """(ready_bytes, capacity_bytes) of the daemon's L1 pool: it pins its
+        pool in the background, and stores find room as it grows."""
+        ready, capacity = c_uint64(), c_uint64()
+        self._call(self._lib.kvstash_pool_ready, byref(ready), byref(capacity))
+        return ready.value, capacity.value
+
+    @property
+    def server_info(self) -> ServerInfo:
+        """What the daemon said in its latest Hello (chunk_tokens, backend,
+        boot id) and how many daemon restarts this client lived through."""
+        info = _lib.CServerInfo()
+        self._call(self._lib.kvstash_get_server_info, byref(info))
+        return ServerInfo(
+            protocol_version=info.protocol_version,
+            server_version=info.server_version.decode(errors="replace"),
+            boot_id=bytes(info.boot_id),
+            chunk_tokens=info.chunk_tokens,
+            max_chunks_per_request=info.max_chunks_per_request,
+            max_message_bytes=info.max_message_bytes,
+            backend=info.backend.decode(errors="replace"),
+            peer_timeout_ms=info.peer_timeout_ms,
+            restarts=info.restarts,
+        )
+
+    # ---- registration ----
+
+    def register(self, layers: Any, model: str, tenant: Optional[str] = None, tp_rank: int = 0,
+                 tp_size: int = 1,
+                 layout: Union[None, str, Geometry, Dict[str, Union[None, str, Geometry]]] = None,
+                 ) -> "Registration":
+        """Registers an engine's KV cache and returns its Registration.
+
+        `layers`: a list of per-layer tensors, vLLM's dict of layer name to
+        tensor (in layer order), one tensor holding all layers (layer index
+        first), or for SGLang a list of (K, V) pairs. Tensors are CUDA tensors
+        (kvstashd's cuda backend; the library shares their allocations over
+        CUDA IPC) or kvstash.host_tensor memory (host backend), not a mix.
+        `layout`: None to infer from shapes and strides, a name from
+        kvstash.LAYOUT_NAMES, or a kvstash.Geometry for every layer; with a
+        dict of layers, also a dict of layer name to layout (hybrid models;
+        layers it leaves out are inferred). vLLM's per-layer views
+        [num_blocks, heads, block_size, 2*head] are inferred as `vllm`;
+        name MLA layers `vllm_mla` (see kvstash.layouts).
+        The tensors must stay alive and in place while registered (the
+        Registration keeps a reference).
+        """
+        from .registration import Registration
+
+        if not isinstance(model, str) or not model:
+            raise invalid("model must be a non-empty str (it names the key namespace)")
+        specs = layer_specs(layers, layout)
+        options = _lib.RegisterOptions(
+            model=model.encode(),
+            tenant_salt=_text(tenant, "tenant"),
+            tp_rank=_uint(tp_rank, "tp_rank"),
+            tp_size=_uint(tp_size, "tp_size"),
+        )
+        devices = {s.array.device for s in specs}
+        if len(devices) > 1:
+            raise invalid(
+                f"layers are on several devices ({', '.join(sorted(devices))}): register CUDA "
+                "tensors and host tensors separately"
+            )
+        device = devices.pop()
+        keep: List[Any] = []
+        if device == "cuda":
+            cuda_layers = (_lib.CCudaLayer * len(specs))()
+            for i, spec in enumerate(specs):
+                cuda_layers[i].data = spec.array.ptr
+                cuda_layers[i].geometry = _c_geometry(spec.geometry)
+            options.cuda_layers = cuda_layers
+            options.num_cuda_layers = len(specs)
+            keep.append(cuda_layers)
+        elif device == "cpu":
+            allocations, layers_c = _host_layers(specs)
+            options.allocations = allocations
+            options.num_allocations = len(allocations)
+            options.layers = layers_c
+            options.num_layers = len(specs)
+            keep += [allocations, layers_c]
+        else:
+            raise invalid(f"layers are on device {device!r}: expected CUDA tensors or kvstash.host_tensor memory")
+        registration = _lib.CRegistration()
+        self._call(self._lib.kvstash_register, byref(options), byref(registration))
+        return Registration(self, registration, specs, layers)
+
+
+def _c_geometry(g: Geometry) -> _lib.CGeometry:
+    return _lib.CGeometry(
+        num_blocks=_uint(g.num_blocks, "num_blocks"),
+        kv_count=_uint(g.kv_count, "kv_count"),
+        block_tokens=_uint(g.block_tokens, "block_tokens"),
+        num_heads=_uint(g.num_heads, "num_heads"),
+        head_bytes=_uint(g.head_bytes, "head_bytes"),
+        block_stride=_uint(g.block_stride, "block_stride", 64),
+        kv_stride=_uint(g.kv_stride, "kv_stride", 64),
+        token_stride=_uint(g.token_stride, "token_stride", 64),
+        head_stride=_uint(g.head_stride, "head_stride", 64),
+        dtype=_uint(int(g.dtype), "dtype", 8),
+    )
+
+
+def _host_layers(specs: List[LayerSpec]):
+    """Allocations (one per host_tensor shm object) and layers at their offsets."""
+    regions: List[Any] = []
+    index: Dict[str, int] = {}
+    layers_c = (_lib.CLayer * len(specs))()
+    for i, spec in enumerate(specs):
+        extent = spec.extent
+        region = find_region(spec.array.ptr, extent)
+        if region is None:
+            raise invalid(
+                f"{spec.source}: a CPU tensor at 0x{spec.array.ptr:x} ({extent} bytes) that is not in "
+                "kvstash shared memory: allocate host KV with kvstash.host_tensor(shape, dtype) "
+                "so that kvstashd's host backend can map it"
+            )
+        if region.name not in index:
+            index[region.name] = len(regions)
+            regions.append(region)
+        layers_c[i].allocation = index[region.name]
+        layers_c[i].offset_bytes = spec.array.ptr - region.base
+        layers_c[i].geometry = _c_geometry(spec.geometry)
+    allocations = (_lib.CAllocation * len(regions))()
+    for i, region in enumerate(regions):
+        allocations[i].kind = _lib.ALLOCATION_SHM
+        allocations[i].shm_name = region.name.encode()
+        allocations[i].size_bytes = region.size
+    return allocations, layers_c

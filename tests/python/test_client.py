@@ -1,0 +1,124 @@
+"""Client calls against a real kvstashd (host backend): connection, daemon
+queries, errors carried as exceptions with their status codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import kvstash
+
+from conftest import needs_full_c_api
+
+
+def test_ping_returns_the_daemon_uptime(client):
+    first = client.ping()
+    assert isinstance(first, int) and first >= 0
+    assert client.ping() >= first
+
+
+@needs_full_c_api
+def test_server_info_names_the_host_backend(client):
+    info = client.server_info
+    assert info.backend == "host"
+    assert info.chunk_tokens == 16
+    assert len(info.boot_id) == 16 and any(info.boot_id)
+    assert info.protocol_version >= 2
+    assert info.max_chunks_per_request > 0
+    assert info.restarts == 0
+
+
+@needs_full_c_api
+def test_describe_and_stats_are_json_objects(client):
+    described = client.describe()
+    stats = client.stats()
+    assert isinstance(described, dict) and described
+    assert isinstance(stats, dict) and stats
+
+
+@needs_full_c_api
+def test_pool_ready_reports_capacity(client):
+    ready, capacity = client.pool_ready()
+    assert capacity > 0
+    assert 0 <= ready <= capacity
+
+
+@needs_full_c_api
+def test_socket_from_environment(daemon, monkeypatch):
+    monkeypatch.setenv("KVSTASH_SOCKET", daemon.socket)
+    with kvstash.Client() as c:
+        assert c.ping() >= 0
+
+
+@needs_full_c_api
+def test_plain_path_means_an_ipc_socket(daemon):
+    with kvstash.Client(socket=daemon.socket_path) as c:
+        assert c.ping() >= 0
+
+
+def test_no_daemon_is_unavailable(tmp_path):
+    with pytest.raises(kvstash.Unavailable) as raised:
+        kvstash.Client(socket=f"ipc://{tmp_path}/nobody.sock", timeout_ms=300)
+    assert raised.value.code == 8
+    assert str(raised.value)
+
+
+def test_bad_options_are_invalid_arguments():
+    with pytest.raises(kvstash.InvalidArgument, match="timeout_ms"):
+        kvstash.Client(timeout_ms=-1)
+    with pytest.raises(kvstash.InvalidArgument, match="socket"):
+        kvstash.Client(socket=5)
+
+
+def test_calls_after_close_raise_cancelled(daemon):
+    c = kvstash.Client(socket=daemon.socket)
+    c.close()
+    c.close()  # idempotent
+    with pytest.raises(kvstash.Cancelled):
+        c.ping()
+    assert c.closed
+
+
+def test_exceptions_carry_codes_and_builtin_bases():
+    assert issubclass(kvstash.InvalidArgument, ValueError)
+    assert issubclass(kvstash.Unavailable, ConnectionError)
+    assert issubclass(kvstash.TimedOut, TimeoutError)
+    assert issubclass(kvstash.NotFound, kvstash.Error)
+    e = kvstash.errors.error_for(10, "late")
+    assert isinstance(e, kvstash.TimedOut) and e.code == 10 and str(e) == "late"
+    codes = {cls(0, "").__class__: n for n, cls in kvstash.errors._BY_CODE.items()}
+    assert len(codes) == 12
+
+
+def test_import_needs_neither_torch_nor_numpy():
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None\n"
+        "import kvstash\n"
+        "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
+        "print(kvstash.Client.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Client"
+
+
+@needs_full_c_api
+def test_clear_drops_stored_chunks(client):
+    reg = _small_registration(client, model="clear-me")
+    tokens = list(range(32))
+    reg.store(reg.chunks(tokens, [0, 1, 2, 3]))
+    assert reg.lookup(reg.chunk_keys(tokens)).hit_chunks == 2
+    assert client.clear(model="clear-me") == 2
+    assert reg.lookup(reg.chunk_keys(tokens)).hit_chunks == 0
+
+
+def _small_registration(client, model):
+    import numpy as np
+
+    kv = kvstash.host_tensor((2, 8, 8, 2, 8), np.float16)
+    kv[...] = 1
+    return client.register([kv], model=model)
