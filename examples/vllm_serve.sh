@@ -16,5 +16,5 @@ shift
 SOCKET="${KVSTASH_SOCKET:-ipc:///run/kvstash/kvstash.sock}"
 
 exec vllm serve "$MODEL" \
-  --kv-transfer-config "{\"kv_connector\": \"KvstashConnector\", \"kv_connector_module_path\": \"kvstash.integrations.vllm\", \"kv_role\": \"kv_both\", \"kv_connector_extra_config\": {\"socket\": \"$SOCKET\"}}" \
+  --kv-transfer-config "{\"kv_connector\": \"KvstashConnector\", \"kv_connector_module_path\": \"kvstash.integrations.vllm\", \"kv_role\": \"kv_both\", \"kv_load_failure_policy\": \"recompute\", \"kv_connector_extra_config\": {\"socket\": \"$SOCKET\"}}" \
   "$@"

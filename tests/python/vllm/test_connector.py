@@ -330,3 +330,21 @@ def test_an_unreachable_daemon_fails_at_startup_with_the_socket(model_dir, tmp_p
         socket = f"ipc://{tmp_path}/none.sock"
     with pytest.raises(kvstash.Error):
         engine(model_dir, Nowhere, extra={"timeout_ms": 300})
+
+
+def test_the_example_launch_line_loads_the_connector_through_vllms_factory(daemon):
+    import json
+    import re
+    from pathlib import Path
+
+    from vllm.config import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    script = (Path(__file__).resolve().parents[3] / "examples" / "vllm_serve.sh").read_text()
+    (quoted,) = re.findall(r'--kv-transfer-config "(.*)" \\$', script, re.M)
+    config = json.loads(quoted.replace('\\"', '"').replace("$SOCKET", daemon.socket))
+    transfer = KVTransferConfig(**config)
+    assert transfer.kv_load_failure_policy == "recompute"
+    cls = KVConnectorFactory.get_connector_class(transfer)
+    assert cls is KvstashConnector
+    assert KVConnectorFactory.supports_hma_config(transfer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
 
 import torch
@@ -18,6 +19,8 @@ from .metadata import KvstashConnectorMetadata
 from .scheduler import SchedulerSide
 from .settings import parse_settings
 from .worker import WorkerSide
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -51,7 +54,8 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
     Load it with::
 
         --kv-transfer-config '{"kv_connector": "KvstashConnector",
-          "kv_connector_module_path": "kvstash.integrations.vllm", "kv_role": "kv_both"}'
+          "kv_connector_module_path": "kvstash.integrations.vllm", "kv_role": "kv_both",
+          "kv_load_failure_policy": "recompute"}'
 
     Settings (``kv_connector_extra_config``): ``socket``, ``model``,
     ``tenant``, ``timeout_ms``, ``lease_ms`` (docs/vllm.md).
@@ -67,6 +71,11 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
         self.scheduler_side: Optional[SchedulerSide] = None
         self.worker_side: Optional[WorkerSide] = None
         if role == KVConnectorRole.SCHEDULER:
+            if getattr(self._kv_transfer_config, "kv_load_failure_policy", "fail") == "fail":
+                logger.warning(
+                    "KvstashConnector: kv_load_failure_policy is 'fail', so a request whose "
+                    "chunks vanished between lookup and load fails; set "
+                    "\"kv_load_failure_policy\": \"recompute\" to recompute them instead")
             self.scheduler_side = SchedulerSide(self.settings, groups,
                                                 vllm_config.cache_config.block_size, tp_size)
         else:
