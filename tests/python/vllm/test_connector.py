@@ -96,6 +96,30 @@ def test_first_request_stores_and_a_shared_prefix_loads_its_bytes(model_dir, dae
     e.run_until_idle()
 
 
+def test_a_local_prefix_hit_loads_only_the_tokens_past_it(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    a = prompt(100)
+    run_and_store(e, "a", a)  # kvstash: a's chunks 0..2 (tokens 0..95)
+    assert e.scheduler.reset_prefix_cache()
+    # c shares a's first 48 tokens: afterwards vLLM's own prefix cache holds
+    # those 3 blocks (c loaded a's chunk 0 from kvstash and computed the rest).
+    run_and_store(e, "c", a[:48] + prompt(20, salt=9))
+    for w in e.workers:
+        w.wipe(0xAB)
+    b = a[:96] + [3, 3, 3]
+    e.scheduler.add_request(make_request("b", b, max_tokens=2))
+    so = e.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 96
+    (load,) = so.kv_connector_metadata.loads
+    # 48 tokens from vLLM's cache, 48 from kvstash: chunk 1 from its 16th token, chunk 2.
+    assert (load.start_token, load.end_token) == (48, 96)
+    block_ids = e.scheduler.kv_cache_manager.get_block_ids("b")
+    assert e.workers[0].matches(block_ids, b, 48, 96)
+    # The load never wrote the tokens vLLM already had (block 2: tokens 32..47).
+    assert e.workers[0].block_is(block_ids[0][2], 0xAB)
+    e.run_until_idle()
+
+
 def test_a_request_without_a_stored_prefix_loads_nothing(model_dir, daemon):
     e = engine(model_dir, daemon)
     run_and_store(e, "a", prompt(100))

@@ -188,9 +188,13 @@ class WorkerRank:
                     return False
         return True
 
-    def wipe(self) -> None:
+    def wipe(self, value: int = 0) -> None:
         for view in self.kv_caches.values():
-            view.view(torch.uint8).zero_()
+            view.view(torch.uint8).fill_(value)
+
+    def block_is(self, block: int, value: int) -> bool:
+        return all(bool((view[block].view(torch.uint8) == value).all())
+                   for view in self.kv_caches.values())
 
     def execute(self, scheduler_output, scheduler: Scheduler, computed: Dict[str, int],
                 before_load=None) -> KVConnectorOutput:
