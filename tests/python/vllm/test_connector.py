@@ -41,12 +41,12 @@ def llama_specs(heads: int = 2, head_size: int = 16):
 
 
 def engine(model_dir, daemon, specs=None, tp_size=1, num_blocks=64, extra=None, layout="LBNHC",
-           groups=None, failure_policy="recompute"):
+           groups=None, failure_policy="recompute", kernel_block_size=None):
     config = make_vllm_config(model_dir, daemon.socket, extra=extra, tp_size=tp_size,
                               failure_policy=failure_policy)
     config.cache_config.kv_cache_layout = layout
     kv_cache_config = make_kv_cache_config(config, specs or llama_specs(), num_blocks, groups)
-    return Engine(config, kv_cache_config, layout)
+    return Engine(config, kv_cache_config, layout, kernel_block_size)
 
 
 def prompt(n: int, salt: int = 0):
@@ -117,6 +117,26 @@ def test_a_local_prefix_hit_loads_only_the_tokens_past_it(model_dir, daemon):
     assert e.workers[0].matches(block_ids, b, 48, 96)
     # The load never wrote the tokens vLLM already had (block 2: tokens 32..47).
     assert e.workers[0].block_is(block_ids[0][2], 0xAB)
+    e.run_until_idle()
+
+
+@pytest.mark.parametrize("layout, kernel_block_size", [
+    ("LBHNC", None),   # HND
+    ("BLNHC", None),   # block-outermost: all layers of a block together
+    ("LBNHC", 8),      # vLLM's 16-token blocks split into 8-token kernel blocks
+])
+def test_other_kv_cache_layouts_round_trip(model_dir, daemon, layout, kernel_block_size):
+    e = engine(model_dir, daemon, layout=layout, kernel_block_size=kernel_block_size)
+    (registered,) = e.workers[0].connector.worker_side._registered
+    assert registered.tensors.blocks_per_block == BLOCK_SIZE // (kernel_block_size or BLOCK_SIZE)
+    assert registered.reg.block_tokens == (kernel_block_size or BLOCK_SIZE)
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    b = a[:96] + [8, 8]
+    prefix_hit(e, "b", b)
+    so = e.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 96
+    assert e.workers[0].matches(e.scheduler.kv_cache_manager.get_block_ids("b"), b, 0, 96)
     e.run_until_idle()
 
 

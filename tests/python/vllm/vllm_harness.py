@@ -116,7 +116,8 @@ def make_kv_cache_config(vllm_config: VllmConfig, layer_specs: Dict[str, object]
     return config
 
 
-def host_kv_caches(kv_cache_config: KVCacheConfig, layout: str = "LBNHC") -> Dict[str, torch.Tensor]:
+def host_kv_caches(kv_cache_config: KVCacheConfig, layout: str = "LBNHC",
+                   kernel_block_size: Optional[int] = None) -> Dict[str, torch.Tensor]:
     """The per-layer [B, H, N, C] views vLLM's worker builds, over kvstash
     shared memory instead of a GPU allocation (vllm/v1/worker/utils.py's
     allocate_kv_cache with the buffer swapped)."""
@@ -130,7 +131,8 @@ def host_kv_caches(kv_cache_config: KVCacheConfig, layout: str = "LBNHC") -> Dic
         if isinstance(spec, UniformTypeKVCacheSpecs):
             spec = spec.kv_cache_specs[tensor.layers[0]]
         views.update(zip(tensor.layers, create_kv_cache_views(
-            raw, spec, kv_cache_config.num_blocks, KVCacheLayout[layout], tensor)))
+            raw, spec, kv_cache_config.num_blocks, KVCacheLayout[layout], tensor,
+            kernel_block_size=kernel_block_size)))
     return views
 
 
@@ -154,19 +156,22 @@ class WorkerRank:
     """One tensor-parallel rank: the connector's worker side on host tensors."""
 
     def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, rank: int,
-                 layout: str = "LBNHC") -> None:
+                 layout: str = "LBNHC", kernel_block_size: Optional[int] = None) -> None:
         config = copy.deepcopy(vllm_config)
         config.parallel_config.rank = rank
         self.rank = rank
         self.kv_cache_config = kv_cache_config
         self.connector = KvstashConnector(config, KVConnectorRole.WORKER, kv_cache_config)
-        self.kv_caches = host_kv_caches(kv_cache_config, layout)
+        self.kv_caches = host_kv_caches(kv_cache_config, layout, kernel_block_size)
         self.connector.register_kv_caches(self.kv_caches)
         self.layer_index = {name: i for i, name in enumerate(self.kv_caches)}
 
     def _slot(self, name: str, block: int, slot: int) -> torch.Tensor:
         view = self.kv_caches[name]
-        return view[block, :, slot, :].view(torch.uint8)
+        # vLLM may split its blocks into smaller kernel blocks (dim 0 grows).
+        ratio = view.shape[0] // self.kv_cache_config.num_blocks
+        kernel_tokens = BLOCK_SIZE // ratio
+        return view[block * ratio + slot // kernel_tokens, :, slot % kernel_tokens, :].view(torch.uint8)
 
     def group_of(self, name: str) -> int:
         return next(i for i, g in enumerate(self.kv_cache_config.kv_cache_groups) if name in g.layer_names)
@@ -193,8 +198,8 @@ class WorkerRank:
             view.view(torch.uint8).fill_(value)
 
     def block_is(self, block: int, value: int) -> bool:
-        return all(bool((view[block].view(torch.uint8) == value).all())
-                   for view in self.kv_caches.values())
+        return all(bool((self._slot(name, block, slot) == value).all())
+                   for name in self.kv_caches for slot in range(BLOCK_SIZE))
 
     def execute(self, scheduler_output, scheduler: Scheduler, computed: Dict[str, int],
                 before_load=None) -> KVConnectorOutput:
@@ -224,13 +229,14 @@ class Engine:
     """vLLM's scheduler and N worker ranks, stepped together."""
 
     def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig,
-                 layout: str = "LBNHC") -> None:
+                 layout: str = "LBNHC", kernel_block_size: Optional[int] = None) -> None:
         tp = vllm_config.parallel_config.tensor_parallel_size
         self.scheduler = Scheduler(
             vllm_config=vllm_config, kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
             block_size=BLOCK_SIZE, log_stats=True)
-        self.workers = [WorkerRank(vllm_config, kv_cache_config, r, layout) for r in range(tp)]
+        self.workers = [WorkerRank(vllm_config, kv_cache_config, r, layout, kernel_block_size)
+                        for r in range(tp)]
         self.aggregator = KVOutputAggregator(expected_finished_count=tp)
         self.last_outputs: List[KVConnectorOutput] = []
 
