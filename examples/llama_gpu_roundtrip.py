@@ -184,8 +184,7 @@ def run(client, model, device, dtype, num_layers, kv_heads, head_dim, args) -> i
     if hit.hit_tokens != stored_tokens:
         print(f"FAIL: lookup found {hit.hit_tokens} of {stored_tokens} tokens")
         return 1
-    got = reg.retrieve(reg.chunks(tokens_np, table_b), lease_id=hit.lease_id)
-    reg.release(hit.lease_id)
+    got = reg.retrieve(reg.chunks(tokens_np, table_b), lease_id=hit.lease_id)  # ends the lease
     if not all(o.ok for o in got):
         print(f"FAIL: retrieve outcomes {got}")
         return 1

@@ -60,12 +60,13 @@ class Engine:
         loaded = 0
         if load_chunks:
             chunks = self.reg.chunks(tokens, table, num_chunks=load_chunks)
+            # The lease kept the chunks since the lookup; the retrieve ends it.
             outcomes = self.reg.retrieve(chunks, lease_id=hit.lease_id)
             for o in outcomes:  # a missing chunk ends the usable prefix
                 if not o.ok:
                     break
                 loaded += o.num_tokens
-        if hit.lease_id:
+        elif hit.lease_id:
             self.reg.release(hit.lease_id)
 
         compute_kv(self.kv, list(tokens), table, loaded)

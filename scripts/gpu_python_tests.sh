@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The kvstash Python package's GPU tests (tests/python/test_gpu.py, marker
-# `gpu`) and the GPU Llama example, on a machine with a GPU and torch.
+# `gpu`), the GPU Llama example and the Python benchmarks (bench/python_*.py),
+# on a machine with a GPU and torch.
 # Needs a built tree (kvstashd in $KVSTASH_BIN_DIR, default build/bin; libkvstash.so in
 # build/client or $KVSTASH_LIB). Uses the package from python/ (no pip install);
 # pass extra pytest arguments after the script name.
@@ -25,4 +26,10 @@ else
   echo "gpu_python_tests: transformers could not be installed; Llama example not run" >&2
   status=1
 fi
+# Figures for the resolution (not pass/fail): Python's per-call overhead over
+# the C++ client (host backend) and Python GB/s on the GPU.
+if [ -x "$KVSTASH_BIN_DIR/kvstash_call_latency" ]; then
+  "$python" bench/python_call_overhead.py || status=1
+fi
+"$python" bench/python_gpu_throughput.py || status=1
 exit "$status"

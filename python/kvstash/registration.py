@@ -94,9 +94,10 @@ def _key_blob(keys: Keys) -> bytes:
             blob = b"".join(keys)
         except TypeError:
             raise invalid("keys must be 32-byte bytes objects (from chunk_keys), a bytes blob or Chunks") from None
-        for i, k in enumerate(keys):
-            if len(k) != _KEY:
-                raise invalid(f"keys[{i}] is {len(k)} bytes, expected {_KEY}")
+        if len(blob) != _KEY * len(keys):
+            for i, k in enumerate(keys):
+                if len(k) != _KEY:
+                    raise invalid(f"keys[{i}] is {len(k)} bytes, expected {_KEY}")
     if len(blob) % _KEY:
         raise invalid(f"keys blob is {len(blob)} bytes, not a multiple of {_KEY}")
     return blob
@@ -284,8 +285,10 @@ class Registration:
         return outcomes_from(outcomes, n)
 
     def lookup(self, keys: Keys, *, lease_ms: int = 0) -> LookupResult:
-        """The longest prefix of keys that is stored. With lease_ms > 0 the
-        hit chunks are leased (kept) until release() or expiry."""
+        """The longest prefix of keys that is stored. When anything hits, the
+        hit chunks are leased (kept from eviction and from clear) for
+        lease_ms (0: the daemon's --lease-ms): end the lease by retrieving
+        with lease_id=, or with release()."""
         blob = _key_blob(keys)
         result = _lib.CLookupResult()
         self._client._call(_lib.lib().kvstash_lookup, self.id, blob, len(blob) // _KEY,

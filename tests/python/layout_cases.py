@@ -281,6 +281,7 @@ def fill_random(bases, seed: int) -> None:
             host = torch.from_numpy(rng.integers(1, 255, size=b.numel() * b.element_size(),
                                                  dtype=np.uint8))
             b.view(-1).view(torch.uint8).copy_(host.to(b.device))
+            torch.cuda.synchronize()  # a store must only read blocks already written
             continue
         flat = as_numpy_bytes(b).reshape(-1).view(np.uint8)
         flat[...] = rng.integers(1, 255, size=flat.size, dtype=np.uint8)

@@ -41,7 +41,11 @@ def test_async_calls_return_futures_with_the_blocking_results(reg):
     assert all(o.ok for o in got)
     kv = reg.case.bases[0].view(np.uint16)
     assert np.array_equal(kv[:, 5:10], kv[:, 0:5])
-    assert reg.release_async(hit.lease_id).result(5) == 3
+    # The retrieve ended that lease; a new one is released here.
+    with pytest.raises(kvstash.NotFound):
+        reg.release_async(hit.lease_id).result(5)
+    lease = reg.lookup_async(reg.chunk_keys(tokens), lease_ms=2000).result(5).lease_id
+    assert reg.release_async(lease).result(5) == 3
 
 
 def test_blocking_release_returns_the_chunks_it_held(reg):
@@ -75,11 +79,11 @@ def test_one_dispatcher_thread_serves_many_threads(client, reg):
     def worker(t: int) -> int:
         futures = []
         keys = reg.chunk_keys(tokens[t])
-        table = np.array([2 * (t % 6), 2 * (t % 6) + 1], dtype=np.int32)
-        for i in range(100):
-            if i == 0:
-                futures.append(reg.store_async(reg.chunks(tokens[t], table)))
-            elif i % 3 == 0:
+        table = np.arange(4 * (t % 3), 4 * (t % 3) + 4, dtype=np.int32)  # 32 tokens, blocks of 8
+        futures.append(reg.store_async(reg.chunks(tokens[t], table)))
+        futures[0].result(30)  # stored before anything looks for it
+        for i in range(1, 100):
+            if i % 3 == 0:
                 futures.append(reg.retrieve_async(reg.chunks(tokens[t], table)))
             else:
                 futures.append(reg.lookup_async(keys))

@@ -111,9 +111,13 @@ def test_clear_drops_stored_chunks(client):
     reg = _small_registration(client, model="clear-me")
     tokens = list(range(32))
     reg.store(reg.chunks(tokens, [0, 1, 2, 3]))
-    assert reg.lookup(reg.chunk_keys(tokens)).hit_chunks == 2
+    hit = reg.lookup(reg.chunk_keys(tokens))
+    assert hit.hit_chunks == 2
+    assert client.clear(model="clear-me") == 0  # the lookup's lease keeps them
+    assert reg.release(hit.lease_id) == 2
     assert client.clear(model="clear-me") == 2
     assert reg.lookup(reg.chunk_keys(tokens)).hit_chunks == 0
+    assert client.clear(model="clear-me") == 0
 
 
 def _small_registration(client, model):

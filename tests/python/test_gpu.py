@@ -48,7 +48,7 @@ def gpu_client(cuda_daemon):
         yield c
 
 
-@pytest.mark.parametrize("name,make", layout_cases.torch_cases() if not _NO_GPU else [],
+@pytest.mark.parametrize("name,make", layout_cases.torch_cases(),
                          ids=lambda x: x if isinstance(x, str) else "")
 def test_cuda_layout_round_trip(gpu_client, name, make):
     from test_layouts import round_trip
@@ -56,14 +56,15 @@ def test_cuda_layout_round_trip(gpu_client, name, make):
     round_trip(gpu_client, make("torch", "cuda"), model=f"gpu-{name}")
 
 
-def test_layers_in_one_allocation_are_shared_once(gpu_client):
+def test_layers_in_one_allocation_register_as_one_group(gpu_client):
+    """Six layers carved out of one CUDA allocation (one IPC handle) are six
+    layers of one geometry group for the daemon."""
     import torch
 
     arena = torch.zeros((6, 2, 12, 8, 2, 8), dtype=torch.float16, device="cuda")
     reg = gpu_client.register([arena[i] for i in range(6)], model="one-arena")
-    described = gpu_client.describe()
-    assert reg.num_layers == 6
-    assert "registrations" in described or described  # the daemon lists it
+    mine = [r for r in gpu_client.describe()["registrations"] if r["id"] == reg.id]
+    assert len(mine) == 1 and mine[0]["num_layers"] == 6 and len(mine[0]["groups"]) == 1
     reg.unregister()
 
 

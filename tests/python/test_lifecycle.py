@@ -14,7 +14,7 @@ from layout_cases import fill_random, vllm_flash_nhd
 
 np = pytest.importorskip("numpy")
 
-pytestmark = needs_full_c_api
+
 
 
 def _wait_for(predicate, seconds: float = 10.0):
@@ -29,6 +29,7 @@ def _wait_for(predicate, seconds: float = 10.0):
     return False
 
 
+@needs_full_c_api
 def test_daemon_gone_is_unavailable(private_daemon):
     with kvstash.Client(socket=private_daemon.socket, timeout_ms=1000) as client:
         case = vllm_flash_nhd("numpy", "cpu")
@@ -43,6 +44,7 @@ def test_daemon_gone_is_unavailable(private_daemon):
             reg.lookup_async(keys).result(10)
 
 
+@needs_full_c_api
 def test_daemon_restart_registers_again_under_the_same_id(private_daemon):
     with kvstash.Client(socket=private_daemon.socket, timeout_ms=2000) as client:
         case = vllm_flash_nhd("numpy", "cpu")
@@ -65,3 +67,40 @@ def test_daemon_restart_registers_again_under_the_same_id(private_daemon):
         assert all(o.ok for o in got)
         kv = case.bases[0].view(np.uint16)
         assert np.array_equal(kv[:, 4:8], kv[:, 0:4])
+
+
+def test_a_frozen_daemon_times_out_and_the_wait_releases_the_gil(private_daemon):
+    """While a blocking call waits (here for a daemon stopped with SIGSTOP),
+    other Python threads run; the call ends with TimedOut at its deadline."""
+    import signal
+    import threading
+
+    with kvstash.Client(socket=private_daemon.socket, timeout_ms=800) as client:
+        client.ping()
+        private_daemon.proc.send_signal(signal.SIGSTOP)
+        try:
+            outcome = {}
+
+            entering = threading.Event()
+
+            def blocked():
+                start = time.monotonic()
+                entering.set()
+                try:
+                    client.ping()
+                except kvstash.Error as e:
+                    outcome["error"] = e
+                outcome["seconds"] = time.monotonic() - start
+
+            t = threading.Thread(target=blocked)
+            t.start()
+            entering.wait()
+            spins = 0
+            while t.is_alive():
+                spins += 1
+            t.join()
+        finally:
+            private_daemon.proc.send_signal(signal.SIGCONT)
+        assert isinstance(outcome.get("error"), kvstash.TimedOut), outcome
+        assert 0.5 < outcome["seconds"] < 5
+        assert spins > 50_000  # this thread kept running during the wait (a few hundred if not)
