@@ -2,7 +2,8 @@
 kvstashd on the host backend, on a private socket.
 
 Without vllm installed these tests skip with the reason shown; under CI
-(CI=true) a missing vllm is an error, so CI can never pass them by skipping.
+(CI=true, or KVSTASH_REQUIRE_VLLM=1 as scripts/test_python.sh sets it) a
+missing vllm is an error, so CI can never pass them by skipping.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ CHUNK_TOKENS = 32
 
 
 def vllm_or_skip():
-    """Imports vllm, or skips the calling module with the reason; under CI=true
+    """Imports vllm, or skips the calling module with the reason; under CI
     a missing vllm fails instead, so CI never passes these tests by skipping."""
     try:
         import vllm  # noqa: F401
     except Exception as error:  # ImportError, or a broken install
         reason = f"vllm is not importable ({type(error).__name__}: {error}); pip install vllm==0.32.0"
-        if os.environ.get("CI", "").lower() == "true":
-            raise RuntimeError("CI=true: the vLLM connector tests must run, but " + reason) from error
+        if os.environ.get("CI", "").lower() == "true" or os.environ.get("KVSTASH_REQUIRE_VLLM") == "1":
+            raise RuntimeError(
+                "CI=true or KVSTASH_REQUIRE_VLLM=1: the vLLM connector tests must run, but "
+                + reason) from error
         pytest.skip(reason, allow_module_level=True)
 
 
