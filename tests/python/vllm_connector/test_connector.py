@@ -24,6 +24,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
     KVCacheGroupSpec,
     MLAAttentionSpec,
+    SlidingWindowSpec,
 )
 from vllm.v1.request import RequestStatus  # noqa: E402
 
@@ -350,6 +351,16 @@ def test_one_group_with_layers_of_two_shapes_is_refused_clearly(model_dir, daemo
         KvstashConnector(config, KVConnectorRole.WORKER, kv_cache_config)
 
 
+def test_a_sliding_window_group_is_refused_at_startup_naming_the_group(model_dir, daemon):
+    config = make_vllm_config(model_dir, daemon.socket)
+    specs = llama_specs()
+    specs[LAYERS[1]] = SlidingWindowSpec(block_size=BLOCK_SIZE, num_kv_heads=2, head_size=16,
+                                         dtype=torch.float16, sliding_window=64)
+    kv_cache_config = make_kv_cache_config(config, specs, 64)
+    with pytest.raises(LayoutError, match=r"KV cache group \d .*sliding-window.*not supported"):
+        KvstashConnector(config, KVConnectorRole.SCHEDULER, kv_cache_config)
+
+
 @pytest.mark.parametrize("extra, message", [
     ({"timout_ms": 5}, "unknown key"),
     ({"timeout_ms": 0}, "outside 1..3600000"),
@@ -372,7 +383,7 @@ def test_the_model_name_defaults_to_the_served_model_name(model_dir, daemon):
 def test_an_unreachable_daemon_fails_at_startup_with_the_socket(model_dir, tmp_path):
     class Nowhere:
         socket = f"ipc://{tmp_path}/none.sock"
-    with pytest.raises(kvstash.Error):
+    with pytest.raises(kvstash.Unavailable, match="none.sock"):
         engine(model_dir, Nowhere, extra={"timeout_ms": 300})
 
 
