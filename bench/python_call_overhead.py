@@ -7,7 +7,8 @@ turns against one daemon.
     PYTHONPATH=python python3 bench/python_call_overhead.py          # starts kvstashd
     python3 bench/python_call_overhead.py --socket /tmp/kvstash.sock
 
-kvstashd and kvstash_call_latency come from $KVSTASH_BIN_DIR (default build/bin).
+kvstashd and kvstash_call_latency come from $KVSTASH_BIN_DIR (default
+build/bin); $KVSTASH_PROBE names another kvstash_call_latency.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def python_run(socket: str, samples: int) -> dict:
 
 
 def cpp_run(socket: str, samples: int) -> dict:
-    probe = BIN / "kvstash_call_latency"
+    probe = Path(os.environ.get("KVSTASH_PROBE", BIN / "kvstash_call_latency"))
     done = subprocess.run([str(probe), socket, str(samples)], capture_output=True, text=True,
                           check=True)
     return json.loads(done.stdout)

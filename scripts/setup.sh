@@ -13,6 +13,7 @@ packages=(
   libssl-dev
   libcpp-httplib-dev nlohmann-json3-dev
   python3 python3-yaml python3-prometheus-client
+  python3-venv  # scripts/test_python.sh: the CI venv (pip install ., pytest, vLLM)
 )
 
 missing=()
