@@ -57,9 +57,10 @@ class Daemon:
         while True:
             try:
                 with kvstash.Client(socket=self.socket, timeout_ms=500) as client:
-                    client.ping()
-                    ready, capacity = client.pool_ready()
-                    if ready >= capacity:
+                    # The pool is pinned in the background: a store before
+                    # it is ready may be skipped for lack of room.
+                    pool = client.describe()["tiers"][0]["pool"]
+                    if pool["capacity_bytes"] and pool["ready_bytes"] >= pool["capacity_bytes"]:
                         break
             except kvstash.Error:
                 pass
