@@ -1,0 +1,178 @@
+"""KvstashConnector: kvstash as a KV connector of vLLM 0.32's v1 engine."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
+
+import torch
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+    SupportsHMA,
+)
+
+from .layout import group_layouts
+from .metadata import KvstashConnectorMetadata
+from .scheduler import SchedulerSide
+from .settings import parse_settings
+from .worker import WorkerSide
+
+logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+
+def _tp(vllm_config: "VllmConfig") -> Tuple[int, int]:
+    """(tp_rank, tp_size) of this process. vLLM numbers workers with the
+    tensor-parallel rank innermost (rank = pp_rank * tp_size + tp_rank)."""
+    parallel = vllm_config.parallel_config
+    tp_size = parallel.tensor_parallel_size
+    if parallel.pipeline_parallel_size > 1:
+        raise ValueError(
+            f"KvstashConnector does not support pipeline parallelism yet "
+            f"(pipeline_parallel_size={parallel.pipeline_parallel_size}); use 1"
+        )
+    if getattr(parallel, "decode_context_parallel_size", 1) > 1:
+        raise ValueError("KvstashConnector does not support decode context parallelism yet")
+    return parallel.rank % tp_size, tp_size
+
+
+class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
+    """Offloads vLLM's prefix KV to kvstashd and loads prefix hits back.
+
+    Load it with::
+
+        --kv-transfer-config '{"kv_connector": "KvstashConnector",
+          "kv_connector_module_path": "kvstash.integrations.vllm", "kv_role": "kv_both",
+          "kv_load_failure_policy": "recompute"}'
+
+    Settings (``kv_connector_extra_config``): ``socket``, ``model``,
+    ``tenant``, ``timeout_ms``, ``lease_ms`` (docs/vllm.md).
+    """
+
+    def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
+                 kv_cache_config: "KVCacheConfig") -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self.settings = parse_settings(self._kv_transfer_config.kv_connector_extra_config,
+                                       vllm_config)
+        groups = group_layouts(kv_cache_config)
+        tp_rank, tp_size = _tp(vllm_config)
+        self.scheduler_side: Optional[SchedulerSide] = None
+        self.worker_side: Optional[WorkerSide] = None
+        if role == KVConnectorRole.SCHEDULER:
+            if getattr(self._kv_transfer_config, "kv_load_failure_policy", "fail") == "fail":
+                logger.warning(
+                    "KvstashConnector: kv_load_failure_policy is 'fail', so a request whose "
+                    "chunks vanished between lookup and load fails; set "
+                    "\"kv_load_failure_policy\": \"recompute\" to recompute them instead")
+            self.scheduler_side = SchedulerSide(self.settings, groups,
+                                                vllm_config.cache_config.block_size, tp_size)
+        else:
+            self.worker_side = WorkerSide(self.settings, groups, tp_rank, tp_size)
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # A cache: a store lost to preemption is a later miss, not an error.
+        return False
+
+    @property
+    def _worker(self) -> WorkerSide:
+        assert self.worker_side is not None, "a worker-side call on the scheduler's connector"
+        return self.worker_side
+
+    @property
+    def _scheduler(self) -> SchedulerSide:
+        assert self.scheduler_side is not None, "a scheduler-side call on a worker's connector"
+        return self.scheduler_side
+
+    # ---- worker side ----
+
+    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
+        self._worker.register_kv_caches(kv_caches)
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        assert isinstance(kv_connector_metadata, KvstashConnectorMetadata)
+        self._worker.handle_preemptions(kv_connector_metadata)
+
+    def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, KvstashConnectorMetadata)
+        self._worker.start_load_kv(meta)
+        # Loads are synchronous (vLLM calls this before the forward pass when
+        # a step has them) and chunks span all layers, so they are waited for
+        # here: wait_for_layer_load is not called when a full CUDA graph
+        # replays, and a load must never race the attention that reads it.
+        self._worker.wait_for_loads()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        # Layer-wise loads come with GPU-side completion; until then
+        # start_load_kv has already waited.
+        self._worker.wait_for_loads()
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
+                      attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
+        # Stores take whole chunks of every layer after the forward pass.
+        return
+
+    def wait_for_save(self) -> None:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, KvstashConnectorMetadata)
+        self._worker.wait_for_loads()
+        self._worker.submit_stores(meta)
+
+    def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        return self._worker.get_finished(finished_req_ids)
+
+    def get_block_ids_with_load_errors(self) -> Set[int]:
+        return self._worker.take_load_errors()
+
+    def shutdown(self) -> None:
+        if self.worker_side is not None:
+            self.worker_side.shutdown()
+        if self.scheduler_side is not None:
+            self.scheduler_side.shutdown()
+
+    # ---- scheduler side ----
+
+    def bind_kv_cache_manager(self, kv_cache_manager: "KVCacheManager") -> None:
+        super().bind_kv_cache_manager(kv_cache_manager)
+        self._scheduler.bind_kv_cache_manager(kv_cache_manager)
+
+    def on_new_request(self, request: "Request") -> None:
+        self._scheduler.on_new_request(request)
+
+    def get_num_new_matched_tokens(self, request: "Request",
+                                   num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        return self._scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
+                                 num_external_tokens: int) -> None:
+        self._scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
+        return self._scheduler.build_connector_meta(scheduler_output)
+
+    def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
+        self._scheduler.update_connector_output(connector_output)
+
+    def request_finished(self, request: "Request",
+                         block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        return self._scheduler.request_finished(request)
+
+    def request_finished_all_groups(self, request: "Request",
+                                    block_ids: Tuple[Any, ...]) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        return self._scheduler.request_finished(request)
+
+    def has_pending_push_work(self) -> bool:
+        return self._scheduler.has_pending_push_work()

@@ -1,0 +1,227 @@
+"""The scheduler side of KvstashConnector: prefix hits from kvstash's Lookup,
+what to load into which blocks, what to store, and which blocks to keep alive.
+
+The scheduler process has no KV memory of its own, but kvstash's Lookup is
+scoped by a registration (model, tenant, layout fingerprint, rank). So the
+scheduler registers, per KV cache group, one block of memory with the group's
+chunk format: the same fingerprint as the workers' registrations, hence the
+same key namespace. Hits are looked up in tensor-parallel rank 0's scope; a
+rank whose own chunk went missing reports the blocks as load errors and vLLM
+recomputes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import torch
+
+import kvstash
+
+from .layout import GroupLayout
+from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
+from .settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Hit:
+    num_local: int
+    hit_end: int
+    lease_ids: Tuple[int, ...]
+
+
+def _lookup_memory(backend: str, nbytes: int, count: int) -> List[Any]:
+    """`count` buffers of `nbytes` that kvstashd's backend can map."""
+    if backend == "cuda":
+        buf = torch.zeros(nbytes * count, dtype=torch.uint8, device="cuda")
+    else:
+        buf = kvstash.host_tensor((nbytes * count,), torch.uint8)
+    return [buf[i * nbytes:(i + 1) * nbytes] for i in range(count)]
+
+
+class SchedulerSide:
+    def __init__(self, settings: Settings, groups: List[GroupLayout], block_size: int,
+                 tp_size: int) -> None:
+        self._settings = settings
+        self._groups = groups
+        self._block_size = block_size
+        self._client = kvstash.Client(socket=settings.socket, timeout_ms=settings.timeout_ms,
+                                      name="vllm-scheduler")
+        info = self._client.server_info
+        self._chunk_tokens = info.chunk_tokens
+        self._max_keys = info.max_chunks_per_request
+        if self._chunk_tokens % block_size != 0:
+            raise ValueError(
+                f"kvstashd's chunk_tokens {self._chunk_tokens} is not a multiple of vLLM's "
+                f"block size {block_size}: start kvstashd with --chunk-tokens N*{block_size}"
+            )
+        self._regs = []
+        for group in groups:
+            memory = _lookup_memory(info.backend, group.lookup_geometry().extent_bytes(),
+                                    len(group.layer_names))
+            self._regs.append(self._client.register(
+                memory, model=settings.model, tenant=settings.tenant, tp_rank=0,
+                tp_size=tp_size, layout=group.lookup_geometry()))
+        self._requests: Dict[str, Any] = {}
+        self._hits: Dict[str, _Hit] = {}
+        self._loads: Dict[str, LoadSpec] = {}
+        self._stored_chunks: Dict[str, int] = {}   # chunks stored or loaded, from 0
+        self._store_issued: Set[str] = set()       # a worker may be storing its blocks
+        self._sending: Set[str] = set()            # finished, blocks held until stored
+        self._kv_cache_manager: Any = None
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self._chunk_tokens
+
+    def bind_kv_cache_manager(self, manager: Any) -> None:
+        self._kv_cache_manager = manager
+
+    def on_new_request(self, request: Any) -> None:
+        self._requests[request.request_id] = request
+
+    # ---- hits ----
+
+    def _release(self, lease_ids: Tuple[int, ...]) -> None:
+        for lease in lease_ids:
+            if lease:
+                try:
+                    self._client_release(lease)
+                except kvstash.Error as error:  # an expired lease is no problem
+                    logger.debug("kvstash release of lease %d: %s", lease, error)
+
+    def _client_release(self, lease: int) -> None:
+        self._regs[0].release(lease)
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[int, bool]:
+        previous = self._hits.pop(request.request_id, None)
+        if previous is not None:
+            self._release(previous.lease_ids)
+        prompt = list(request.prompt_token_ids or [])
+        c = self._chunk_tokens
+        # Leave at least one prompt token for vLLM to compute (it needs logits).
+        loadable = (len(prompt) - 1) // c if prompt else 0
+        first = num_computed_tokens // c
+        if loadable <= first:
+            return 0, False
+        last = min(loadable, first + self._max_keys)
+        hit_chunks = last - first
+        lease_ids: List[int] = []
+        try:
+            for reg in self._regs:
+                keys = reg.chunk_keys(prompt[: last * c])[first:last]
+                result = reg.lookup(keys, lease_ms=self._settings.lease_ms)
+                lease_ids.append(result.lease_id)
+                hit_chunks = min(hit_chunks, result.hit_chunks)
+                if hit_chunks == 0:
+                    break
+        except kvstash.Error as error:
+            # kvstash down or slow: serve the request without it, never stall vLLM.
+            logger.warning("kvstash lookup for request %s failed: %s", request.request_id, error)
+            self._release(tuple(lease_ids))
+            return 0, False
+        hit_end = (first + hit_chunks) * c
+        if hit_end <= num_computed_tokens:
+            self._release(tuple(lease_ids))
+            return 0, False
+        self._hits[request.request_id] = _Hit(num_computed_tokens, hit_end, tuple(lease_ids))
+        return hit_end - num_computed_tokens, False
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        hit = self._hits.pop(request.request_id, None)
+        if hit is None:
+            return
+        if num_external_tokens <= 0:
+            self._release(hit.lease_ids)
+            return
+        end = min(hit.hit_end, hit.num_local + num_external_tokens)
+        self._loads[request.request_id] = LoadSpec(
+            req_id=request.request_id,
+            token_ids=list(request.prompt_token_ids[: hit.hit_end]),
+            block_ids=tuple(list(ids) for ids in blocks.get_block_ids()),
+            start_token=hit.num_local,
+            end_token=end,
+            lease_ids=hit.lease_ids,
+        )
+        # Chunks that came from kvstash need no store.
+        done = end // self._chunk_tokens
+        self._stored_chunks[request.request_id] = max(
+            self._stored_chunks.get(request.request_id, 0), done)
+
+    # ---- each step ----
+
+    def _scheduled(self, scheduler_output: Any) -> List[Tuple[str, int]]:
+        """(request id, tokens computed once this step ran) of every scheduled request."""
+        out = []
+        for new in scheduler_output.scheduled_new_reqs:
+            out.append((new.req_id, new.num_computed_tokens
+                        + scheduler_output.num_scheduled_tokens.get(new.req_id, 0)))
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            out.append((req_id, cached.num_computed_tokens[i]
+                        + scheduler_output.num_scheduled_tokens.get(req_id, 0)))
+        return out
+
+    def build_connector_meta(self, scheduler_output: Any) -> KvstashConnectorMetadata:
+        meta = KvstashConnectorMetadata()
+        meta.loads = list(self._loads.values())
+        self._loads.clear()
+        meta.preempted_req_ids = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+        c = self._chunk_tokens
+        for req_id, computed in self._scheduled(scheduler_output):
+            request = self._requests.get(req_id)
+            if request is None:
+                continue
+            prompt = request.prompt_token_ids or []
+            full = min(computed, len(prompt)) // c
+            start = self._stored_chunks.get(req_id, 0)
+            if full <= start:
+                continue
+            assert self._kv_cache_manager is not None, "bind_kv_cache_manager was not called"
+            block_ids = tuple(list(ids) for ids in self._kv_cache_manager.get_block_ids(req_id))
+            meta.stores.append(StoreSpec(req_id=req_id, token_ids=list(prompt[: full * c]),
+                                         block_ids=block_ids, start_chunk=start,
+                                         num_chunks=full - start))
+            self._stored_chunks[req_id] = full
+            self._store_issued.add(req_id)
+        return meta
+
+    # ---- the end of a request ----
+
+    def request_finished(self, request: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        req_id = request.request_id
+        hit = self._hits.pop(req_id, None)
+        if hit is not None:
+            self._release(hit.lease_ids)
+        load = self._loads.pop(req_id, None)
+        if load is not None:
+            self._release(load.lease_ids)
+        self._requests.pop(req_id, None)
+        self._stored_chunks.pop(req_id, None)
+        if req_id in self._store_issued:
+            # A worker may still be reading its blocks: free them once every
+            # worker reported the stores done (get_finished).
+            self._store_issued.discard(req_id)
+            self._sending.add(req_id)
+            return True, None
+        return False, None
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        for req_id in connector_output.finished_sending or ():
+            self._sending.discard(req_id)
+
+    def has_pending_push_work(self) -> bool:
+        # Keeps the engine stepping until held blocks are freed.
+        return bool(self._sending)
+
+    def shutdown(self) -> None:
+        for reg in self._regs:
+            try:
+                reg.unregister()
+            except kvstash.Error:
+                pass
+        self._client.close()

@@ -1,0 +1,96 @@
+"""The connector's settings, read from vLLM's ``kv_connector_extra_config``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+# Keys the connector understands; any other key is refused so that a typo
+# ("timout_ms") does not silently fall back to a default.
+KNOWN_KEYS = ("socket", "model", "tenant", "timeout_ms", "lease_ms")
+
+_MAX_TIMEOUT_MS = 3_600_000
+# kvstashd refuses leases longer than ten minutes.
+_MAX_LEASE_MS = 600_000
+
+
+class SettingsError(ValueError):
+    """A bad value in ``kv_connector_extra_config``; names the key and the limit."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    socket: Optional[str]
+    """kvstashd's endpoint; None: $KVSTASH_SOCKET, then the default socket."""
+    model: str
+    """Model name in the key namespace (default: vLLM's served model name)."""
+    tenant: Optional[str]
+    """Tenant salt: engines with different salts never share chunks."""
+    timeout_ms: int
+    """Per-request timeout of every kvstash call."""
+    lease_ms: int
+    """How long a lookup pins its hits in kvstashd until the load."""
+
+
+def _string(extra: Mapping[str, Any], key: str) -> Optional[str]:
+    value = extra.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise SettingsError(
+            f"kv_connector_extra_config[{key!r}] must be a non-empty string, got {value!r}"
+        )
+    return value
+
+
+def _integer(extra: Mapping[str, Any], key: str, default: int, limit: int) -> int:
+    value = extra.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        else:
+            raise SettingsError(
+                f"kv_connector_extra_config[{key!r}] must be an integer number of "
+                f"milliseconds, got {value!r}"
+            )
+    if not 1 <= value <= limit:
+        raise SettingsError(
+            f"kv_connector_extra_config[{key!r}] = {value} is outside 1..{limit}"
+        )
+    return value
+
+
+def default_model_name(vllm_config: Any) -> str:
+    """vLLM's served model name (its first one when several), else the model path."""
+    model_config = getattr(vllm_config, "model_config", None)
+    served = getattr(model_config, "served_model_name", None)
+    if isinstance(served, (list, tuple)):
+        served = served[0] if served else None
+    if isinstance(served, str) and served:
+        return served
+    model = getattr(model_config, "model", None)
+    if isinstance(model, str) and model:
+        return model
+    raise SettingsError(
+        "kvstash needs a model name: set kv_connector_extra_config['model'] "
+        "(vLLM's config has no served model name)"
+    )
+
+
+def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Settings:
+    """Reads and checks the connector's settings; raises SettingsError."""
+    extra = dict(extra or {})
+    unknown = sorted(set(extra) - set(KNOWN_KEYS))
+    if unknown:
+        raise SettingsError(
+            f"kv_connector_extra_config has unknown key(s) {unknown}; "
+            f"KvstashConnector knows {list(KNOWN_KEYS)}"
+        )
+    model = _string(extra, "model") or default_model_name(vllm_config)
+    return Settings(
+        socket=_string(extra, "socket"),
+        model=model,
+        tenant=_string(extra, "tenant"),
+        timeout_ms=_integer(extra, "timeout_ms", 5000, _MAX_TIMEOUT_MS),
+        lease_ms=_integer(extra, "lease_ms", 30_000, _MAX_LEASE_MS),
+    )

@@ -1,0 +1,27 @@
+"""Fixtures of the vLLM connector tests: a real kvstashd on the host backend
+on a private socket per test, and a tiny Llama config for vLLM's ModelConfig."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from vllm_support import Daemon
+
+
+@pytest.fixture
+def daemon():
+    with tempfile.TemporaryDirectory(prefix="kvstash-vllm-") as directory:
+        d = Daemon(Path(directory))
+        try:
+            yield d
+        finally:
+            d.stop()
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    from vllm_harness import write_tiny_llama
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))

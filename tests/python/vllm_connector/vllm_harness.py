@@ -1,0 +1,294 @@
+"""Drives vLLM 0.32's real v1 Scheduler with KvstashConnector loaded by module
+path, and the connector's worker side by direct calls on host tensors laid out
+by vLLM's own KV cache code (the model's forward pass, which needs a GPU
+engine, is replaced by writing a known byte pattern into the scheduled
+tokens' KV slots).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+import kvstash
+from vllm import SamplingParams
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import (
+    get_kv_cache_config_from_groups,
+    get_kv_cache_groups,
+    get_request_block_hasher,
+    init_none_hash,
+)
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import KVCacheConfig, UniformTypeKVCacheSpecs, create_kv_cache_views
+from vllm.v1.kv_cache_layout import KVCacheLayout
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+from kvstash.integrations.vllm import KvstashConnector
+
+BLOCK_SIZE = 16
+EOS = 2
+
+init_none_hash(sha256)
+
+
+def write_tiny_llama(directory: Path) -> Path:
+    """A Llama config.json (no weights, no tokenizer): enough for vLLM's ModelConfig."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "torch_dtype": "float16",
+        "bos_token_id": 1,
+        "eos_token_id": EOS,
+    }))
+    return directory
+
+
+def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
+                     tp_size: int = 1, max_num_batched_tokens: int = 64,
+                     failure_policy: str = "recompute") -> VllmConfig:
+    model_config = ModelConfig(model=str(model_dir), dtype="float16", seed=0,
+                               skip_tokenizer_init=True, max_model_len=2048)
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens, max_model_len=2048,
+        enable_chunked_prefill=True, is_encoder_decoder=False)
+    cache_config = CacheConfig(block_size=BLOCK_SIZE, gpu_memory_utilization=0.9,
+                               enable_prefix_caching=True)
+    cache_config.kv_cache_layout = "LBNHC"  # the engine core resolves it before connectors
+    settings = {"socket": socket, "model": "tiny-llama"}
+    settings.update(extra or {})
+    kv_transfer_config = KVTransferConfig(
+        kv_connector="KvstashConnector",
+        kv_connector_module_path="kvstash.integrations.vllm",
+        kv_role="kv_both",
+        kv_connector_extra_config=settings,
+        kv_load_failure_policy=failure_policy,
+    )
+    return VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        kv_transfer_config=kv_transfer_config,
+        parallel_config=ParallelConfig(tensor_parallel_size=tp_size),
+        device_config=DeviceConfig("cpu"),
+    )
+
+
+def make_kv_cache_config(vllm_config: VllmConfig, layer_specs: Dict[str, object],
+                         num_blocks: int, groups=None) -> KVCacheConfig:
+    """vLLM's own grouping (unless `groups` are given) and placement of the
+    layers' KV, as the engine core does."""
+    if groups is None:
+        groups = get_kv_cache_groups(vllm_config, dict(layer_specs))
+    # Size the pool for num_blocks blocks.
+    probe = get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
+    bytes_per_block = probe.kv_cache_tensors[0].size // probe.num_blocks
+    config = get_kv_cache_config_from_groups(vllm_config, groups, bytes_per_block * num_blocks)
+    vllm_config.cache_config.num_gpu_blocks = config.num_blocks
+    return config
+
+
+def host_kv_caches(kv_cache_config: KVCacheConfig, layout: str = "LBNHC",
+                   kernel_block_size: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """The per-layer [B, H, N, C] views vLLM's worker builds, over kvstash
+    shared memory instead of a GPU allocation (vllm/v1/worker/utils.py's
+    allocate_kv_cache with the buffer swapped)."""
+    size = kv_cache_config.kv_cache_tensors[0].size
+    raw = kvstash.host_tensor((size,), torch.int8)
+    raw.zero_()
+    views: Dict[str, torch.Tensor] = {}
+    for tensor in kv_cache_config.kv_cache_tensors:
+        group = next(g for g in kv_cache_config.kv_cache_groups if tensor.layers[0] in g.layer_names)
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            spec = spec.kv_cache_specs[tensor.layers[0]]
+        views.update(zip(tensor.layers, create_kv_cache_views(
+            raw, spec, kv_cache_config.num_blocks, KVCacheLayout[layout], tensor,
+            kernel_block_size=kernel_block_size)))
+    return views
+
+
+def make_request(request_id: str, prompt: Sequence[int], max_tokens: int = 4) -> Request:
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    params.update_from_generation_config({}, EOS)
+    return Request(request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
+                   pooling_params=None, block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256))
+
+
+def pattern(rank: int, layer: int, token: int, position: int, shape) -> torch.Tensor:
+    """The bytes the 'model' writes for one token of one layer on one rank."""
+    seed = (rank * 1_000_003 + layer * 7919 + token * 31 + position * 17) % 251
+    n = 1
+    for s in shape:
+        n *= s
+    return ((torch.arange(n, dtype=torch.int32) * 7 + seed) % 251).to(torch.uint8).reshape(shape)
+
+
+class WorkerRank:
+    """One tensor-parallel rank: the connector's worker side on host tensors."""
+
+    def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, rank: int,
+                 layout: str = "LBNHC", kernel_block_size: Optional[int] = None) -> None:
+        config = copy.deepcopy(vllm_config)
+        config.parallel_config.rank = rank
+        self.rank = rank
+        self.kv_cache_config = kv_cache_config
+        self.connector = KvstashConnector(config, KVConnectorRole.WORKER, kv_cache_config)
+        self.kv_caches = host_kv_caches(kv_cache_config, layout, kernel_block_size)
+        self.connector.register_kv_caches(self.kv_caches)
+        self.layer_index = {name: i for i, name in enumerate(self.kv_caches)}
+
+    def _slot(self, name: str, block: int, slot: int) -> torch.Tensor:
+        view = self.kv_caches[name]
+        # vLLM may split its blocks into smaller kernel blocks (dim 0 grows).
+        ratio = view.shape[0] // self.kv_cache_config.num_blocks
+        kernel_tokens = BLOCK_SIZE // ratio
+        return view[block * ratio + slot // kernel_tokens, :, slot % kernel_tokens, :].view(torch.uint8)
+
+    def group_of(self, name: str) -> int:
+        return next(i for i, g in enumerate(self.kv_cache_config.kv_cache_groups) if name in g.layer_names)
+
+    def write(self, block_ids, tokens: Sequence[int], begin: int, end: int) -> None:
+        """What the forward pass does: KV of tokens [begin, end) into their slots."""
+        for name in self.kv_caches:
+            ids = block_ids[self.group_of(name)]
+            for p in range(begin, end):
+                slot = self._slot(name, ids[p // BLOCK_SIZE], p % BLOCK_SIZE)
+                slot.copy_(pattern(self.rank, self.layer_index[name], tokens[p], p, slot.shape))
+
+    def matches(self, block_ids, tokens: Sequence[int], begin: int, end: int) -> bool:
+        for name in self.kv_caches:
+            ids = block_ids[self.group_of(name)]
+            for p in range(begin, end):
+                slot = self._slot(name, ids[p // BLOCK_SIZE], p % BLOCK_SIZE)
+                if not torch.equal(slot, pattern(self.rank, self.layer_index[name], tokens[p], p, slot.shape)):
+                    return False
+        return True
+
+    def wipe(self, value: int = 0) -> None:
+        for view in self.kv_caches.values():
+            view.view(torch.uint8).fill_(value)
+
+    def block_is(self, block: int, value: int) -> bool:
+        return all(bool((self._slot(name, block, slot) == value).all())
+                   for name in self.kv_caches for slot in range(BLOCK_SIZE))
+
+    def execute(self, scheduler_output, scheduler: Scheduler, computed: Dict[str, int],
+                before_load=None) -> KVConnectorOutput:
+        """The worker's connector calls of one step, in vLLM's model-runner order."""
+        c = self.connector
+        meta = scheduler_output.kv_connector_metadata
+        c.handle_preemptions(meta)
+        c.bind_connector_metadata(meta)
+        if before_load is not None:
+            before_load()
+        c.start_load_kv(None)
+        for name in self.kv_caches:
+            c.wait_for_layer_load(name)
+        for req_id, n in scheduler_output.num_scheduled_tokens.items():
+            request = scheduler.requests[req_id]
+            block_ids = scheduler.kv_cache_manager.get_block_ids(req_id)
+            self.write(block_ids, request.all_token_ids, computed[req_id], computed[req_id] + n)
+        c.wait_for_save()
+        sending, recving = c.get_finished(scheduler_output.finished_req_ids)
+        out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
+                                invalid_block_ids=c.get_block_ids_with_load_errors())
+        c.clear_connector_metadata()
+        return out
+
+
+class Engine:
+    """vLLM's scheduler and N worker ranks, stepped together."""
+
+    def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig,
+                 layout: str = "LBNHC", kernel_block_size: Optional[int] = None) -> None:
+        tp = vllm_config.parallel_config.tensor_parallel_size
+        self.scheduler = Scheduler(
+            vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=BLOCK_SIZE, log_stats=True)
+        self.workers = [WorkerRank(vllm_config, kv_cache_config, r, layout, kernel_block_size)
+                        for r in range(tp)]
+        self.aggregator = KVOutputAggregator(expected_finished_count=tp)
+        self.last_outputs: List[KVConnectorOutput] = []
+
+    @property
+    def connector(self) -> KvstashConnector:
+        return self.scheduler.connector
+
+    def step(self, before_load=None):
+        so = self.scheduler.schedule()
+        # num_computed_tokens before this step (the scheduler advances it in schedule()).
+        computed = {}
+        for new in so.scheduled_new_reqs:
+            computed[new.req_id] = new.num_computed_tokens
+        cached = so.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            computed[req_id] = cached.num_computed_tokens[i]
+        outputs = []
+        for w in self.workers:
+            outputs.append(w.execute(so, self.scheduler, computed, before_load=before_load))
+            before_load = None
+        self.last_outputs = outputs
+        req_ids = list(so.num_scheduled_tokens)
+        sampled = []
+        for r in req_ids:
+            request = self.scheduler.requests[r]
+            done_prefill = computed[r] + so.num_scheduled_tokens[r] >= request.num_prompt_tokens
+            sampled.append([7] if done_prefill else [])
+        runner_outputs = [
+            ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                              sampled_token_ids=sampled, kv_connector_output=out)
+            for out in outputs
+        ]
+        merged = self.aggregator.aggregate(runner_outputs)
+        self.scheduler.update_from_output(so, merged)
+        return so
+
+    def busy(self) -> bool:
+        return self.scheduler.has_requests() or self.connector.has_pending_push_work()
+
+    def run_until_idle(self, timeout_s: float = 30.0) -> int:
+        """Steps like vLLM's engine loop while requests run or blocks wait for
+        their stores (the connector's has_pending_push_work)."""
+        deadline = time.monotonic() + timeout_s
+        steps = 0
+        while self.busy():
+            assert time.monotonic() < deadline, "the engine did not go idle"
+            if not self.scheduler.has_requests():
+                time.sleep(0.001)  # only stores in flight: an idle engine loop
+            self.step()
+            steps += 1
+        return steps
+
+    def settle_stores(self) -> None:
+        for w in self.workers:
+            w.connector.worker_side.wait_for_stores()
