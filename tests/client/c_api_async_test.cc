@@ -66,7 +66,11 @@ class CApiAsync : public ::testing::Test {
   }
   void TearDown() override { kvstash_close(client_); }
 
-  kvstash_registration Register(const char* model = "async-model") {
+  // Registers the shared memory through `client` (default client_): a
+  // registration belongs to the connection that made it.
+  kvstash_registration Register(const char* model = "async-model",
+                                kvstash_client* client = nullptr) {
+    if (client == nullptr) client = client_;
     kvstash_allocation allocation{};
     allocation.kind = KVSTASH_ALLOCATION_SHM;
     allocation.shm_name = memory_->name().c_str();
@@ -79,7 +83,7 @@ class CApiAsync : public ::testing::Test {
     options.layers = &layer;
     options.num_layers = 1;
     kvstash_registration reg{};
-    EXPECT_EQ(kvstash_register(client_, &options, &reg), KVSTASH_OK) << kvstash_last_error(client_);
+    EXPECT_EQ(kvstash_register(client, &options, &reg), KVSTASH_OK) << kvstash_last_error(client);
     return reg;
   }
 
@@ -306,6 +310,7 @@ TEST_F(CApiAsync, ManyThreadsSubmitAndCollectThroughTheFdAndWait) {
   kvstash_client* waiting_client = nullptr;
   ASSERT_EQ(kvstash_connect(&options, &waiting_client), KVSTASH_OK)
       << kvstash_last_error(waiting_client);
+  const kvstash_registration waiting_reg = Register("async-model", waiting_client);
   constexpr int kThreads = 8, kPerThread = 200;
   std::atomic<int> submitted_to_fd{0};
   std::atomic<bool> submitting{true};
@@ -345,7 +350,7 @@ TEST_F(CApiAsync, ManyThreadsSubmitAndCollectThroughTheFdAndWait) {
             submitted_to_fd.fetch_sub(1);
           }
         } else {  // completion through wait; freed without being taken
-          if (kvstash_lookup_submit(waiting_client, reg.id, keys.data(), 2, 0, tag, &call) ==
+          if (kvstash_lookup_submit(waiting_client, waiting_reg.id, keys.data(), 2, 0, tag, &call) ==
                   KVSTASH_OK &&
               kvstash_call_wait(call, 10000) == 1 && kvstash_call_status(call) == KVSTASH_OK) {
             waited_ok.fetch_add(1);

@@ -20,6 +20,7 @@ FOREIGN_FLAGS = {
     "--rm", "--shm-size", "--test-dir", "--ulimit", "--dry-run", "--prefix", "--install",
     "--target", "--label-regex", "--runtime", "--isolation", "--volume", "--user",
     "--cflags", "--libs", "--now",
+    "--kv-transfer-config", "--block-size",  # vllm serve
 }
 DOCS = ["README.md", "docs/*.md"]
 # Files other than docs where a KVSTASH_* variable may be defined: the
