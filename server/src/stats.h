@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "kvstash/latency_histogram.h"
+
 namespace kvstash::server {
 
 // X(name, help). Counters only go up.
@@ -69,26 +71,6 @@ enum class RequestKind : uint8_t {
 };
 const char* RequestKindName(RequestKind kind);
 
-// Latency histogram with fixed bucket bounds (microseconds), cumulative when
-// exported, as Prometheus expects.
-class LatencyHistogram {
- public:
-  static constexpr std::array<uint64_t, 14> kBoundsUs = {
-      25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000};
-  void Record(uint64_t micros);
-  struct Snapshot {
-    std::array<uint64_t, kBoundsUs.size() + 1> buckets{};  // last: +Inf
-    uint64_t count = 0;
-    uint64_t sum_us = 0;
-    uint64_t Percentile(double q) const;  // upper bound of the bucket holding q
-  };
-  Snapshot Read() const;
-
- private:
-  std::array<std::atomic<uint64_t>, kBoundsUs.size() + 1> buckets_{};
-  std::atomic<uint64_t> count_{0};
-  std::atomic<uint64_t> sum_us_{0};
-};
 
 class Stats {
  public:

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvstash/latency_histogram.h"
+
 namespace kvstash::tiers {
 
 // X(name, help). Counters only go up.
@@ -31,23 +33,7 @@ namespace kvstash::tiers {
 
 // Latency of tier operations in microseconds, fixed buckets (the same bounds
 // as the daemon's request histogram), cumulative when exported.
-class TierLatency {
- public:
-  static constexpr std::array<uint64_t, 14> kBoundsUs = {
-      25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000};
-  void Record(uint64_t micros);
-  struct Snapshot {
-    std::array<uint64_t, kBoundsUs.size() + 1> buckets{};  // last: +Inf
-    uint64_t count = 0;
-    uint64_t sum_us = 0;
-  };
-  Snapshot Read() const;
-
- private:
-  std::array<std::atomic<uint64_t>, kBoundsUs.size() + 1> buckets_{};
-  std::atomic<uint64_t> count_{0};
-  std::atomic<uint64_t> sum_us_{0};
-};
+using TierLatency = LatencyHistogram;
 
 class TierStats {
  public:
