@@ -102,7 +102,7 @@ void FuzzSession::Run(const uint8_t* data, size_t size) {
   std::vector<uint8_t> clear = proto::Finish(fbb, 1, wire::Body::ClearRequest,
                                              wire::CreateClearRequestDirect(fbb, "", "").Union());
   HandleOne(clear);
-  service_->Tick();
+  service_->Tick(/*socket_drained=*/true);
 }
 
 void FuzzSession::HandleOne(std::vector<uint8_t>& message) {
