@@ -342,22 +342,8 @@ class Registration:
 
     def release_async(self, lease_id: int) -> "Future[int]":
         """release() returning a concurrent.futures.Future at once."""
-        lease = _u64(lease_id, "lease_id")
-        client = self._client
-        try:
-            dispatcher = client._dispatch()
-            handle = client._enter()
-        except Error as e:
-            f: Future = Future()
-            f.set_exception(e)
-            return f
-        try:
-            return dispatcher.submit(
-                KIND_RELEASE,
-                lambda tag, call: _lib.lib().kvstash_release_submit(handle, lease, tag, byref(call)),
-                client._error)
-        finally:
-            client._leave()
+        return self._submit(KIND_RELEASE, _lib.lib().kvstash_release_submit,
+                            _u64(lease_id, "lease_id"))
 
     # ---- asyncio ----
 

@@ -13,15 +13,9 @@ namespace {
 
 using ChunkList = flatbuffers::Vector<flatbuffers::Offset<wire::ChunkBlocks>>;
 
-Status NameSize(const char* what, const flatbuffers::String* value, std::string* out) {
-  if (value == nullptr) return Status::Ok();
-  if (value->size() > kMaxNameBytes) {
-    return Status::TooLarge(std::string("the ") + what + " has " + std::to_string(value->size()) +
-                            " bytes; the limit is " + std::to_string(kMaxNameBytes));
-  }
-  *out = value->str();
-  return Status::Ok();
-}
+// Optional text. Its size and encoding were checked with the message
+// (kvstash_max_bytes in kvstash.fbs, proto/src/message_rules.cc).
+std::string Text(const flatbuffers::String* value) { return value ? value->str() : std::string(); }
 
 Result<AllocationSpec> DecodeAllocation(const wire::Allocation* allocation, size_t index) {
   const std::string where = "allocation " + std::to_string(index);
@@ -62,8 +56,8 @@ Result<AllocationSpec> DecodeAllocation(const wire::Allocation* allocation, size
 Result<RequestBody> DecodeRegister(const wire::RegisterKVRequest& m) {
   RegisterRequest out;
   RegistrationRequest& r = out.registration;
-  KVSTASH_RETURN_IF_ERROR(NameSize("model name", m.model(), &r.model));
-  KVSTASH_RETURN_IF_ERROR(NameSize("tenant salt", m.tenant_salt(), &r.tenant_salt));
+  r.model = Text(m.model());
+  r.tenant_salt = Text(m.tenant_salt());
   r.tp_rank = m.tp_rank();
   r.tp_size = m.tp_size();
   if (r.model.empty()) return Status::InvalidArgument("RegisterKV needs a model name");
@@ -190,8 +184,8 @@ Result<RequestBody> DecodeRequest(const wire::Envelope& e, const DecodeLimits& l
       auto m = BodyOf<wire::ClearRequest>(e);
       if (!m.ok()) return m.status();
       ClearRequest out;
-      KVSTASH_RETURN_IF_ERROR(NameSize("model name", (*m)->model(), &out.model));
-      KVSTASH_RETURN_IF_ERROR(NameSize("tenant salt", (*m)->tenant_salt(), &out.tenant_salt));
+      out.model = Text((*m)->model());
+      out.tenant_salt = Text((*m)->tenant_salt());
       return RequestBody(std::move(out));
     }
     case Body::DescribeRequest: return RequestBody(DescribeRequest{});

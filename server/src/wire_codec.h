@@ -58,13 +58,13 @@ using RequestBody = std::variant<HelloRequest, RegisterRequest, UnregisterReques
 struct DecodeLimits {
   uint32_t max_chunks_per_request = 1024;
 };
-// Model names and tenant salts: at most this many bytes.
-inline constexpr size_t kMaxNameBytes = 256;
 // Layers and allocations of one RegisterKV.
 inline constexpr size_t kMaxLayers = 4096;
 
 RequestKind KindOf(const RequestBody& body);
-// The body of a verified envelope, every field checked.
+// The body of an envelope that passed proto::VerifyEnvelope (the Verifier
+// and the schema's rules: presence, text, sizes); checks what the schema
+// cannot say (configured limits) and returns plain structs.
 Result<RequestBody> DecodeRequest(const wire::Envelope& envelope, const DecodeLimits& limits);
 
 // ---- Replies ----

@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "daemon_process.h"
+#include "c_geometry.h"
 #include "kvstash/host_memory.h"
+#include "kvstash/layouts.h"
 #include "kvstash/kvstash.h"
 
 namespace kvstash::testing {
@@ -27,18 +29,7 @@ constexpr uint64_t kBlockBytes = uint64_t{kBlockTokens} * kHeads * kHeadBytes;
 constexpr uint64_t kLayerBytes = 2 * kBlocks * kBlockBytes;
 
 kvstash_geometry Geometry() {
-  kvstash_geometry g{};
-  g.num_blocks = kBlocks;
-  g.kv_count = 2;
-  g.block_tokens = kBlockTokens;
-  g.num_heads = kHeads;
-  g.head_bytes = kHeadBytes;
-  g.head_stride = kHeadBytes;
-  g.token_stride = uint64_t{kHeads} * kHeadBytes;
-  g.block_stride = kBlockBytes;
-  g.kv_stride = kBlocks * kBlockBytes;
-  g.dtype = KVSTASH_DTYPE_BF16;
-  return g;
+  return ToCGeometry(VllmFlashNhdGeometry(kBlocks, kBlockTokens, kHeads, kHeadBytes, DType::kBF16));
 }
 
 bool Readable(int fd, int timeout_ms) {

@@ -7,7 +7,9 @@
 #include <numeric>
 
 #include "daemon_process.h"
+#include "c_geometry.h"
 #include "kvstash/host_memory.h"
+#include "kvstash/layouts.h"
 #include "kvstash/kvstash.h"
 
 namespace kvstash::testing {
@@ -19,18 +21,7 @@ constexpr uint64_t kBlockBytes = uint64_t{kBlockTokens} * kHeads * kHeadBytes;
 constexpr uint64_t kLayerBytes = 2 * kBlocks * kBlockBytes;
 
 kvstash_geometry Geometry() {
-  kvstash_geometry g{};
-  g.num_blocks = kBlocks;
-  g.kv_count = 2;
-  g.block_tokens = kBlockTokens;
-  g.num_heads = kHeads;
-  g.head_bytes = kHeadBytes;
-  g.head_stride = kHeadBytes;
-  g.token_stride = uint64_t{kHeads} * kHeadBytes;
-  g.block_stride = kBlockBytes;
-  g.kv_stride = kBlocks * kBlockBytes;
-  g.dtype = KVSTASH_DTYPE_BF16;
-  return g;
+  return ToCGeometry(VllmFlashNhdGeometry(kBlocks, kBlockTokens, kHeads, kHeadBytes, DType::kBF16));
 }
 
 // Bytes of `blocks` (in order) of every layer and kv, for comparison.

@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "daemon_process.h"
+#include "c_geometry.h"
 #include "kvstash/host_memory.h"
+#include "kvstash/layouts.h"
 #include "kvstash/kvstash.h"
 
 namespace kvstash::testing {
@@ -46,17 +48,8 @@ class DaemonRestart : public ::testing::Test {
     allocation.kind = KVSTASH_ALLOCATION_SHM;
     allocation.shm_name = memory_->name().c_str();
     allocation.size_bytes = memory_->size();
-    kvstash_geometry g{};
-    g.num_blocks = kBlocks;
-    g.kv_count = 2;
-    g.block_tokens = kBlockTokens;
-    g.num_heads = kHeads;
-    g.head_bytes = kHeadBytes;
-    g.head_stride = kHeadBytes;
-    g.token_stride = uint64_t{kHeads} * kHeadBytes;
-    g.block_stride = kBlockBytes;
-    g.kv_stride = kBlocks * kBlockBytes;
-    g.dtype = KVSTASH_DTYPE_F16;
+    const kvstash_geometry g =
+        ToCGeometry(VllmFlashNhdGeometry(kBlocks, kBlockTokens, kHeads, kHeadBytes, DType::kF16));
     const kvstash_layer layer{0, 0, g};
     kvstash_register_options reg_options{};
     reg_options.model = "restart-model";

@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "kvstash/proto/codec.h"
+#include "raw_reply.h"
 
 namespace kvstash::testing {
 namespace {
@@ -46,15 +47,7 @@ class BadInput : public DaemonTest {
       dealer_.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore
                                                                  : zmq::send_flags::none);
     }
-    zmq::message_t reply;
-    if (!dealer_.recv(reply)) return {wire::ErrorCode::Internal, "no reply within 5 s"};
-    auto envelope = proto::VerifyEnvelope(reply.data(), reply.size(), 1 << 20);
-    if (!envelope.ok()) return {wire::ErrorCode::Internal, "reply does not verify"};
-    if ((*envelope)->body_type() != wire::Body::ErrorReply) {
-      return {wire::ErrorCode::Ok, wire::EnumNameBody((*envelope)->body_type())};
-    }
-    const auto* error = (*envelope)->body_as_ErrorReply();
-    return {error->code(), error->message() ? error->message()->str() : ""};
+    return ReadRawReply(dealer_);
   }
   static std::string Bytes(const proto::Bytes& b) { return std::string(b.begin(), b.end()); }
 

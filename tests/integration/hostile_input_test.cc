@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "kvstash/proto/codec.h"
+#include "raw_reply.h"
 
 namespace kvstash::testing {
 namespace {
@@ -39,15 +40,7 @@ class HostileInput : public DaemonTest {
   // name for a non-error reply.
   std::pair<wire::ErrorCode, std::string> Send(const proto::Bytes& bytes) {
     dealer_.send(zmq::buffer(bytes), zmq::send_flags::none);
-    zmq::message_t reply;
-    if (!dealer_.recv(reply)) return {wire::ErrorCode::Internal, "no reply within 5 s"};
-    auto envelope = proto::VerifyEnvelope(reply.data(), reply.size(), 1 << 24);
-    if (!envelope.ok()) return {wire::ErrorCode::Internal, "reply does not verify"};
-    if ((*envelope)->body_type() != wire::Body::ErrorReply) {
-      return {wire::ErrorCode::Ok, wire::EnumNameBody((*envelope)->body_type())};
-    }
-    const auto* error = (*envelope)->body_as_ErrorReply();
-    return {error->code(), error->message() ? error->message()->str() : ""};
+    return ReadRawReply(dealer_);
   }
   // RegisterKV of the fixture's engine memory (a real shm object, so that a
   // daemon without the checks accepts it), with the given names and, when
