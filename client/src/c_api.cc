@@ -221,7 +221,9 @@ kvstash_status kvstash_connect(const kvstash_options* options, kvstash_client** 
     if (options != nullptr && options->client_name != nullptr) {
       cpp.client_name = options->client_name;
     }
-    if (options != nullptr) cpp.busy_poll_us = options->busy_poll_us;
+    if (options != nullptr && options->busy_poll_us != 0) {
+      cpp.busy_poll_us = options->busy_poll_us == KVSTASH_NEVER_SPIN ? 0 : options->busy_poll_us;
+    }
     auto connected = kvstash::Client::Connect(std::move(cpp));
     if (!connected.ok()) {
       handle->connect_error = connected.status();

@@ -60,6 +60,7 @@ IoLoop::IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue&
       next_id_(next_id),
       registrations_(registrations),
       first_hello_(std::move(first_hello)),
+      spin_(options_.busy_poll),
       max_message_bytes_(kDefaultMaxMessageBytes) {}
 
 ServerInfo IoLoop::server_info() const {
@@ -139,7 +140,7 @@ bool IoLoop::Step() {
     queue_woken_ = false;
     for (Request& request : queue_.Drain()) {
       Accept(std::move(request));
-      last_activity_ = Clock::now();
+      spin_.Activity(Clock::now());
     }
   }
   if (queue_.closed()) return false;
@@ -205,6 +206,7 @@ void IoLoop::Flush() {
     }
     request->sent = true;
     last_sent_ = Clock::now();
+    MarkStage(options_.trace, id, TraceStage::kClientSent);
     proto::Bytes().swap(request->bytes);
     outbox_.pop_front();
   }
@@ -226,11 +228,13 @@ void IoLoop::Poll() {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*wake - Clock::now());
     timeout = std::max(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0));
   }
-  const bool busy_poll = options_.busy_poll.count() > 0 &&
-                         (pending_.size() > 0 || Clock::now() - last_activity_ < options_.busy_poll);
-  if (busy_poll) timeout = std::chrono::milliseconds(0);
+  // Adaptive spinning (docs/deployment.md "Spinning"): while replies are
+  // awaited and for a window after the last message, poll without sleeping,
+  // so that neither a reply nor the engine's next request waits for this
+  // thread to wake up.
+  if (spin_.Spinning(Clock::now(), pending_.size() > 0)) timeout = std::chrono::milliseconds(0);
   try {
-    if (zmq::poll(items, 3, timeout) > 0) last_activity_ = Clock::now();
+    if (zmq::poll(items, 3, timeout) > 0) spin_.Activity(Clock::now());
   } catch (const zmq::error_t& e) {
     if (e.num() == EINTR) return;
     throw;
@@ -296,6 +300,7 @@ void IoLoop::HandleReply(const zmq::message_t& message) {
   }
   const wire::Envelope& envelope = **verified;
   const uint64_t id = envelope.request_id();
+  MarkStage(options_.trace, id, TraceStage::kClientReceived);
   if (const wire::Goodbye* goodbye = envelope.body_as_Goodbye()) {
     OnGoodbye(goodbye->reason() ? goodbye->reason()->str() : std::string());
     return;
@@ -531,6 +536,7 @@ void IoLoop::Complete(Request& request, Result<Reply> outcome) {
   std::optional<Request> taken = pending_.Take(request.id);
   Request& owned = taken ? *taken : request;
   ReplyHandler handler = std::move(owned.on_reply);
+  MarkStage(options_.trace, owned.id, TraceStage::kClientDone);
   if (handler) handler(std::move(outcome));
 }
 

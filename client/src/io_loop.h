@@ -32,7 +32,9 @@
 #include <zmq.hpp>
 
 #include "encode.h"
+#include "kvstash/adaptive_spin.h"
 #include "kvstash/client.h"
+#include "kvstash/stage_trace.h"
 #include "pending_requests.h"
 #include "registrations.h"
 #include "submission_queue.h"
@@ -45,6 +47,7 @@ struct SessionOptions {
   std::string client_name;
   LogSink log;
   std::chrono::microseconds busy_poll{0};  // see ClientOptions::busy_poll_us
+  StageTrace* trace = nullptr;             // may be null; outlives the loop
 };
 
 class IoLoop {
@@ -130,7 +133,7 @@ class IoLoop {
   uint64_t handshake_id_ = 0;   // the Hello in progress, 0 when none
   bool want_pollout_ = false;
   bool queue_woken_ = true;  // the submission queue's eventfd fired since the last Drain
-  Clock::time_point last_activity_;  // busy polling goes on for a while after it
+  AdaptiveSpin spin_;                // polls on the core for a while after activity
   Clock::time_point last_sent_;      // the last message to kvstashd
   std::chrono::milliseconds keepalive_{0};  // a quarter of the daemon's peer timeout
   uint64_t max_message_bytes_;

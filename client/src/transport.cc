@@ -16,6 +16,8 @@ Result<std::unique_ptr<Transport>> Transport::Start(SessionOptions options,
     return Status::Unavailable(std::string("eventfd failed: ") + std::strerror(errno));
   }
   transport->timeout_ = options.timeout;
+  transport->trace_ = StageTrace::FromEnvironment("client");
+  options.trace = transport->trace_.get();
   std::promise<Result<ServerInfo>> hello;
   first_hello = hello.get_future();
   transport->loop_ = std::make_unique<IoLoop>(std::move(options), transport->context_,
@@ -39,6 +41,7 @@ void Transport::Submit(Request request) {
     request.timeout = timeout_;
     request.deadline = Clock::now() + timeout_;
   }
+  MarkStage(trace_.get(), request.id, TraceStage::kClientSubmit);
   if (!queue_.Push(request)) {
     ReplyHandler handler = std::move(request.on_reply);
     handler(Status::Cancelled(request.Name() + " was submitted after the client shut down"));

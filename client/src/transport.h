@@ -39,6 +39,7 @@ class Transport {
  private:
   Transport() = default;
 
+  std::unique_ptr<StageTrace> trace_;  // null unless KVSTASH_TRACE_FILE is set
   std::chrono::milliseconds timeout_{0};
   std::atomic<uint64_t> next_id_{1};
   Registrations registrations_;

@@ -148,9 +148,9 @@ std::vector<OptionSpec> BuildTable() {
                  "blocking-sync event until the driver wakes the thread) or poll (sleep through "
                  "the shortest possible copy time, then check every few microseconds)"),
       UintOption("busy-poll-us", "KVSTASH_BUSY_POLL_US", &C::busy_poll_us, 0, 1000000,
-                 "Microseconds the frontend and copy lanes keep polling on a core after "
-                 "their last work (and while copies are in flight) instead of sleeping; "
-                 "0 = never"),
+                 "The spin window: microseconds the frontend and copy lanes keep polling on "
+                 "a core after their last work (the frontend up to 20 windows while copies "
+                 "are in flight) instead of sleeping; an idle daemon sleeps. 0 = never"),
       OptionalStringOption("l2-path", "KVSTASH_L2_PATH", &C::l2_path,
                            "Directory of the L2 tier on local disk (one file per chunk); "
                            "empty = no L2"),

@@ -17,7 +17,9 @@
 #include "backend_factory.h"
 #include "daemon_logger.h"
 #include "ipc_path.h"
+#include "kvstash/adaptive_spin.h"
 #include "kvstash/endpoint.h"
+#include "kvstash/stage_trace.h"
 #include "memory_budget.h"
 #include "metrics_endpoint.h"
 #include "prometheus_text.h"
@@ -138,8 +140,7 @@ Status Daemon::Run() {
 Status Daemon::Impl::Serve(zmq::socket_t& router) {
   bool stopping = false;
   Clock::time_point drain_deadline;
-  const auto busy_poll = std::chrono::microseconds(config.busy_poll_us);
-  Clock::time_point last_activity;
+  AdaptiveSpin spin(std::chrono::microseconds(config.busy_poll_us));
   Clock::time_point last_tick;
   bool drained = true;
   // Between two marks the loop waits at most one poll interval plus a little
@@ -156,18 +157,28 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, replies.wake_fd(), ZMQ_POLLIN, 0},
                                {nullptr, stop_fd, ZMQ_POLLIN, 0}};
-    // Busy polling: no sleep while copies are in flight or shortly after
-    // the last message, so replies and requests need no wake-up.
-    const bool busy = busy_poll.count() > 0 && (service->deferred_in_flight() > 0 ||
-                                                Clock::now() - last_activity < busy_poll);
-    if (zmq::poll(items, 3, busy ? std::chrono::milliseconds(0) : kPollInterval) > 0) {
-      last_activity = Clock::now();
+    // Adaptive spinning (docs/deployment.md "Spinning"): no sleep for a
+    // window after the last message, nor while copies are in flight (then
+    // up to kInFlightSpins windows), so that neither the next request nor a
+    // lane's reply waits for this thread to wake up. Then it sleeps, and an
+    // idle daemon uses no CPU.
+    const bool busy = spin.Spinning(Clock::now(), service->deferred_in_flight() > 0);
+    // A sleeping frontend is woken by the reply queue's eventfd; a spinning
+    // one reads the queue's count, and lanes skip the write.
+    const bool replies_waiting = replies.Sleeping(!busy);
+    const bool block = !busy && !replies_waiting;
+    if (zmq::poll(items, 3, block ? kPollInterval : std::chrono::milliseconds(0)) > 0) {
+      spin.Activity(Clock::now());
     }
+    if (block) replies.Sleeping(false);
     mark();
     if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
-    // Every Push wakes the eventfd: a busy-polling loop need not read it idly.
-    if (items[1].revents & ZMQ_POLLIN) {
-      for (const OutgoingReply& reply : replies.TakeAll()) Send(router, reply.peer, reply.bytes);
+    if ((items[1].revents & ZMQ_POLLIN) || replies.pending()) {
+      for (const OutgoingReply& reply : replies.TakeAll()) {
+        Send(router, reply.peer, reply.bytes);
+        MarkStage(service->trace(), reply.request_id, TraceStage::kReplySent);
+      }
+      spin.Activity(Clock::now());
     }
     if (const Clock::time_point now = Clock::now(); now - last_tick >= kTickInterval) {
       mark();
@@ -221,7 +232,13 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
     }
     const Peer sender{peer, Credentials(frames[1])};
     std::optional<proto::Bytes> reply = service->Handle(sender, data, frames[1].size());
-    if (reply) Send(router, peer, *reply);
+    if (reply) {
+      Send(router, peer, *reply);
+      if (service->trace() != nullptr) {
+        MarkStage(service->trace(), wire::GetEnvelope(reply->data())->request_id(),
+                  TraceStage::kReplySent);
+      }
+    }
   }
   return false;  // more may be waiting
 }

@@ -85,6 +85,7 @@ Service::Reply Service::Store(const Request& r, StoreRequest& m) {
   TransferJob job;
   job.registration = reg;
   job.owner = r.peer.id;
+  job.request_id = r.id;
   job.deadline = r.deadline;
   for (size_t i = 0; i < m.chunks.size(); ++i) {
     ChunkRequest& chunk = m.chunks[i];
@@ -149,6 +150,7 @@ Service::Reply Service::Retrieve(const Request& r, RetrieveRequest& m) {
   TransferJob job;
   job.registration = reg;
   job.owner = r.peer.id;
+  job.request_id = r.id;
   job.deadline = r.deadline;
   for (size_t i = 0; i < m.chunks.size(); ++i) {
     ChunkRequest& chunk = m.chunks[i];

@@ -38,6 +38,7 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
       AccessPolicy::Create(config.admin_group == "none" ? "" : config.admin_group);
   if (!access.ok()) return access.status();
   std::unique_ptr<Service> service(new Service(config, std::move(backend), replies, *access));
+  service->trace_ = StageTrace::FromEnvironment("daemon");
   const uint64_t capacity = uint64_t(config.l1_gb * double(uint64_t{1} << 30));
   const uint64_t slab = uint64_t(config.l1_slice_mb) << 20;
   const uint32_t pin_threads =
@@ -57,13 +58,15 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   service->background_ = std::make_unique<BackgroundWorker>();
   for (int d = 0; d < service->backend_->num_devices(); ++d) {
     service->workers_.push_back(std::make_unique<TransferWorker>(
-        *service->backend_, d, std::chrono::microseconds(config.busy_poll_us)));
+        *service->backend_, d, std::chrono::microseconds(config.busy_poll_us),
+        service->trace_.get()));
   }
   return service;
 }
 
 std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data,
                                             size_t size) {
+  const Clock::time_point received = Clock::now();
   Stats::Add(stats_.requests);
   uint64_t request_id = 0;  // known once the envelope's structure verified
   Result<const wire::Envelope*> envelope =
@@ -73,7 +76,8 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
     Stats::Add(stats_.request_errors);
     return proto::ErrorMessage(request_id, envelope.status());
   }
-  Request request{peer, (*envelope)->request_id(), RequestKind::kPing, Clock::now(), std::nullopt};
+  Request request{peer, (*envelope)->request_id(), RequestKind::kPing, received, std::nullopt};
+  if (trace_) trace_->Mark(request.id, TraceStage::kDaemonReceived, received);
   peers_.Heard(peer.id, request.start);
   if (shutting_down_) {
     Stats::Add(stats_.request_errors);
@@ -101,6 +105,7 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
   }
   request.kind = KindOf(*body);
   Reply reply = Dispatch(request, *body);
+  MarkStage(trace_.get(), request.id, TraceStage::kDaemonHandled);
   if (!reply.ok()) {
     Stats::Add(stats_.request_errors);
     RecordLatency(request);
@@ -138,7 +143,8 @@ void Service::RecordLatency(const Request& request) {
 void Service::Finish(const Request& request, const ReplyBody& reply) {
   RecordLatency(request);
   EndDeferred(request.peer.id);
-  replies_.Push(request.peer.id, EncodeReply(request.id, reply));
+  MarkStage(trace_.get(), request.id, TraceStage::kReplyPushed);
+  replies_.Push(request.peer.id, EncodeReply(request.id, reply), request.id);
   deferred_.fetch_sub(1);
 }
 

@@ -23,6 +23,7 @@
 #include "chunk_store.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/proto/codec.h"
+#include "kvstash/stage_trace.h"
 #include "l1_pool.h"
 #include "peer.h"
 #include "peer_watch.h"
@@ -52,6 +53,8 @@ class Service {
   static proto::Bytes GoodbyeMessage(const std::string& reason);
   // Requests whose reply is still to come through the reply queue.
   uint64_t deferred_in_flight() const { return deferred_.load(); }
+  // Per-request stage timestamps; null unless KVSTASH_TRACE_FILE is set.
+  StageTrace* trace() const { return trace_.get(); }
   // Ends expired leases and, when `socket_drained` (every waiting message
   // was read: silence is judged on what peers sent, not on a backlog),
   // drops the registrations of engines gone silent; called from the
@@ -125,6 +128,7 @@ class Service {
   const std::array<uint8_t, 16> boot_id_;
   const Clock::time_point started_;
   Stats stats_;
+  std::unique_ptr<StageTrace> trace_;  // before the workers: they mark it until they join
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<L1Pool> pool_;
   std::unique_ptr<ChunkStore> store_;

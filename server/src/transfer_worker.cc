@@ -3,9 +3,10 @@
 
 namespace kvstash::server {
 
-TransferWorker::TransferWorker(Backend& backend, int device, std::chrono::microseconds busy_poll)
-    : store_(backend, device, Direction::kStore, busy_poll),
-      retrieve_(backend, device, Direction::kRetrieve, busy_poll) {}
+TransferWorker::TransferWorker(Backend& backend, int device, std::chrono::microseconds busy_poll,
+                               StageTrace* trace)
+    : store_(backend, device, Direction::kStore, busy_poll, trace),
+      retrieve_(backend, device, Direction::kRetrieve, busy_poll, trace) {}
 
 TransferWorker::~TransferWorker() = default;
 
@@ -14,9 +15,9 @@ void TransferWorker::Submit(Direction direction, TransferJob job) {
 }
 
 TransferWorker::Lane::Lane(Backend& backend, int device, Direction direction,
-                           std::chrono::microseconds busy_poll)
+                           std::chrono::microseconds busy_poll, StageTrace* trace)
     : backend_(backend), device_(device), direction_(direction), busy_poll_(busy_poll),
-      thread_([this] { Loop(); }) {}
+      trace_(trace), thread_([this] { Loop(); }) {}
 
 TransferWorker::Lane::~Lane() {
   {
@@ -60,6 +61,9 @@ void TransferWorker::Lane::Loop() {
       queue_.clear();
     }
     taken_ += batch.size();
+    if (trace_) {
+      for (const TransferJob& job : batch) trace_->Mark(job.request_id, TraceStage::kLanePickup);
+    }
     RunBatch(batch);
   }
 }
@@ -87,6 +91,9 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
         chunks.empty() ? Status::Ok()
                        : backend_.Copy(direction_, device_, registration.groups, chunks, deadlines);
     deadlines.missed.resize(chunks.size());
+    if (trace_) {
+      for (size_t j = begin; j < end; ++j) trace_->Mark(jobs[j].request_id, TraceStage::kCopyDone);
+    }
     size_t offset = 0;
     for (size_t j = begin; j < end; ++j) {
       const size_t n = jobs[j].chunks.size();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "kvstash/stage_trace.h"
 #include "registry.h"
 
 namespace kvstash::server {
@@ -26,6 +27,7 @@ namespace kvstash::server {
 struct TransferJob {
   std::shared_ptr<Registration> registration;
   PeerId owner;                                         // who asked
+  uint64_t request_id = 0;                              // for the stage trace
   std::optional<Clock::time_point> deadline;            // no engine block is written after it
   std::vector<kernels::ChunkCopy> chunks;               // block_ids point into block_ids
   std::vector<std::vector<uint32_t>> block_ids;
@@ -36,7 +38,9 @@ struct TransferJob {
 
 class TransferWorker {
  public:
-  TransferWorker(Backend& backend, int device, std::chrono::microseconds busy_poll);
+  // trace: may be null; outlives the worker.
+  TransferWorker(Backend& backend, int device, std::chrono::microseconds busy_poll,
+                 StageTrace* trace = nullptr);
   ~TransferWorker();  // finishes queued jobs, then joins
   TransferWorker(const TransferWorker&) = delete;
   TransferWorker& operator=(const TransferWorker&) = delete;
@@ -46,7 +50,8 @@ class TransferWorker {
  private:
   class Lane {
    public:
-    Lane(Backend& backend, int device, Direction direction, std::chrono::microseconds busy_poll);
+    Lane(Backend& backend, int device, Direction direction, std::chrono::microseconds busy_poll,
+         StageTrace* trace);
     ~Lane();
     void Submit(TransferJob job);
 
@@ -59,6 +64,7 @@ class TransferWorker {
     const int device_;
     const Direction direction_;
     const std::chrono::microseconds busy_poll_;
+    StageTrace* const trace_;
     std::atomic<uint64_t> submitted_{0};  // jobs ever queued: polling reads it without the lock
     uint64_t taken_ = 0;                  // jobs ever taken; lane thread only
     std::mutex mutex_;

@@ -44,11 +44,12 @@ struct ClientOptions {
   std::chrono::milliseconds request_timeout{5000};
   std::string client_name;  // shown in the daemon's logs
   LogSink log;              // empty: the library logs nothing
-  // Microseconds the client's I/O thread keeps polling, on a core, after its
-  // last message instead of sleeping; it also polls while replies are
-  // awaited. Saves the thread's wake-ups (tens of microseconds on some
-  // virtual machines) at the price of a busy core. 0: never poll.
-  uint32_t busy_poll_us = 0;
+  // The spin window: microseconds the client's I/O thread keeps polling, on
+  // a core, after its last message instead of sleeping; while replies are
+  // awaited it polls for up to 20 windows. Saves the thread's wake-ups (tens
+  // of microseconds on some virtual machines); an idle client sleeps.
+  // 0: never poll (docs/deployment.md "Spinning").
+  uint32_t busy_poll_us = 50;
 };
 
 // Thread-safe: any thread may call any method. One I/O thread, owned by the

@@ -37,6 +37,8 @@ extern "C" {
 #endif
 
 #define KVSTASH_DEFAULT_SOCKET "ipc:///run/kvstash/kvstash.sock"
+/* kvstash_options.busy_poll_us: the I/O thread never polls on a core. */
+#define KVSTASH_NEVER_SPIN 0xFFFFFFFFu
 
 /* The wire protocol's ErrorCode values (proto/kvstash.fbs). */
 typedef enum kvstash_status {
@@ -92,8 +94,10 @@ typedef struct kvstash_options {
    * KVSTASH_TIMED_OUT then. 0: 5000. */
   uint32_t timeout_ms;
   const char* client_name; /* shown in the daemon's logs; may be NULL */
-  /* Microseconds the client's I/O thread polls on a core after its last
-   * message instead of sleeping (fewer wake-ups, one busy core); 0: never. */
+  /* The spin window: microseconds the client's I/O thread polls on a core
+   * after its last message instead of sleeping, and up to 20 windows while
+   * replies are awaited (fewer wake-ups; an idle client sleeps).
+   * 0: the default, 50; KVSTASH_NEVER_SPIN: never. */
   uint32_t busy_poll_us;
 } kvstash_options;
 

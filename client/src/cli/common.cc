@@ -50,8 +50,9 @@ void AddCommonOptions(CLI::App& app, CommonOptions& options) {
                      ", bench " + std::to_string(kBenchTimeoutMs) + ")")
       ->check(CLI::Range(1, 3600 * 1000));
   app.add_option("--busy-poll-us", options.busy_poll_us,
-                 "keep the client's I/O thread polling this long after its last message "
-                 "(and while replies are awaited) instead of sleeping; 0 = never")
+                 "the spin window: keep the client's I/O thread polling this long after its "
+                 "last message (and up to 20 windows while replies are awaited) instead of "
+                 "sleeping; 0 = never")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   app.add_flag("-v,--verbose", options.verbose, "log the client library's messages");

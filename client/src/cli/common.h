@@ -19,7 +19,7 @@ struct CommonOptions {
   bool json = false;
   int timeout_ms = 0;  // 0: the command's default (DefaultTimeoutMs)
   bool verbose = false;
-  uint32_t busy_poll_us = 0;  // ClientOptions::busy_poll_us
+  uint32_t busy_poll_us = ClientOptions{}.busy_poll_us;  // the spin window
 
   // The endpoint to connect to: --socket, $KVSTASH_SOCKET or the default,
   // a plain path taken as an ipc socket.

@@ -38,7 +38,7 @@ struct ServerConfig {
   std::string transfer_mode = "dma";      // dma | direct (CUDA backend)
   uint32_t staging_mb = 256;              // GPU staging ring per device (dma mode)
   std::string completion_wait = "block";  // block | poll (CUDA backend)
-  uint32_t busy_poll_us = 0;              // poll on a core after work instead of sleeping; 0 = never
+  uint32_t busy_poll_us = 50;             // the spin window (kvstash/adaptive_spin.h); 0 = never
   std::string l2_path;                    // L2 directory; empty = no L2
   double l2_gb = 64.0;                    // L2 capacity
   uint32_t l2_io_threads = 4;
