@@ -207,8 +207,9 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
 }
 
 bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
+  std::vector<zmq::message_t> frames;  // reused: no allocation per message
   for (int n = 0; n < kMaxRequestsPerWake; ++n) {
-    std::vector<zmq::message_t> frames;
+    frames.clear();
     if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) return true;
     if (frames.empty()) continue;
     const PeerId peer = frames[0].to_string();

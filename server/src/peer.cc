@@ -25,16 +25,17 @@ bool ParseNumber(const std::string& text, uint64_t* out) {
 
 std::optional<PeerCredentials> ParsePeerAddress(const std::string& address) {
   // "<host>:uid:gid:pid" (libzmq 4.3 writes "localhost" or nothing before).
-  std::vector<std::string> fields;
-  std::string field;
-  std::istringstream in(address);
-  while (std::getline(in, field, ':')) fields.push_back(field);
-  if (!address.empty() && address.back() == ':') fields.push_back("");
-  if (fields.size() < 3) return std::nullopt;
+  // Read on every message: the last three ':'-separated fields, no streams.
+  const size_t pid_colon = address.rfind(':');
+  if (pid_colon == std::string::npos || pid_colon == 0) return std::nullopt;
+  const size_t gid_colon = address.rfind(':', pid_colon - 1);
+  if (gid_colon == std::string::npos) return std::nullopt;
+  const size_t uid_colon = gid_colon == 0 ? std::string::npos : address.rfind(':', gid_colon - 1);
+  const size_t uid_begin = uid_colon == std::string::npos ? 0 : uid_colon + 1;
   uint64_t uid = 0, gid = 0, pid = 0;
-  const size_t n = fields.size();
-  if (!ParseNumber(fields[n - 3], &uid) || !ParseNumber(fields[n - 2], &gid) ||
-      !ParseNumber(fields[n - 1], &pid)) {
+  if (!ParseNumber(address.substr(uid_begin, gid_colon - uid_begin), &uid) ||
+      !ParseNumber(address.substr(gid_colon + 1, pid_colon - gid_colon - 1), &gid) ||
+      !ParseNumber(address.substr(pid_colon + 1), &pid)) {
     return std::nullopt;
   }
   return PeerCredentials{uid_t(uid), gid_t(gid), pid_t(pid)};

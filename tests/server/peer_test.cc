@@ -47,6 +47,22 @@ TEST(PeerTest, AddressesWithoutCredentialsParseToNothing) {
   EXPECT_FALSE(ParsePeerAddress("").has_value());
   EXPECT_FALSE(ParsePeerAddress("a:b:c").has_value());
   EXPECT_TRUE(ParsePeerAddress(":1001:1001:42").has_value());
+  EXPECT_FALSE(ParsePeerAddress("1001:1001:").has_value());
+  EXPECT_FALSE(ParsePeerAddress("::").has_value());
+  EXPECT_FALSE(ParsePeerAddress(":").has_value());
+  EXPECT_FALSE(ParsePeerAddress("1001:1001").has_value());
+}
+
+TEST(PeerTest, CredentialsAreTheLastThreeFields) {
+  const std::optional<PeerCredentials> peer = ParsePeerAddress("localhost:1001:1002:42");
+  ASSERT_TRUE(peer.has_value());
+  EXPECT_EQ(peer->uid, 1001u);
+  EXPECT_EQ(peer->gid, 1002u);
+  EXPECT_EQ(peer->pid, 42);
+  const std::optional<PeerCredentials> bare = ParsePeerAddress("7:8:9");
+  ASSERT_TRUE(bare.has_value());
+  EXPECT_EQ(bare->uid, 7u);
+  EXPECT_EQ(bare->pid, 9);
 }
 
 TEST(PeerTest, MayReadWriteFollowsTheOwnerGroupOtherClasses) {
