@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 
+#include "kvstash/adaptive_spin.h"
 #include "c_api_internal.h"
 
 struct kvstash_call {
@@ -234,8 +235,20 @@ int kvstash_call_done(const kvstash_call* call) {
 
 int kvstash_call_wait(kvstash_call* call, uint32_t timeout_ms) {
   if (call == nullptr) return 0;
-  std::unique_lock<std::mutex> lock(call->mutex);
   auto done = [call] { return call->done.load(std::memory_order_acquire); };
+  if (timeout_ms > 0) {
+    // A reply that comes within the spin window needs no wake-up of this
+    // thread (docs/deployment.md "Spinning").
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::microseconds(kvstash::kDefaultSpinWindowUs);
+    while (!done() && std::chrono::steady_clock::now() < until) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (done()) return 1;
+  }
+  std::unique_lock<std::mutex> lock(call->mutex);
   if (timeout_ms == UINT32_MAX) {
     call->completed.wait(lock, done);
     return 1;
