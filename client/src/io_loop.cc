@@ -3,6 +3,7 @@
 
 #include <zmq.h>
 
+#include <sched.h>
 #include <sys/stat.h>
 
 #include <array>
@@ -234,7 +235,11 @@ void IoLoop::Poll() {
   // thread to wake up.
   if (spin_.Spinning(Clock::now(), pending_.size() > 0)) timeout = std::chrono::milliseconds(0);
   try {
-    if (zmq::poll(items, 3, timeout) > 0) spin_.Activity(Clock::now());
+    if (zmq::poll(items, 3, timeout) > 0) {
+      spin_.Activity(Clock::now());
+    } else if (timeout.count() == 0) {
+      sched_yield();  // spinning: the engine's threads come first
+    }
   } catch (const zmq::error_t& e) {
     if (e.num() == EINTR) return;
     throw;

@@ -4,6 +4,7 @@
 #include "kvstash/server/daemon.h"
 
 #include <spdlog/spdlog.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -169,6 +170,10 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     const bool block = !busy && !replies_waiting;
     if (zmq::poll(items, 3, block ? kPollInterval : std::chrono::milliseconds(0)) > 0) {
       spin.Activity(Clock::now());
+    } else if (!block) {
+      // Nothing yet: give the core to any thread waiting for it (the
+      // copies), so that spinning never slows the work it waits for.
+      sched_yield();
     }
     if (block) replies.Sleeping(false);
     mark();

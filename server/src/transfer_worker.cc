@@ -1,6 +1,8 @@
 // Lanes, batching and completion.
 #include "transfer_worker.h"
 
+#include <sched.h>
+
 namespace kvstash::server {
 
 TransferWorker::TransferWorker(Backend& backend, int device, std::chrono::microseconds busy_poll,
@@ -43,9 +45,7 @@ void TransferWorker::Lane::PollForJob() const {
   const auto until = std::chrono::steady_clock::now() + busy_poll_;
   while (std::chrono::steady_clock::now() < until) {
     if (submitted_.load(std::memory_order_acquire) != taken_) return;
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+    sched_yield();  // a thread waiting for this core (a copy) comes first
   }
 }
 
