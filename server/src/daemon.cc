@@ -180,8 +180,8 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
     if ((items[1].revents & ZMQ_POLLIN) || replies.pending()) {
       for (const OutgoingReply& reply : replies.TakeAll()) {
-        Send(router, reply.peer, reply.bytes);
         MarkStage(service->trace(), reply.request_id, TraceStage::kReplySent);
+        Send(router, reply.peer, reply.bytes);
       }
       spin.Activity(Clock::now());
     }
@@ -239,11 +239,11 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
     const Peer sender{peer, Credentials(frames[1])};
     std::optional<proto::Bytes> reply = service->Handle(sender, data, frames[1].size());
     if (reply) {
-      Send(router, peer, *reply);
       if (service->trace() != nullptr) {
         MarkStage(service->trace(), wire::GetEnvelope(reply->data())->request_id(),
                   TraceStage::kReplySent);
       }
+      Send(router, peer, *reply);
     }
   }
   return false;  // more may be waiting

@@ -66,6 +66,7 @@ Service::Reply Service::SubmitTransfer(Direction direction, TransferJob job) {
   // block_ids grew while the job was built: point the copies at it only now.
   for (size_t c = 0; c < job.chunks.size(); ++c) job.chunks[c].block_ids = job.block_ids[c].data();
   BeginDeferred(job.owner);
+  MarkStage(trace_.get(), job.request_id, TraceStage::kDaemonHandled);
   const size_t device = size_t(job.registration->device);
   workers_[device]->Submit(direction, std::move(job));
   return std::optional<ReplyBody>();  // the reply comes when the copy completes

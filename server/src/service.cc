@@ -105,7 +105,8 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
   }
   request.kind = KindOf(*body);
   Reply reply = Dispatch(request, *body);
-  MarkStage(trace_.get(), request.id, TraceStage::kDaemonHandled);
+  // A copy was marked handled when it was queued (SubmitTransfer).
+  if (!reply.ok() || reply->has_value()) MarkStage(trace_.get(), request.id, TraceStage::kDaemonHandled);
   if (!reply.ok()) {
     Stats::Add(stats_.request_errors);
     RecordLatency(request);

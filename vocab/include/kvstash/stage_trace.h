@@ -25,11 +25,11 @@ enum class TraceStage : uint8_t {
   kClientSubmit,    // the engine's thread queued the request
   kClientSent,      // the I/O thread handed it to ZeroMQ
   kDaemonReceived,  // the frontend took it off the socket
-  kDaemonHandled,   // the frontend answered it inline or queued its copy
+  kDaemonHandled,   // the frontend answered it inline, or is about to queue its copy
   kLanePickup,      // a copy lane took its job
   kCopyDone,        // the backend's copy returned
   kReplyPushed,     // the lane put the reply on the reply queue
-  kReplySent,       // the frontend handed the reply to ZeroMQ
+  kReplySent,       // the frontend hands the reply to ZeroMQ (marked just before)
   kClientReceived,  // the I/O thread read the reply
   kClientDone,      // the I/O thread begins completing it (decode, set the future)
   kCallerWoke,      // the engine's thread got the outcome (recorded by probes)
