@@ -201,13 +201,14 @@ void IoLoop::Flush() {
       continue;
     }
     zmq::message_t message(request->bytes.data(), request->bytes.size());
+    // Before the send: the daemon may read it before this thread runs again.
+    MarkStage(options_.trace, id, TraceStage::kClientSent);
     if (!dealer_->send(message, zmq::send_flags::dontwait)) {
       want_pollout_ = true;  // no connection yet, or the pipe is full
       return;
     }
     request->sent = true;
     last_sent_ = Clock::now();
-    MarkStage(options_.trace, id, TraceStage::kClientSent);
     proto::Bytes().swap(request->bytes);
     outbox_.pop_front();
   }

@@ -23,7 +23,7 @@ namespace kvstash {
 
 enum class TraceStage : uint8_t {
   kClientSubmit,    // the engine's thread queued the request
-  kClientSent,      // the I/O thread handed it to ZeroMQ
+  kClientSent,      // the I/O thread hands it to ZeroMQ (marked just before; first try)
   kDaemonReceived,  // the frontend took it off the socket
   kDaemonHandled,   // the frontend answered it inline, or is about to queue its copy
   kLanePickup,      // a copy lane took its job
