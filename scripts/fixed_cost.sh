@@ -7,22 +7,21 @@
 # spinning off (--busy-poll-us 0 on both sides: the old default) and the
 # defaults (no option set).
 #
-#   scripts/fixed_cost.sh [--bin-dir build/bin] [--backend host|cuda] [--samples N]
-#                         [--out DIR]
+#   scripts/fixed_cost.sh [--bin-dir build/bin] [--samples N] [--out DIR]
 #
-# On the GPU machine: scripts/fixed_cost.sh --backend cuda (the small layout
-# lives in host shared memory either way: the probe measures the request
-# path, not PCIe). Writes DIR/{off,default}.{json,stages.txt}.
+# The host backend on any machine, the GPU machine included: the probe's
+# engine memory is POSIX shared memory and it measures the request path (the
+# same threads and hand-offs as with CUDA), not PCIe; `kvstash bench
+# --backend cuda` measures the GPU copies. Writes
+# DIR/{off,default}.{json,stages.txt}.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin="$here/build/bin"
-backend=host
 samples=2000
 out=$(mktemp -d /tmp/kvstash-fixed-cost.XXXXXX)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin-dir) bin=$2; shift 2 ;;
-    --backend) backend=$2; shift 2 ;;
     --samples) samples=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -37,7 +36,7 @@ run() {  # name, then extra kvstashd arguments; KVSTASH_CLIENT_SPIN for the prob
   local name=$1; shift
   local socket="$out/$name.sock" prefix="$out/$name.trace"
   rm -f "$prefix".* "$socket"
-  KVSTASH_TRACE_FILE=$prefix "$bin/kvstashd" --backend "$backend" --l1-gb 0.5 \
+  KVSTASH_TRACE_FILE=$prefix "$bin/kvstashd" --backend host --l1-gb 0.5 \
     --socket "$socket" "$@" >"$out/$name.kvstashd.log" 2>&1 &
   daemon=$!
   for _ in $(seq 100); do [[ -S $socket ]] && break; sleep 0.05; done

@@ -159,10 +159,10 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
                                {nullptr, replies.wake_fd(), ZMQ_POLLIN, 0},
                                {nullptr, stop_fd, ZMQ_POLLIN, 0}};
     // Adaptive spinning (docs/deployment.md "Spinning"): no sleep for a
-    // window after the last message, nor while copies are in flight (then
-    // up to kInFlightSpins windows), so that neither the next request nor a
-    // lane's reply waits for this thread to wake up. Then it sleeps, and an
-    // idle daemon uses no CPU.
+    // window after the last message, nor while copies are in flight (then up
+    // to AdaptiveSpin::kInFlightWindows windows), so that neither the next
+    // request nor a lane's reply waits for this thread to wake up. Then it
+    // sleeps, and an idle daemon uses no CPU.
     const bool busy = spin.Spinning(Clock::now(), service->deferred_in_flight() > 0);
     // A sleeping frontend is woken by the reply queue's eventfd; a spinning
     // one reads the queue's count, and lanes skip the write.
