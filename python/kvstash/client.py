@@ -40,6 +40,8 @@ class Client:
 
     `socket`: None for $KVSTASH_SOCKET, then ipc:///run/kvstash/kvstash.sock;
     a plain path means that ipc socket. `timeout_ms` bounds every request.
+    `busy_poll_us`: the I/O thread's spin window; 0 is the library's default
+    (50 us), 0xFFFFFFFF never spins (docs/deployment.md, "Spinning").
     Thread-safe: share one Client between threads. Close it (or use `with`)
     when done; that cancels calls still pending.
 
