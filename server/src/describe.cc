@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "kvstash/version.h"
-#include "service.h"
+#include "introspection.h"
 
 namespace kvstash::server {
 
@@ -45,7 +45,7 @@ json GroupJson(const ChunkGroup& group) {
 
 }  // namespace
 
-std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
+std::string Introspection::DescribeJson(const PeerId& viewer, bool admin) const {
   json config = json::object();
   for (const auto& [name, value] : config::EffectiveConfig(config_)) config[name] = value;
   const auto uptime =
@@ -102,12 +102,12 @@ std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
 }
 
-StatsSnapshot Service::ReadStats() const {
+StatsSnapshot Introspection::ReadStats() const {
   StatsSnapshot s;
   s.counters = stats_.ReadCounters();
   // Describe and Stats in flight (this one, if it is a Stats) are not
   // transfers: the gauge counts Store, Retrieve and UnregisterKV.
-  const uint64_t deferred = deferred_.load();
+  const uint64_t deferred = deferred_.count();
   const ChunkStore::Usage usage = store_->usage();
   const std::vector<std::shared_ptr<Registration>> registrations = registry_->List();
   s.gauges = {
@@ -130,7 +130,7 @@ StatsSnapshot Service::ReadStats() const {
   return s;
 }
 
-std::string Service::StatsJson() const {
+std::string Introspection::StatsJson() const {
   const StatsSnapshot snapshot = ReadStats();
   json counters = json::object();
   for (const Stats::Counter& c : snapshot.counters) counters[c.name] = c.value;

@@ -2,12 +2,13 @@
 // that took them.
 #include <string>
 
-#include "service.h"
+#include "leases.h"
 
 namespace kvstash::server {
 
-Service::Reply Service::Lookup(const Request& r, const LookupRequest& m) {
-  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id, r.peer);
+Leases::Reply Leases::Lookup(const Request& r, const LookupRequest& m) {
+  Result<std::shared_ptr<Registration>> found =
+      registrations_.FindRegistration(m.registration_id, r.peer);
   if (!found.ok()) return found.status();
   Registration& reg = **found;
   // Clamped: a lease never outlives --max-lease-ms.
@@ -28,7 +29,7 @@ Service::Reply Service::Lookup(const Request& r, const LookupRequest& m) {
       LookupReply{hit.hit_chunks, hit.hit_tokens, hit.lease_id, hit.lease_id ? lease_ms : 0});
 }
 
-Service::Reply Service::Release(const Request& r, const ReleaseRequest& m) {
+Leases::Reply Leases::Release(const Request& r, const ReleaseRequest& m) {
   std::optional<uint32_t> released = store_->Release(m.lease_id, r.peer.id);
   if (!released) {
     return Status::NotFound("unknown lease " + std::to_string(m.lease_id) +
