@@ -8,9 +8,10 @@ namespace kvstash::server {
 
 Registrations::Registrations(const config::ServerConfig& config, Stats& stats,
                              DeferredReplies& deferred, Backend& backend,
-                             uint64_t max_chunk_bytes)
+                             uint64_t max_chunk_bytes, TierChain& tiers)
     : config_(config), stats_(stats), deferred_(deferred),
       registry_(std::make_unique<Registry>(backend, config.chunk_tokens, max_chunk_bytes)),
+      tiers_(tiers),
       peers_(std::chrono::milliseconds(config.peer_timeout_ms)) {}
 
 Registrations::Reply Registrations::RegisterKV(const Request& r, RegisterRequest& m) {
@@ -27,6 +28,8 @@ Registrations::Reply Registrations::RegisterKV(const Request& r, RegisterRequest
       registry_->Register(std::move(m.registration), r.peer.id);
   if (!registered.ok()) return registered.status();
   Stats::Add(stats_.registrations);
+  const Registration& reg = **registered;
+  tiers_.AddScope(reg.scope, reg.namespace_id, reg.layout.fingerprint());
   peers_.Own(r.peer.id, (*registered)->id, Clock::now());
   return std::optional<ReplyBody>(RegisterReply{*registered});
 }

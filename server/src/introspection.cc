@@ -20,10 +20,10 @@ std::array<uint8_t, 16> NewBootId() {
 
 Introspection::Introspection(const config::ServerConfig& config, Stats& stats,
                              DeferredReplies& deferred, const Backend& backend,
-                             const L1Pool& pool, ChunkStore& store,
+                             const L1Pool& pool, ChunkStore& store, const TierChain& tiers,
                              const Registrations& registrations, AccessPolicy access)
     : config_(config), boot_id_(NewBootId()), started_(Clock::now()), stats_(stats),
-      deferred_(deferred), backend_(&backend), pool_(&pool), store_(&store),
+      deferred_(deferred), backend_(&backend), pool_(&pool), store_(&store), tiers_(&tiers),
       registry_(&registrations.registry()), access_(access),
       background_(std::make_unique<BackgroundWorker>()) {}
 

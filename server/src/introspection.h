@@ -18,6 +18,7 @@
 #include "l1_pool.h"
 #include "registrations.h"
 #include "requests.h"
+#include "tier_chain.h"
 
 namespace kvstash::server {
 
@@ -27,7 +28,7 @@ class Introspection {
 
   Introspection(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
                 const Backend& backend, const L1Pool& pool, ChunkStore& store,
-                const Registrations& registrations, AccessPolicy access);
+                const TierChain& tiers, const Registrations& registrations, AccessPolicy access);
   ~Introspection();  // joins the background worker
 
   Reply Hello(const Request& r, const HelloRequest& m);
@@ -54,6 +55,7 @@ class Introspection {
   const Backend* backend_;
   const L1Pool* pool_;
   ChunkStore* store_;
+  const TierChain* tiers_;
   const Registry* registry_;
   AccessPolicy access_;
   std::atomic<uint64_t> introspecting_{0};  // Clear, Describe and Stats among the deferred

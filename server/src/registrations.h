@@ -13,6 +13,7 @@
 #include "peer_watch.h"
 #include "registry.h"
 #include "requests.h"
+#include "tier_chain.h"
 
 namespace kvstash::server {
 
@@ -21,7 +22,7 @@ class Registrations {
   using Reply = HandlerReply;
 
   Registrations(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
-                Backend& backend, uint64_t max_chunk_bytes);
+                Backend& backend, uint64_t max_chunk_bytes, TierChain& tiers);
 
   Reply RegisterKV(const Request& r, RegisterRequest& m);
   Reply UnregisterKV(const Request& r, const UnregisterRequest& m);
@@ -46,6 +47,7 @@ class Registrations {
   Stats& stats_;
   DeferredReplies& deferred_;
   std::unique_ptr<Registry> registry_;
+  TierChain& tiers_;  // told each registration's scope
   PeerWatch peers_;  // frontend thread only
 };
 

@@ -11,7 +11,9 @@ Service::Service(const config::ServerConfig& config, std::unique_ptr<Backend> ba
                  ReplyQueue& replies)
     : config_(config), backend_(std::move(backend)), deferred_(config_, stats_, replies) {}
 
-Service::~Service() = default;
+Service::~Service() {
+  if (tiers_) tiers_->Shutdown();
+}
 
 Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& config,
                                                  std::unique_ptr<Backend> backend,
@@ -35,16 +37,22 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   limits.leased_bytes =
       std::max<uint64_t>(1, uint64_t(double(service->pool_->capacity_bytes()) * c.max_leased_share));
   service->store_ = std::make_unique<ChunkStore>(*service->pool_, service->stats_, limits);
+  Result<std::unique_ptr<TierChain>> tiers =
+      TierChain::Create(c, *service->store_, service->stats_);
+  if (!tiers.ok()) return tiers.status();
+  service->tiers_ = std::move(*tiers);
   service->registrations_ = std::make_unique<Registrations>(
-      c, service->stats_, service->deferred_, *service->backend_, service->pool_->slab_bytes());
-  service->leases_ = std::make_unique<Leases>(c, service->stats_, *service->store_,
+      c, service->stats_, service->deferred_, *service->backend_, service->pool_->slab_bytes(),
+      *service->tiers_);
+  service->leases_ = std::make_unique<Leases>(c, service->stats_, service->deferred_,
+                                              *service->store_, *service->tiers_,
                                               *service->registrations_);
   service->transfers_ = std::make_unique<Transfers>(c, service->stats_, service->deferred_,
                                                     *service->backend_, *service->store_,
-                                                    *service->registrations_);
+                                                    *service->tiers_, *service->registrations_);
   service->introspection_ = std::make_unique<Introspection>(
       c, service->stats_, service->deferred_, *service->backend_, *service->pool_,
-      *service->store_, *service->registrations_, *access);
+      *service->store_, *service->tiers_, *service->registrations_, *access);
   return service;
 }
 

@@ -7,7 +7,8 @@
 //   introspection.h  Hello, Ping, Clear, Describe, Stats
 // A reply comes at once or, for Store, Retrieve, UnregisterKV and the
 // introspection built in the background, later through the reply queue.
-// Owns what the parts share: backend, L1 pool, chunk store and stats.
+// Owns what the parts share: backend, L1 pool, chunk store, the tiers below
+// L1 (tier_chain.h) and stats.
 //
 // Handle() runs on the frontend thread only; completions run on transfer
 // worker threads and touch only thread-safe members.
@@ -31,6 +32,7 @@
 #include "reply_queue.h"
 #include "requests.h"
 #include "stats.h"
+#include "tier_chain.h"
 #include "transfers.h"
 #include "wire_codec.h"
 
@@ -87,6 +89,9 @@ class Service {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<L1Pool> pool_;
   std::unique_ptr<ChunkStore> store_;
+  // L2 and L3; drained first on the way down (~Service), while the store
+  // and the parts its callbacks reach still stand.
+  std::unique_ptr<TierChain> tiers_;
   DeferredReplies deferred_;
   // The parts, declared after what they share so they go first (their
   // workers join while the pool and store still stand).
