@@ -158,6 +158,11 @@ std::vector<OptionSpec> BuildTable() {
                   "L2 capacity in GiB of disk space under --l2-path"),
       UintOption("l2-io-threads", "KVSTASH_L2_IO_THREADS", &C::l2_io_threads, 1, 256,
                  "Threads reading and writing L2 files (O_DIRECT)"),
+      EnumOption("tier-write", "KVSTASH_TIER_WRITE", &C::tier_write,
+                 {"write-through", "on-eviction"},
+                 "When a stored chunk is written to L2/L3: write-through = right after it "
+                 "is stored (it survives a restart at once; eviction from L1 never waits), "
+                 "on-eviction = only when L1 evicts it (less disk and Redis traffic)"),
       OptionalStringOption("l3-redis", "KVSTASH_L3_REDIS", &C::l3_redis,
                            "Redis or Valkey servers of the shared L3 tier, HOST:PORT[,HOST:PORT...]: "
                            "seeds of a Redis Cluster, or shards; empty = no L3"),
