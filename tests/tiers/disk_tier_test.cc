@@ -101,6 +101,7 @@ TEST_P(DiskTierEngines, ManyChunksInFlightStayByteExact) {
   options.capacity_bytes = 1024 * kMiB;
   options.io_uring = GetParam();
   options.io_depth = 3;
+  options.io_rings = 2;
   options.io_threads = 2;
   auto tier = DiskTier::Open(options);
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();

@@ -248,7 +248,7 @@ Result<DiskRun> MeasureDiskOnce(const std::string& dir, const DiskLimitConfig& c
 
   DiskTierOptions uring;
   uring.io_uring = true;
-  uring.io_threads = 1;
+  uring.io_rings = 1;
   uring.io_depth = c.depth;
   auto tier = MeasureTier(dir + "/l2", uring, chunk, c.chunks, buffers);
   if (!tier.ok()) return tier.status();

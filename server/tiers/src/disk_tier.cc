@@ -68,7 +68,7 @@ class DiskTier::Impl {
   static internal::IoEngineOptions EngineOptions(const DiskTierOptions& o) {
     internal::IoEngineOptions e;
     e.use_io_uring = o.io_uring;
-    e.rings = std::max<uint32_t>(1, o.io_threads);
+    e.rings = std::max<uint32_t>(1, o.io_rings);
     e.depth = std::max<uint32_t>(1, o.io_depth);
     e.pool_threads = std::max<uint32_t>(1, o.io_threads);
     e.name = "kvstash-l2";

@@ -29,8 +29,9 @@ struct DiskTierOptions {
   std::string path;             // directory; created if absent
   uint64_t capacity_bytes = 0;  // file bytes (header block + padded payload)
   bool io_uring = true;         // false, or io_uring refused: the thread pool
-  uint32_t io_threads = 1;      // io_uring: rings, a thread each; pool: threads
+  uint32_t io_rings = 1;        // io_uring: rings, a thread each (one keeps a disk busy)
   uint32_t io_depth = 8;        // io_uring: chunks in flight per ring
+  uint32_t io_threads = 4;      // the thread pool: threads, a chunk in flight each
   uint32_t scan_threads = 8;    // header reads in parallel while rebuilding
   bool direct_io = true;        // O_DIRECT where the file system allows it
 };
