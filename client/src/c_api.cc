@@ -124,8 +124,14 @@ kvstash::Registration FromC(const kvstash_registration& r) {
 }
 
 kvstash_lookup_result ToC(const LookupResult& result) {
-  return kvstash_lookup_result{result.hit_chunks, result.hit_tokens, result.lease_id,
-                               result.lease_expires_ms};
+  return kvstash_lookup_result{result.hit_chunks,
+                               result.hit_tokens,
+                               result.lease_id,
+                               result.lease_expires_ms,
+                               result.CountIn(TierLevel::kL1),
+                               result.CountIn(TierLevel::kL2),
+                               result.CountIn(TierLevel::kL3),
+                               result.prefetch_pending};
 }
 
 namespace {
@@ -426,6 +432,12 @@ kvstash_status kvstash_retrieve(kvstash_client* client, uint64_t registration_id
 kvstash_status kvstash_lookup(kvstash_client* client, uint64_t registration_id,
                               const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
                               kvstash_lookup_result* result) {
+  return kvstash_lookup_ex(client, registration_id, keys, num_keys, lease_ms, 0, result);
+}
+
+kvstash_status kvstash_lookup_ex(kvstash_client* client, uint64_t registration_id,
+                                 const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
+                                 uint32_t flags, kvstash_lookup_result* result) {
   return Call(client, [&](kvstash::Client& c) {
     if (result == nullptr || (num_keys > 0 && keys == nullptr)) {
       return Status::InvalidArgument("kvstash_lookup needs keys and a result");
@@ -433,7 +445,8 @@ kvstash_status kvstash_lookup(kvstash_client* client, uint64_t registration_id,
     std::vector<kvstash::ChunkKey> cpp_keys;
     cpp_keys.reserve(num_keys);
     for (size_t i = 0; i < num_keys; ++i) cpp_keys.push_back(ToKey(keys[i]));
-    auto found = c.Lookup(registration_id, cpp_keys, lease_ms).get();
+    auto found =
+        c.Lookup(registration_id, cpp_keys, lease_ms, (flags & KVSTASH_LOOKUP_PREFETCH) != 0).get();
     if (!found.ok()) return found.status();
     *result = ToC(*found);
     return Status::Ok();

@@ -203,6 +203,14 @@ kvstash_status kvstash_retrieve_submit(kvstash_client* client, uint64_t registra
 kvstash_status kvstash_lookup_submit(kvstash_client* client, uint64_t registration_id,
                                      const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
                                      uint64_t user_data, kvstash_call** call) {
+  return kvstash_lookup_ex_submit(client, registration_id, keys, num_keys, lease_ms, 0, user_data,
+                                  call);
+}
+
+kvstash_status kvstash_lookup_ex_submit(kvstash_client* client, uint64_t registration_id,
+                                        const kvstash_key* keys, size_t num_keys,
+                                        uint32_t lease_ms, uint32_t flags, uint64_t user_data,
+                                        kvstash_call** call) {
   if (client != nullptr && num_keys > 0 && keys == nullptr) {
     return client->Finish(Status::InvalidArgument("kvstash_lookup_submit: keys is NULL"));
   }
@@ -210,7 +218,7 @@ kvstash_status kvstash_lookup_submit(kvstash_client* client, uint64_t registrati
     std::vector<kvstash::ChunkKey> cpp_keys;
     cpp_keys.reserve(num_keys);
     for (size_t i = 0; i < num_keys; ++i) cpp_keys.push_back(ToKey(keys[i]));
-    c.Lookup(registration_id, cpp_keys, lease_ms,
+    c.Lookup(registration_id, cpp_keys, lease_ms, (flags & KVSTASH_LOOKUP_PREFETCH) != 0,
              [pending](kvstash::Result<kvstash::LookupResult> result) {
                if (result.ok()) pending->lookup = ToC(*result);
                Complete(pending, result.status());

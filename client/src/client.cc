@@ -185,19 +185,24 @@ void Client::Retrieve(uint64_t registration_id, const std::vector<ChunkBlocks>& 
 
 std::future<Result<LookupResult>> Client::Lookup(uint64_t registration_id,
                                                  const std::vector<ChunkKey>& keys,
-                                                 uint32_t lease_ms) {
+                                                 uint32_t lease_ms, bool prefetch) {
   auto [future, done] = FutureAndDone<Result<LookupResult>>();
-  Lookup(registration_id, keys, lease_ms, std::move(done));
+  Lookup(registration_id, keys, lease_ms, prefetch, std::move(done));
   return std::move(future);
 }
 
 void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys,
                     uint32_t lease_ms, Done<Result<LookupResult>> done) {
+  Lookup(registration_id, keys, lease_ms, false, std::move(done));
+}
+
+void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys,
+                    uint32_t lease_ms, bool prefetch, Done<Result<LookupResult>> done) {
   if (Status count = impl_->CheckCount("Lookup", keys.size()); !count.ok()) return done(count);
   impl_->Call<Result<LookupResult>>(
       "Lookup", registration_id,
       [&](const client::Header& h) {
-        return client::EncodeLookup(h, h.registration_id, keys, lease_ms);
+        return client::EncodeLookup(h, h.registration_id, keys, lease_ms, prefetch);
       },
       [](const client::Reply& reply) { return client::DecodeLookup(*reply.envelope); },
       std::move(done));

@@ -159,7 +159,15 @@ Result<LookupResult> DecodeLookup(const wire::Envelope& envelope) {
   auto reply = BodyAs<wire::LookupReply>(envelope);
   if (!reply.ok()) return reply.status();
   const wire::LookupReply& r = **reply;
-  return LookupResult{r.hit_chunks(), r.hit_tokens(), r.lease_id(), r.lease_expires_ms()};
+  LookupResult out{r.hit_chunks(), r.hit_tokens(), r.lease_id(), r.lease_expires_ms(), {},
+                   r.prefetch_pending()};
+  if (r.hit_tiers() != nullptr) {
+    for (auto level : *r.hit_tiers()) {
+      const uint8_t value = uint8_t(level);
+      out.hit_tiers.push_back(value <= 3 ? TierLevel(value) : TierLevel::kNone);
+    }
+  }
+  return out;
 }
 
 Result<uint32_t> DecodeRelease(const wire::Envelope& envelope) {
@@ -226,6 +234,16 @@ namespace kvstash {
 
 const char* NameOf(ChunkResult result) {
   return wire::EnumNameChunkResult(wire::ChunkResult(uint8_t(result)));
+}
+
+const char* NameOf(TierLevel level) {
+  return wire::EnumNameTierLevel(wire::TierLevel(uint8_t(level)));
+}
+
+uint32_t LookupResult::CountIn(TierLevel level) const {
+  uint32_t n = 0;
+  for (TierLevel t : hit_tiers) n += t == level ? 1 : 0;
+  return n;
 }
 
 }  // namespace kvstash

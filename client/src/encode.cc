@@ -93,12 +93,12 @@ Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
 }
 
 Bytes EncodeLookup(const Header& header, uint64_t registration_id,
-                   const std::vector<ChunkKey>& keys, uint32_t lease_ms) {
+                   const std::vector<ChunkKey>& keys, uint32_t lease_ms, bool prefetch) {
   FlatBufferBuilder fbb(256 + 32 * keys.size());
   std::vector<wire::Key> wire_keys;
   wire_keys.reserve(keys.size());
   for (const ChunkKey& key : keys) wire_keys.push_back(proto::ToWire(key));
-  auto body = wire::CreateLookupRequestDirect(fbb, registration_id, &wire_keys, lease_ms);
+  auto body = wire::CreateLookupRequestDirect(fbb, registration_id, &wire_keys, lease_ms, prefetch);
   return Envelope(fbb, header, body);
 }
 

@@ -19,9 +19,9 @@ import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable, Dict, List, Optional
 
-from ._lib import CLookupResult, COutcome, Library
+from ._lib import CLookupResult, COutcome, Library, lookup_result
 from .errors import Cancelled, Error, error_for
-from .types import ChunkOutcome, ChunkResult, LookupResult
+from .types import ChunkOutcome, ChunkResult
 
 _BATCH = 64
 
@@ -145,8 +145,7 @@ class Dispatcher:
         result = CLookupResult()
         lib.kvstash_call_lookup_result(call, ctypes.byref(result))
         if kind == KIND_LOOKUP:
-            return LookupResult(result.hit_chunks, result.hit_tokens, result.lease_id,
-                                result.lease_expires_ms), None
+            return lookup_result(result), None
         return int(result.hit_chunks), None
 
     def stop(self) -> None:

@@ -129,7 +129,21 @@ class CLookupResult(Structure):
         ("hit_tokens", c_uint64),
         ("lease_id", c_uint64),
         ("lease_expires_ms", c_uint32),
+        ("l1_chunks", c_uint32),
+        ("l2_chunks", c_uint32),
+        ("l3_chunks", c_uint32),
+        ("prefetch_pending", c_uint32),
     ]
+
+
+LOOKUP_PREFETCH = 1  # KVSTASH_LOOKUP_PREFETCH
+
+
+def lookup_result(c: CLookupResult) -> Any:
+    """The Python LookupResult of a kvstash_lookup_result."""
+    from .types import LookupResult
+    return LookupResult(c.hit_chunks, c.hit_tokens, c.lease_id, c.lease_expires_ms,
+                        c.l1_chunks, c.l2_chunks, c.l3_chunks, c.prefetch_pending)
 
 
 class CServerInfo(Structure):
@@ -186,6 +200,10 @@ _PROTOTYPES = {
         _status,
         [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, POINTER(CLookupResult)],
     ),
+    "kvstash_lookup_ex": (
+        _status,
+        [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint32, POINTER(CLookupResult)],
+    ),
     "kvstash_release": (_status, [_client_p, c_uint64]),
     "kvstash_store_submit": (
         _status,
@@ -199,6 +217,11 @@ _PROTOTYPES = {
     "kvstash_lookup_submit": (
         _status,
         [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint64, POINTER(_call_p)],
+    ),
+    "kvstash_lookup_ex_submit": (
+        _status,
+        [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint32, c_uint64,
+         POINTER(_call_p)],
     ),
     "kvstash_release_submit": (_status, [_client_p, c_uint64, c_uint64, POINTER(_call_p)]),
     "kvstash_call_done": (c_int, [_call_p]),
@@ -310,11 +333,13 @@ __all__ = [
     "CKey",
     "CLayer",
     "CLookupResult",
+    "LOOKUP_PREFETCH",
     "COutcome",
     "CRegistration",
     "CServerInfo",
     "Options",
     "RegisterOptions",
+    "lookup_result",
     "Library",
     "lib",
 ]

@@ -284,17 +284,20 @@ class Registration:
                            _u32(skip_tokens, "skip_tokens"), _u64(lease_id, "lease_id"), outcomes)
         return outcomes_from(outcomes, n)
 
-    def lookup(self, keys: Keys, *, lease_ms: int = 0) -> LookupResult:
-        """The longest prefix of keys that is stored. When anything hits, the
-        hit chunks are leased (kept from eviction and from clear) for
-        lease_ms (0: the daemon's --lease-ms): end the lease by retrieving
-        with lease_id=, or with release()."""
+    def lookup(self, keys: Keys, *, lease_ms: int = 0, prefetch: bool = False) -> LookupResult:
+        """The longest prefix of keys that is stored, in L1, L2 or L3
+        (result.hit_tiers). When anything hits, the hit chunks are leased
+        (kept from eviction and from clear) for lease_ms (0: the daemon's
+        --lease-ms): end the lease by retrieving with lease_id=, or with
+        release(). prefetch=True starts promoting the L2/L3 hits into L1;
+        look the same keys up again to learn whether it completed
+        (result.prefetch_done)."""
         blob = _key_blob(keys)
         result = _lib.CLookupResult()
-        self._client._call(_lib.lib().kvstash_lookup, self.id, blob, len(blob) // _KEY,
-                           _u32(lease_ms, "lease_ms"), byref(result))
-        return LookupResult(result.hit_chunks, result.hit_tokens, result.lease_id,
-                            result.lease_expires_ms)
+        self._client._call(_lib.lib().kvstash_lookup_ex, self.id, blob, len(blob) // _KEY,
+                           _u32(lease_ms, "lease_ms"),
+                           _lib.LOOKUP_PREFETCH if prefetch else 0, byref(result))
+        return _lib.lookup_result(result)
 
     def release(self, lease_id: int) -> int:
         """Ends a lease early; returns the chunks it held."""
@@ -334,11 +337,13 @@ class Registration:
                             c_void_p(chunks._address), len(chunks), _u32(skip_tokens, "skip_tokens"),
                             _u64(lease_id, "lease_id"))
 
-    def lookup_async(self, keys: Keys, *, lease_ms: int = 0) -> "Future[LookupResult]":
+    def lookup_async(self, keys: Keys, *, lease_ms: int = 0,
+                     prefetch: bool = False) -> "Future[LookupResult]":
         """lookup() returning a concurrent.futures.Future at once."""
         blob = _key_blob(keys)
-        return self._submit(KIND_LOOKUP, _lib.lib().kvstash_lookup_submit, self.id, blob,
-                            len(blob) // _KEY, _u32(lease_ms, "lease_ms"))
+        return self._submit(KIND_LOOKUP, _lib.lib().kvstash_lookup_ex_submit, self.id, blob,
+                            len(blob) // _KEY, _u32(lease_ms, "lease_ms"),
+                            _lib.LOOKUP_PREFETCH if prefetch else 0)
 
     def release_async(self, lease_id: int) -> "Future[int]":
         """release() returning a concurrent.futures.Future at once."""
@@ -357,9 +362,11 @@ class Registration:
         return await asyncio.wrap_future(
             self.retrieve_async(chunks, skip_tokens=skip_tokens, lease_id=lease_id, stream=stream))
 
-    async def lookup_aio(self, keys: Keys, *, lease_ms: int = 0) -> LookupResult:
+    async def lookup_aio(self, keys: Keys, *, lease_ms: int = 0,
+                         prefetch: bool = False) -> LookupResult:
         """`await reg.lookup_aio(keys)`: lookup() for asyncio."""
-        return await asyncio.wrap_future(self.lookup_async(keys, lease_ms=lease_ms))
+        return await asyncio.wrap_future(
+            self.lookup_async(keys, lease_ms=lease_ms, prefetch=prefetch))
 
     async def release_aio(self, lease_id: int) -> int:
         """`await reg.release_aio(lease_id)`: release() for asyncio."""

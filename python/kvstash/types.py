@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Union
+from typing import List, Union
 
 
 class DType(enum.IntEnum):
@@ -62,6 +62,23 @@ class LookupResult:
     hit_tokens: int
     lease_id: int
     lease_expires_ms: int
+    # Where the hits are: the first l1_chunks in the daemon's memory (L1),
+    # then l2_chunks on its disk (L2), then l3_chunks in Redis (L3).
+    l1_chunks: int = 0
+    l2_chunks: int = 0
+    l3_chunks: int = 0
+    # Hit chunks a prefetch is still promoting into L1; 0 once it completed.
+    prefetch_pending: int = 0
+
+    @property
+    def hit_tiers(self) -> List[str]:
+        """The tier of each hit chunk, in order: "L1", "L2" or "L3"."""
+        return ["L1"] * self.l1_chunks + ["L2"] * self.l2_chunks + ["L3"] * self.l3_chunks
+
+    @property
+    def prefetch_done(self) -> bool:
+        """True once no hit chunk is still being promoted into L1."""
+        return self.prefetch_pending == 0
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ struct ChunkStore::Entry {
   uint64_t bytes = 0;
   uint32_t num_tokens = 0;
   bool writing = true;
+  bool clean = false;     // its bytes are below L1 too (or need not be)
+  bool flushing = false;  // being written below L1: pinned
   uint32_t readers = 0;
   uint32_t leases = 0;
   std::list<Entry*>::iterator lru;  // valid while in the LRU list (evictable)
@@ -34,7 +36,45 @@ ChunkStore::ChunkStore(L1Pool& pool, Stats& stats, LeaseLimits limits)
 ChunkStore::~ChunkStore() = default;
 
 bool ChunkStore::Evictable(const Entry& e) const {
-  return !e.writing && e.readers == 0 && e.leases == 0;
+  return !e.writing && !e.flushing && e.readers == 0 && e.leases == 0;
+}
+
+void ChunkStore::SetWriteBehind(WriteBehind mode, FlushHook hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_behind_ = hook ? mode : WriteBehind::kNone;
+  flush_hook_ = std::move(hook);
+}
+
+ChunkStore::Flush ChunkStore::FlushOfLocked(Entry* e) {
+  e->flushing = true;
+  PinLocked(e);
+  return Flush{e, e->id.scope, e->id.key, e->slot.data, e->bytes, e->num_tokens};
+}
+
+void ChunkStore::RunFlushes(std::vector<Flush> flushes) {
+  if (!flushes.empty()) flush_hook_(std::move(flushes));
+}
+
+void ChunkStore::EndFlush(Entry* entry, bool written) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entry->flushing = false;
+  // Not written (the tier is full or failing): it may go all the same, or
+  // L1 would fill with chunks that can never leave.
+  entry->clean = true;
+  if (!written) Stats::Add(stats_.write_behind_failed);
+  // Written because eviction picked it: it goes first.
+  UnpinLocked(entry, /*oldest=*/write_behind_ == WriteBehind::kOnEviction);
+}
+
+bool ChunkStore::EvictLocked(Entry* e) {
+  if (write_behind_ == WriteBehind::kOnEviction && !e->clean) {
+    pending_flushes_.push_back(FlushOfLocked(e));
+    return false;
+  }
+  Stats::Add(stats_.evicted_chunks);
+  Stats::Add(stats_.evicted_bytes, e->bytes);
+  EraseLocked(e);
+  return true;
 }
 
 void ChunkStore::EraseLocked(Entry* entry) {
@@ -53,9 +93,9 @@ void ChunkStore::PinLocked(Entry* entry) {
   entry->in_lru = false;
 }
 
-void ChunkStore::UnpinLocked(Entry* entry) {
+void ChunkStore::UnpinLocked(Entry* entry, bool oldest) {
   if (entry->in_lru || !Evictable(*entry)) return;
-  entry->lru = lru_.insert(lru_.end(), entry);  // just used: most recent
+  entry->lru = lru_.insert(oldest ? lru_.begin() : lru_.end(), entry);  // just used: most recent
   entry->in_lru = true;
 }
 
@@ -64,23 +104,24 @@ std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
   // Evict the least recently used chunk of the same size first: its slot is
   // exactly what is needed.
   // Only evictable chunks are in the list: with one chunk size (the common
-  // case) the front is the one.
-  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    Entry* e = *it;
-    if (e->bytes == chunk_bytes) {
-      Stats::Add(stats_.evicted_chunks);
-      Stats::Add(stats_.evicted_bytes, e->bytes);
-      EraseLocked(e);
-      return pool_.Allocate(chunk_bytes);
-    }
+  // case) the front is the one. Chunks still to be written below L1 are sent
+  // there (at most kFlushAhead per call) and passed over.
+  constexpr size_t kFlushAhead = 8;
+  const size_t flushes_before = pending_flushes_.size();
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    Entry* e = *it++;
+    if (e->bytes != chunk_bytes) continue;
+    if (EvictLocked(e)) return pool_.Allocate(chunk_bytes);
+    if (pending_flushes_.size() - flushes_before >= kFlushAhead) return std::nullopt;
   }
   // Otherwise free whole slabs of other sizes, oldest chunks first, until one
   // slab empties and can serve this size.
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
-    Stats::Add(stats_.evicted_chunks);
-    Stats::Add(stats_.evicted_bytes, e->bytes);
-    EraseLocked(e);
+    if (!EvictLocked(e)) {
+      if (pending_flushes_.size() - flushes_before >= kFlushAhead) return std::nullopt;
+      continue;
+    }
     if (auto slot = pool_.Allocate(chunk_bytes)) return slot;
   }
   return std::nullopt;
@@ -88,7 +129,19 @@ std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
 
 ChunkStore::StoreTicket ChunkStore::BeginStore(ScopeId scope, const ChunkKey& key,
                                                uint64_t chunk_bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Flush> flushes;
+  StoreTicket ticket;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ticket = BeginStoreLocked(scope, key, chunk_bytes);
+    flushes.swap(pending_flushes_);
+  }
+  RunFlushes(std::move(flushes));
+  return ticket;
+}
+
+ChunkStore::StoreTicket ChunkStore::BeginStoreLocked(ScopeId scope, const ChunkKey& key,
+                                                     uint64_t chunk_bytes) {
   ScopedKey id{scope, key};
   auto found = index_.find(id);
   if (found != index_.end()) {
@@ -106,11 +159,20 @@ ChunkStore::StoreTicket ChunkStore::BeginStore(ScopeId scope, const ChunkKey& ke
   return {Reservation::kReserved, raw, slot->data};
 }
 
-void ChunkStore::CommitStore(Entry* entry, uint32_t num_tokens) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  entry->num_tokens = num_tokens;
-  entry->writing = false;
-  UnpinLocked(entry);
+void ChunkStore::CommitStore(Entry* entry, uint32_t num_tokens, bool clean) {
+  std::vector<Flush> flushes;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entry->num_tokens = num_tokens;
+    entry->writing = false;
+    entry->clean = clean || write_behind_ == WriteBehind::kNone;
+    if (!entry->clean && write_behind_ == WriteBehind::kWriteThrough) {
+      flushes.push_back(FlushOfLocked(entry));
+    } else {
+      UnpinLocked(entry);
+    }
+  }
+  RunFlushes(std::move(flushes));
 }
 
 void ChunkStore::AbortStore(Entry* entry) {
@@ -132,6 +194,12 @@ void ChunkStore::EndRead(Entry* entry) {
   std::lock_guard<std::mutex> lock(mutex_);
   --entry->readers;
   UnpinLocked(entry);
+}
+
+bool ChunkStore::Ready(ScopeId scope, const ChunkKey& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = index_.find(ScopedKey{scope, key});
+  return found != index_.end() && !found->second->writing;
 }
 
 ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<ChunkKey>& keys,
@@ -159,7 +227,10 @@ ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<Chu
   uint64_t new_bytes = 0;
   for (const ChunkKey& key : keys) {
     auto found = index_.find(ScopedKey{scope, key});
-    if (found == index_.end() || found->second->writing) break;
+    if (found == index_.end() || found->second->writing) {
+      result.ended_at_miss = true;
+      break;
+    }
     Entry* e = found->second.get();
     // A chunk nobody leases yet adds to the leased bytes: stop the prefix
     // where the budget ends (the engine recomputes the rest).
@@ -180,9 +251,7 @@ ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<Chu
     leased_bytes_ += new_bytes;
     lease.expires = Clock::now() + lease_time;
     lease.owner = owner;
-    do {
-      result.lease_id = random_ids_();
-    } while (result.lease_id == 0 || leases_.count(result.lease_id) != 0);
+    result.lease_id = NewLeaseIdLocked();
     by_expiry_.emplace(lease.expires, result.lease_id);
     leases_.emplace(result.lease_id, std::move(lease));
     ++held;
@@ -193,7 +262,45 @@ ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<Chu
   return result;
 }
 
-void ChunkStore::EndLeaseLocked(Lease& lease) {
+uint64_t ChunkStore::NewLeaseIdLocked() {
+  uint64_t id = 0;
+  do {
+    id = random_ids_();
+  } while (id == 0 || leases_.count(id) != 0);
+  return id;
+}
+
+uint64_t ChunkStore::AttachLower(uint64_t lease_id, const std::string& owner,
+                                 std::chrono::milliseconds lease_time, uint32_t chunks,
+                                 std::function<void()> on_end) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (lease_id == 0) {
+      Lease lease;
+      lease.expires = Clock::now() + lease_time;
+      lease.owner = owner;
+      lease.lower_chunks = chunks;
+      lease.on_end.push_back(std::move(on_end));
+      lease_id = NewLeaseIdLocked();
+      by_expiry_.emplace(lease.expires, lease_id);
+      leases_.emplace(lease_id, std::move(lease));
+      ++leases_of_[owner];
+      Stats::Add(stats_.leases_granted);
+      return lease_id;
+    }
+    auto found = leases_.find(lease_id);
+    if (found != leases_.end() && found->second.owner == owner) {
+      found->second.lower_chunks += chunks;
+      found->second.on_end.push_back(std::move(on_end));
+      return lease_id;
+    }
+  }
+  on_end();  // the lease ended meanwhile
+  return 0;
+}
+
+void ChunkStore::EndLeaseLocked(Lease& lease, std::vector<std::function<void()>>* after) {
+  for (auto& end : lease.on_end) after->push_back(std::move(end));
   for (Entry* e : lease.entries) {
     if (--e->leases == 0) leased_bytes_ -= e->bytes;
     UnpinLocked(e);
@@ -203,28 +310,37 @@ void ChunkStore::EndLeaseLocked(Lease& lease) {
 }
 
 std::optional<uint32_t> ChunkStore::Release(uint64_t lease_id, const std::string& owner) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto found = leases_.find(lease_id);
-  if (found == leases_.end() || found->second.owner != owner) return std::nullopt;
-  const uint32_t chunks = uint32_t(found->second.entries.size());
-  EndLeaseLocked(found->second);
-  by_expiry_.erase({found->second.expires, lease_id});
-  leases_.erase(found);
-  Stats::Add(stats_.leases_released);
+  std::vector<std::function<void()>> after;
+  uint32_t chunks = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = leases_.find(lease_id);
+    if (found == leases_.end() || found->second.owner != owner) return std::nullopt;
+    chunks = uint32_t(found->second.entries.size()) + found->second.lower_chunks;
+    EndLeaseLocked(found->second, &after);
+    by_expiry_.erase({found->second.expires, lease_id});
+    leases_.erase(found);
+    Stats::Add(stats_.leases_released);
+  }
+  for (auto& run : after) run();
   return chunks;
 }
 
 void ChunkStore::ExpireLeases(Clock::time_point now) {
   // Earliest first: the frontend's tick does work only for leases that end.
-  std::lock_guard<std::mutex> lock(mutex_);
-  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now) {
-    auto found = leases_.find(by_expiry_.begin()->second);
-    by_expiry_.erase(by_expiry_.begin());
-    if (found == leases_.end()) continue;
-    EndLeaseLocked(found->second);
-    leases_.erase(found);
-    Stats::Add(stats_.leases_expired);
+  std::vector<std::function<void()>> after;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!by_expiry_.empty() && by_expiry_.begin()->first <= now) {
+      auto found = leases_.find(by_expiry_.begin()->second);
+      by_expiry_.erase(by_expiry_.begin());
+      if (found == leases_.end()) continue;
+      EndLeaseLocked(found->second, &after);
+      leases_.erase(found);
+      Stats::Add(stats_.leases_expired);
+    }
   }
+  for (auto& run : after) run();
 }
 
 uint64_t ChunkStore::Clear(const std::function<bool(ScopeId)>& matches) {

@@ -13,8 +13,18 @@
 // total, and leased bytes to a share of the pool, so one client cannot pin
 // the pool and starve every other store.
 //
+// Write-behind to the tiers below L1 (L2, L3): a chunk is written there
+// either right after its store commits (write-through) or when eviction
+// picks it (on-eviction). While its bytes are being written the chunk is
+// pinned (flushing); it reads as usual. On eviction a chunk not yet written
+// below is never dropped: it is sent to be written and the next clean
+// chunk is evicted instead, so a store's reply never waits for a tier.
+//
+// A lease may also hold chunks of the tiers below (AttachLower): their
+// holder's `on_end` runs when the lease ends.
+//
 // Thread-safe: one mutex guards everything (the frontend reserves and looks
-// up, transfer workers commit and unpin).
+// up, transfer workers commit and unpin). Hooks run outside the lock.
 #pragma once
 
 #include <chrono>
@@ -62,7 +72,22 @@ class ChunkStore {
     uint64_t hit_tokens = 0;
     uint64_t lease_id = 0;
     Status refused;  // ResourceExhausted when a lease limit refused it
+    // The prefix ended at a key absent from L1 (not at a partial chunk, the
+    // leased-bytes budget or the last key): lower tiers may continue it.
+    bool ended_at_miss = false;
   };
+
+  // A chunk to write below L1; its slot stays pinned until EndFlush.
+  struct Flush {
+    Entry* entry = nullptr;
+    ScopeId scope = 0;
+    ChunkKey key{};
+    const uint8_t* data = nullptr;
+    uint64_t bytes = 0;
+    uint32_t num_tokens = 0;
+  };
+  enum class WriteBehind { kNone, kWriteThrough, kOnEviction };
+  using FlushHook = std::function<void(std::vector<Flush>)>;
 
   struct LeaseLimits {
     uint64_t per_owner = 0;    // leases one owner may hold; 0 = unbounded
@@ -73,17 +98,25 @@ class ChunkStore {
   ChunkStore(L1Pool& pool, Stats& stats, LeaseLimits limits);
   ~ChunkStore();
 
+  // Where chunks go below L1; before any store. kNone: eviction drops them.
+  void SetWriteBehind(WriteBehind mode, FlushHook hook);
+  // A Flush finished (written or not: either way the slot may go now).
+  void EndFlush(Entry* entry, bool written);
+
   // Reserves a slot (evicting if needed) for a new chunk, or reports it
   // present (Ready or Writing) or that no room can be made.
   StoreTicket BeginStore(ScopeId scope, const ChunkKey& key, uint64_t chunk_bytes);
   // Publishes a reserved chunk with its token count; Lookup sees it from now.
-  void CommitStore(Entry* entry, uint32_t num_tokens);
+  // `clean`: its bytes are already below L1 (a promotion), nothing to write.
+  void CommitStore(Entry* entry, uint32_t num_tokens, bool clean = false);
   // Drops a reservation whose copy failed; the slot is freed.
   void AbortStore(Entry* entry);
 
   // Pins a Ready chunk for reading; nullopt when absent or still Writing.
   std::optional<ReadTicket> BeginRead(ScopeId scope, const ChunkKey& key);
   void EndRead(Entry* entry);
+  // Whether the chunk is in L1 and Ready.
+  bool Ready(ScopeId scope, const ChunkKey& key) const;
 
   // Longest prefix of `keys` that is Ready; leases it for `lease` when any.
   // A chunk of fewer than chunk_tokens tokens ends the prefix. The prefix
@@ -95,6 +128,12 @@ class ChunkStore {
   // Ends a lease of `owner`; returns the chunks it held, or nullopt if
   // unknown, expired or another owner's.
   std::optional<uint32_t> Release(uint64_t lease_id, const std::string& owner = {});
+  // Adds `chunks` of lower tiers to lease `lease_id` (or, with 0, to a new
+  // lease of `owner` for `lease`); `on_end` runs once when it ends. Returns
+  // the lease id, 0 when `lease_id` is no longer held (`on_end` ran).
+  uint64_t AttachLower(uint64_t lease_id, const std::string& owner,
+                       std::chrono::milliseconds lease, uint32_t chunks,
+                       std::function<void()> on_end);
   // Ends leases whose time has passed.
   void ExpireLeases(Clock::time_point now);
 
@@ -124,17 +163,29 @@ class ChunkStore {
     Clock::time_point expires;
     std::string owner;
     std::vector<Entry*> entries;
+    uint32_t lower_chunks = 0;
+    std::vector<std::function<void()>> on_end;
   };
   using Index = std::unordered_map<ScopedKey, std::unique_ptr<Entry>, ScopedKeyHash>;
 
   bool Evictable(const Entry& e) const;
+  StoreTicket BeginStoreLocked(ScopeId scope, const ChunkKey& key, uint64_t chunk_bytes);
   void EraseLocked(Entry* entry);
   std::optional<L1Pool::Slot> AllocateLocked(uint64_t chunk_bytes);
   void TouchLocked(Entry* entry);
-  void EndLeaseLocked(Lease& lease);
+  // Appends what must run once the lock is released to `after`.
+  void EndLeaseLocked(Lease& lease, std::vector<std::function<void()>>* after);
+  uint64_t NewLeaseIdLocked();
   // Pins and unpins: an entry leaves the LRU list while it is not evictable.
+  // `oldest`: back at the front of the list (first to go), not the end.
   void PinLocked(Entry* entry);
-  void UnpinLocked(Entry* entry);
+  void UnpinLocked(Entry* entry, bool oldest = false);
+  // Eviction's choice of `e`: true when it was erased; false when it must
+  // first be written below L1 (queued on pending_flushes_, pinned).
+  bool EvictLocked(Entry* e);
+  Flush FlushOfLocked(Entry* e);
+  // Hands pending_flushes_ to the hook; called without the lock.
+  void RunFlushes(std::vector<Flush> flushes);
 
   L1Pool& pool_;
   Stats& stats_;
@@ -146,6 +197,9 @@ class ChunkStore {
   std::unordered_map<std::string, uint64_t> leases_of_;   // GUARDED_BY(mutex_)
   uint64_t leased_bytes_ = 0;                             // GUARDED_BY(mutex_)
   const LeaseLimits limits_;
+  WriteBehind write_behind_ = WriteBehind::kNone;  // set before any store
+  FlushHook flush_hook_;
+  std::vector<Flush> pending_flushes_;                    // GUARDED_BY(mutex_)
   std::mt19937_64 random_ids_;                            // GUARDED_BY(mutex_)
 };
 

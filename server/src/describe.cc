@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "kvstash/version.h"
-#include "service.h"
+#include "introspection.h"
 
 namespace kvstash::server {
 
@@ -43,9 +43,33 @@ json GroupJson(const ChunkGroup& group) {
               {"size_bytes", group.size_bytes()}};
 }
 
+// Per tier below L1: usage, counters, operation latency.
+json TiersJson(const std::vector<TierSnapshot>& tiers) {
+  json out = json::object();
+  for (const TierSnapshot& t : tiers) {
+    json counters = json::object();
+    for (const Stats::Counter& c : t.counters) counters[c.name] = c.value;
+    json latency = json::object();
+    for (const auto& [op, s] : {std::pair{"put", &t.put_latency}, std::pair{"get", &t.get_latency}}) {
+      if (s->count == 0) continue;
+      latency[op] = json{{"count", s->count},
+                         {"mean_us", s->sum_us / s->count},
+                         {"p50_us_le", s->Percentile(0.50)},
+                         {"p99_us_le", s->Percentile(0.99)}};
+    }
+    out[t.level] = json{{"tier", t.name},
+                        {"capacity_bytes", t.capacity_bytes},
+                        {"used_bytes", t.used_bytes},
+                        {"chunks", t.chunks},
+                        {"counters", counters},
+                        {"latency", latency}};
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
+std::string Introspection::DescribeJson(const PeerId& viewer, bool admin) const {
   json config = json::object();
   for (const auto& [name, value] : config::EffectiveConfig(config_)) config[name] = value;
   const auto uptime =
@@ -84,6 +108,8 @@ std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
             {"ready_bytes", pool_->ready_bytes()}};
   json backend = json::object();
   backend_->Describe(backend);
+  json tiers = json::array({json{{"name", "L1"}, {"kind", "pinned host memory"}, {"pool", pool}}});
+  tiers_->Describe(tiers);  // L2, L3
   json doc{{"server",
             {{"version", KVSTASH_VERSION},
              {"protocol_version", proto::kProtocolVersion},
@@ -93,7 +119,7 @@ std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
              {"uptime_ms", uptime}}},
            {"backend", backend},
            {"config", config},
-           {"tiers", json::array({json{{"name", "L1"}, {"kind", "pinned host memory"}, {"pool", pool}}})},
+           {"tiers", tiers},
            {"registrations", registrations},
            // Registrations of other connections, which a non-admin sees only
            // counted (docs/protocol.md "Trust").
@@ -102,12 +128,12 @@ std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
 }
 
-StatsSnapshot Service::ReadStats() const {
+StatsSnapshot Introspection::ReadStats() const {
   StatsSnapshot s;
   s.counters = stats_.ReadCounters();
   // Describe and Stats in flight (this one, if it is a Stats) are not
   // transfers: the gauge counts Store, Retrieve and UnregisterKV.
-  const uint64_t deferred = deferred_.load();
+  const uint64_t deferred = deferred_.count();
   const ChunkStore::Usage usage = store_->usage();
   const std::vector<std::shared_ptr<Registration>> registrations = registry_->List();
   s.gauges = {
@@ -123,6 +149,7 @@ StatsSnapshot Service::ReadStats() const {
       {"requests_deferred", "Store, Retrieve and UnregisterKV requests in flight",
        deferred - std::min(deferred, introspecting_.load())}};
   for (size_t k = 0; k < s.latency.size(); ++k) s.latency[k] = stats_.latency(RequestKind(k)).Read();
+  s.tiers = tiers_->ReadStats();
   for (const auto& reg : registrations) {
     s.registrations.push_back(
         {reg->id, reg->request.model, reg->request.tp_rank, reg->stats.ReadCounters()});
@@ -130,7 +157,7 @@ StatsSnapshot Service::ReadStats() const {
   return s;
 }
 
-std::string Service::StatsJson() const {
+std::string Introspection::StatsJson() const {
   const StatsSnapshot snapshot = ReadStats();
   json counters = json::object();
   for (const Stats::Counter& c : snapshot.counters) counters[c.name] = c.value;
@@ -152,6 +179,7 @@ std::string Service::StatsJson() const {
     registrations.push_back(
         json{{"id", reg.id}, {"model", reg.model}, {"tp_rank", reg.tp_rank}, {"counters", reg_counters}});
   }
+  json tiers = TiersJson(snapshot.tiers);
   // Rates are derived from counters, never stored.
   const uint64_t keys = counters["lookup_keys"];
   const uint64_t hits = counters["lookup_hit_chunks"];
@@ -163,6 +191,7 @@ std::string Service::StatsJson() const {
               {"gauges", gauges},
               {"latency", latency},
               {"per_registration", registrations},
+              {"tiers", tiers},
               {"derived", derived}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -4,7 +4,7 @@
 // TimedOut; a stored one is not published.
 #include <string>
 
-#include "service.h"
+#include "transfers.h"
 
 namespace kvstash::server {
 
@@ -19,7 +19,20 @@ Status TimedOutChunk() {
 
 }  // namespace
 
-Status Service::CheckChunks(const Registration& reg, const std::vector<ChunkRequest>& chunks,
+Transfers::Transfers(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
+                     Backend& backend, ChunkStore& store, TierChain& tiers,
+                     const Registrations& registrations)
+    : config_(config), stats_(stats), deferred_(deferred), store_(&store), tiers_(tiers),
+      registrations_(registrations) {
+  for (int d = 0; d < backend.num_devices(); ++d) {
+    workers_.push_back(std::make_unique<TransferWorker>(
+        backend, d, std::chrono::microseconds(config.busy_poll_us)));
+  }
+}
+
+Transfers::~Transfers() = default;
+
+Status Transfers::CheckChunks(const Registration& reg, const std::vector<ChunkRequest>& chunks,
                             bool need_tokens) const {
   const ChunkLayout& layout = reg.layout;
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -62,21 +75,21 @@ Status Service::CheckChunks(const Registration& reg, const std::vector<ChunkRequ
   return Status::Ok();
 }
 
-Service::Reply Service::SubmitTransfer(Direction direction, TransferJob job) {
+Transfers::Reply Transfers::SubmitTransfer(Direction direction, TransferJob job, bool begun) {
   // block_ids grew while the job was built: point the copies at it only now.
   for (size_t c = 0; c < job.chunks.size(); ++c) job.chunks[c].block_ids = job.block_ids[c].data();
-  BeginDeferred(job.owner);
+  if (!begun) deferred_.Begin(job.owner);
   const size_t device = size_t(job.registration->device);
   workers_[device]->Submit(direction, std::move(job));
   return std::optional<ReplyBody>();  // the reply comes when the copy completes
 }
 
-Service::Reply Service::Store(const Request& r, StoreRequest& m) {
-  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id, r.peer);
+Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
+  Result<std::shared_ptr<Registration>> found = registrations_.FindRegistration(m.registration_id, r.peer);
   if (!found.ok()) return found.status();
   std::shared_ptr<Registration> reg = *found;
   KVSTASH_RETURN_IF_ERROR(CheckChunks(*reg, m.chunks, /*need_tokens=*/true));
-  KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
+  KVSTASH_RETURN_IF_ERROR(deferred_.CheckInFlight(r.peer.id));
 
   const uint64_t chunk_bytes = reg->layout.chunk_bytes();
   auto reply = std::make_shared<StoreReply>();
@@ -129,18 +142,40 @@ Service::Reply Service::Store(const Request& r, StoreRequest& m) {
         Stats::Add(missed[k] ? stats_.chunks_timed_out : stats_.store_chunks_failed);
       }
     }
-    Finish(r, std::move(*reply));
+    deferred_.Finish(r, std::move(*reply));
   };
   return SubmitTransfer(Direction::kStore, std::move(job));
 }
 
-Service::Reply Service::Retrieve(const Request& r, RetrieveRequest& m) {
-  Result<std::shared_ptr<Registration>> found = FindRegistration(m.registration_id, r.peer);
+Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
+  Result<std::shared_ptr<Registration>> found = registrations_.FindRegistration(m.registration_id, r.peer);
   if (!found.ok()) return found.status();
   std::shared_ptr<Registration> reg = *found;
   KVSTASH_RETURN_IF_ERROR(CheckChunks(*reg, m.chunks, /*need_tokens=*/false));
-  KVSTASH_RETURN_IF_ERROR(CheckInFlight(r.peer.id));
+  KVSTASH_RETURN_IF_ERROR(deferred_.CheckInFlight(r.peer.id));
+  if (tiers_.enabled()) {
+    std::vector<ChunkKey> below;
+    for (const ChunkRequest& chunk : m.chunks) {
+      if (!store_->Ready(reg->scope, chunk.key)) below.push_back(chunk.key);
+    }
+    if (!below.empty()) {
+      // Promoted first (off the frontend), then copied like any L1 chunk.
+      deferred_.Begin(r.peer.id);
+      auto request = std::make_shared<RetrieveRequest>(std::move(m));
+      TierChain::Scope scope{reg->scope, reg->namespace_id, reg->layout.fingerprint(),
+                             reg->layout.chunk_bytes()};
+      tiers_.Promote(scope, std::move(below), [this, r, request, reg] {
+        Reply now = RetrieveFromL1(r, *request, reg, /*begun=*/true);
+        if (now.ok() && now->has_value()) deferred_.Finish(r, **now);
+      });
+      return std::optional<ReplyBody>();
+    }
+  }
+  return RetrieveFromL1(r, m, reg, /*begun=*/false);
+}
 
+Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
+                                           std::shared_ptr<Registration> reg, bool begun) {
   const ChunkLayout& layout = reg->layout;
   const uint64_t chunk_tokens = layout.chunk_tokens();
   auto reply = std::make_shared<RetrieveReply>();
@@ -212,9 +247,9 @@ Service::Reply Service::Retrieve(const Request& r, RetrieveRequest& m) {
     }
     // An expired or unknown lease is no error here: the retrieve is done.
     if (lease_id != 0) store_->Release(lease_id, r.peer.id);
-    Finish(r, std::move(*reply));
+    deferred_.Finish(r, std::move(*reply));
   };
-  return SubmitTransfer(Direction::kRetrieve, std::move(job));
+  return SubmitTransfer(Direction::kRetrieve, std::move(job), begun);
 }
 
 }  // namespace kvstash::server

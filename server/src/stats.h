@@ -49,7 +49,14 @@ namespace kvstash::server {
   X(requests_refused_busy, "requests refused: the client had too many in flight")   \
   X(evicted_chunks, "chunks evicted to make room")                                 \
   X(evicted_bytes, "bytes of evicted chunks")                                      \
-  X(cleared_chunks, "chunks dropped by Clear")
+  X(cleared_chunks, "chunks dropped by Clear")                                     \
+  X(lookup_hit_chunks_l2, "chunks of Lookup prefixes found in L2 (local disk)")    \
+  X(lookup_hit_chunks_l3, "chunks of Lookup prefixes found in L3 (Redis)")         \
+  X(prefetch_chunks, "L2/L3 chunks a Lookup asked to promote into L1 ahead")       \
+  X(promoted_chunks, "chunks read from L2 or L3 into L1")                          \
+  X(promote_failed, "chunks that could not be promoted (gone, corrupt, no room)")  \
+  X(write_behind_chunks, "chunks sent to be written below L1")                     \
+  X(write_behind_failed, "chunks that no tier below L1 took")
 
 // X(name, help): one registration's share of the traffic. Lookup misses are
 // counted in chunks only: a Lookup sends keys, not the prompt's length, so the
@@ -112,6 +119,18 @@ struct Gauge {
   uint64_t value;
 };
 
+// One tier below L1 (L2, L3): its usage, counters and operation latency.
+struct TierSnapshot {
+  std::string name;   // "l2-disk", "l3-redis"
+  std::string level;  // "L2", "L3"
+  uint64_t capacity_bytes = 0;  // 0: unknown (a shared store)
+  uint64_t used_bytes = 0;
+  uint64_t chunks = 0;
+  std::vector<Stats::Counter> counters;  // KVSTASH_TIER_COUNTERS
+  LatencyHistogram::Snapshot put_latency;
+  LatencyHistogram::Snapshot get_latency;
+};
+
 // Everything `kvstash stats` and the metrics endpoint show, read at one
 // moment by Service::ReadStats. Plain data.
 struct StatsSnapshot {
@@ -125,6 +144,7 @@ struct StatsSnapshot {
   std::vector<Gauge> gauges;
   std::array<LatencyHistogram::Snapshot, size_t(RequestKind::kCount)> latency{};
   std::vector<Registration> registrations;
+  std::vector<TierSnapshot> tiers;
 };
 
 }  // namespace kvstash::server

@@ -170,7 +170,7 @@ Result<RequestBody> DecodeRequest(const wire::Envelope& e, const DecodeLimits& l
         return Status::TooLarge("Lookup names " + std::to_string((*m)->keys()->size()) +
                                 " keys; the limit is " + std::to_string(limits.max_chunks_per_request));
       }
-      LookupRequest out{(*m)->registration_id(), {}, (*m)->lease_ms()};
+      LookupRequest out{(*m)->registration_id(), {}, (*m)->lease_ms(), (*m)->prefetch()};
       out.keys.reserve((*m)->keys()->size());
       for (const wire::Key* key : *(*m)->keys()) out.keys.push_back(proto::FromWire(*key));
       return RequestBody(std::move(out));
@@ -268,8 +268,11 @@ struct Encoder {
     return Outcomes(fbb, id, wire::Body::RetrieveReply, r.chunks);
   }
   proto::Bytes operator()(const LookupReply& r) const {
-    FlatBufferBuilder fbb(64);
-    auto body = wire::CreateLookupReply(fbb, r.hit_chunks, r.hit_tokens, r.lease_id, r.lease_expires_ms);
+    FlatBufferBuilder fbb(64 + r.hit_tiers.size());
+    auto tiers = fbb.CreateVector(reinterpret_cast<const wire::TierLevel*>(r.hit_tiers.data()),
+                                  r.hit_tiers.size());
+    auto body = wire::CreateLookupReply(fbb, r.hit_chunks, r.hit_tokens, r.lease_id,
+                                        r.lease_expires_ms, tiers, r.prefetch_pending);
     return proto::Finish(fbb, id, wire::Body::LookupReply, body.Union());
   }
   proto::Bytes operator()(const ReleaseReply& r) const {

@@ -44,6 +44,7 @@ struct LookupRequest {
   uint64_t registration_id = 0;
   std::vector<ChunkKey> keys;  // 0 to max_chunks_per_request
   uint32_t lease_ms = 0;
+  bool prefetch = false;
 };
 struct ReleaseRequest { uint64_t lease_id = 0; };
 struct ClearRequest { std::string model, tenant_salt; };
@@ -92,6 +93,8 @@ struct LookupReply {
   uint64_t hit_tokens = 0;
   uint64_t lease_id = 0;
   uint32_t lease_expires_ms = 0;
+  std::vector<uint8_t> hit_tiers;  // wire::TierLevel per hit
+  uint32_t prefetch_pending = 0;
 };
 struct ReleaseReply { uint32_t released_chunks = 0; };
 struct ClearReply { uint64_t cleared_chunks = 0; };

@@ -90,10 +90,13 @@ class Client {
                                                           const std::vector<ChunkBlocks>& chunks,
                                                           uint32_t skip_tokens = 0,
                                                           uint64_t lease_id = 0);
-  // Longest stored prefix of keys; pins it for lease_ms (0: server default).
+  // Longest stored prefix of keys, across L1, L2 and L3; pins it for
+  // lease_ms (0: server default). prefetch: start promoting the prefix's
+  // L2/L3 chunks into L1 now; a later Lookup of the same keys reports how
+  // many are still on their way (LookupResult::prefetch_pending).
   std::future<Result<LookupResult>> Lookup(uint64_t registration_id,
                                            const std::vector<ChunkKey>& keys,
-                                           uint32_t lease_ms = 0);
+                                           uint32_t lease_ms = 0, bool prefetch = false);
   // Returns the number of chunks the lease held.
   std::future<Result<uint32_t>> Release(uint64_t lease_id);
 
@@ -106,6 +109,8 @@ class Client {
                 Done<Result<std::vector<ChunkOutcome>>> done);
   void Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
               Done<Result<LookupResult>> done);
+  void Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
+              bool prefetch, Done<Result<LookupResult>> done);
   void Release(uint64_t lease_id, Done<Result<uint32_t>> done);
 
   // Empty model: everything. Returns the number of chunks dropped.

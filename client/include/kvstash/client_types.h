@@ -113,11 +113,23 @@ struct ChunkOutcome {
   Status error;             // set with kFailed
 };
 
+// Where the daemon found a chunk: L1 its pinned host memory, L2 its local
+// disk, L3 the shared Redis / Valkey store.
+enum class TierLevel : uint8_t { kNone = 0, kL1 = 1, kL2 = 2, kL3 = 3 };
+const char* NameOf(TierLevel level);
+
 struct LookupResult {
   uint32_t hit_chunks = 0;
   uint64_t hit_tokens = 0;
   uint64_t lease_id = 0;  // 0 when nothing hit
   uint32_t lease_expires_ms = 0;
+  // One per hit chunk, in order: L1 hits first, then L2, then L3.
+  std::vector<TierLevel> hit_tiers;
+  // Hit chunks still being promoted into L1 (a prefetch in progress); 0
+  // once every prefetched chunk has landed.
+  uint32_t prefetch_pending = 0;
+  // Hit chunks found in `level`.
+  uint32_t CountIn(TierLevel level) const;
 };
 
 struct StatsResult {

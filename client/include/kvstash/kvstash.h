@@ -196,7 +196,18 @@ typedef struct kvstash_lookup_result {
   uint64_t hit_tokens;
   uint64_t lease_id; /* 0 when nothing hit */
   uint32_t lease_expires_ms;
+  /* Where the hits are: the prefix holds l1_chunks chunks found in L1 (the
+   * daemon's pinned memory), then l2_chunks in L2 (its local disk), then
+   * l3_chunks in L3 (the shared Redis / Valkey store). */
+  uint32_t l1_chunks;
+  uint32_t l2_chunks;
+  uint32_t l3_chunks;
+  /* Hit chunks still being promoted into L1 by a prefetch; 0 once done. */
+  uint32_t prefetch_pending;
 } kvstash_lookup_result;
+
+/* kvstash_lookup_ex flags. */
+#define KVSTASH_LOOKUP_PREFETCH 1u /* start promoting L2/L3 hits into L1 */
 
 /* What the daemon said in its latest Hello, and what this client saw. */
 typedef struct kvstash_server_info {
@@ -289,6 +300,12 @@ KVSTASH_API kvstash_status kvstash_retrieve(kvstash_client* client, uint64_t reg
 KVSTASH_API kvstash_status kvstash_lookup(kvstash_client* client, uint64_t registration_id,
                                           const kvstash_key* keys, size_t num_keys,
                                           uint32_t lease_ms, kvstash_lookup_result* result);
+/* kvstash_lookup with flags (KVSTASH_LOOKUP_PREFETCH). Ask again with the
+ * same keys to learn whether a prefetch completed (prefetch_pending == 0). */
+KVSTASH_API kvstash_status kvstash_lookup_ex(kvstash_client* client, uint64_t registration_id,
+                                             const kvstash_key* keys, size_t num_keys,
+                                             uint32_t lease_ms, uint32_t flags,
+                                             kvstash_lookup_result* result);
 KVSTASH_API kvstash_status kvstash_release(kvstash_client* client, uint64_t lease_id);
 
 /* ---- asynchronous calls ----
@@ -319,6 +336,11 @@ KVSTASH_API kvstash_status kvstash_lookup_submit(kvstash_client* client, uint64_
                                                  const kvstash_key* keys, size_t num_keys,
                                                  uint32_t lease_ms, uint64_t user_data,
                                                  kvstash_call** call);
+KVSTASH_API kvstash_status kvstash_lookup_ex_submit(kvstash_client* client,
+                                                    uint64_t registration_id,
+                                                    const kvstash_key* keys, size_t num_keys,
+                                                    uint32_t lease_ms, uint32_t flags,
+                                                    uint64_t user_data, kvstash_call** call);
 KVSTASH_API kvstash_status kvstash_release_submit(kvstash_client* client, uint64_t lease_id,
                                                   uint64_t user_data, kvstash_call** call);
 

@@ -42,6 +42,7 @@ struct ServerConfig {
   std::string l2_path;                    // L2 directory; empty = no L2
   double l2_gb = 64.0;                    // L2 capacity
   uint32_t l2_io_threads = 4;
+  std::string tier_write = "write-through";  // or "on-eviction": when chunks go to L2/L3
   std::string l3_redis;                   // HOST:PORT[,HOST:PORT...]; empty = no L3
   std::string l3_user;                    // ACL user; empty = password alone
   std::string l3_password;                // empty = no AUTH; never shown

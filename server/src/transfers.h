@@ -1,0 +1,58 @@
+// The transfers part of the service: Store and Retrieve, and the transfer
+// workers (one per device) that run their copies. Replies come through the
+// reply queue when the copies complete. A stored chunk may be written
+// below L1 (the chunk store's write-behind); a chunk to retrieve that is not
+// in L1 is first promoted from L2 or L3 into a reserved L1 slot, then copied
+// like any other.
+//
+// Store and Retrieve run on the frontend thread; their completions run on
+// transfer worker threads and touch only thread-safe state.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend.h"
+#include "chunk_store.h"
+#include "registrations.h"
+#include "requests.h"
+#include "tier_chain.h"
+#include "transfer_worker.h"
+
+namespace kvstash::server {
+
+class Transfers {
+ public:
+  using Reply = HandlerReply;
+
+  Transfers(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
+            Backend& backend, ChunkStore& store, TierChain& tiers,
+            const Registrations& registrations);
+  ~Transfers();  // finishes queued copies, then joins the workers
+
+  Reply Store(const Request& r, StoreRequest& m);
+  Reply Retrieve(const Request& r, RetrieveRequest& m);
+
+ private:
+  // Checks every chunk's blocks and tokens before any copy.
+  Status CheckChunks(const Registration& registration, const std::vector<ChunkRequest>& chunks,
+                     bool need_tokens) const;
+  // Retrieve once every chunk that can be is in L1. `begun`: the request
+  // already counts among the deferred (it waited for a promotion), so any
+  // reply goes through the queue.
+  Reply RetrieveFromL1(const Request& r, RetrieveRequest& m, std::shared_ptr<Registration> reg,
+                       bool begun);
+  // Hands a Store or Retrieve copy to its device's worker; the reply comes
+  // through the reply queue.
+  Reply SubmitTransfer(Direction direction, TransferJob job, bool begun = false);
+
+  const config::ServerConfig& config_;
+  Stats& stats_;
+  DeferredReplies& deferred_;
+  ChunkStore* store_;
+  TierChain& tiers_;
+  const Registrations& registrations_;
+  std::vector<std::unique_ptr<TransferWorker>> workers_;  // one per device
+};
+
+}  // namespace kvstash::server
