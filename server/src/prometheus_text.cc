@@ -3,6 +3,7 @@
 #include "prometheus_text.h"
 
 #include <cstdio>
+#include <utility>
 
 namespace kvstash::server {
 
@@ -90,6 +91,46 @@ void RegistrationCounters(std::string& out, const StatsSnapshot& snapshot) {
   }
 }
 
+// Per tier below L1 (label tier="L2"/"L3"): counters, usage, operation latency.
+void TierMetrics(std::string& out, const StatsSnapshot& snapshot) {
+  if (snapshot.tiers.empty()) return;
+  for (size_t i = 0; i < snapshot.tiers.front().counters.size(); ++i) {
+    const std::string name = std::string(kPrefix) + "tier_" + snapshot.tiers.front().counters[i].name + "_total";
+    Family(out, name, "counter", snapshot.tiers.front().counters[i].help);
+    for (const TierSnapshot& t : snapshot.tiers) {
+      Sample(out, name, "tier=\"" + t.level + "\"", std::to_string(t.counters.at(i).value));
+    }
+  }
+  const std::pair<const char*, const char*> gauges[] = {
+      {"tier_capacity_bytes", "bytes the tier may hold (0: unknown, a shared store)"},
+      {"tier_used_bytes", "bytes the tier holds"},
+      {"tier_chunks", "chunks the tier holds"}};
+  for (size_t g = 0; g < 3; ++g) {
+    const std::string name = std::string(kPrefix) + gauges[g].first;
+    Family(out, name, "gauge", gauges[g].second);
+    for (const TierSnapshot& t : snapshot.tiers) {
+      const uint64_t value = g == 0 ? t.capacity_bytes : g == 1 ? t.used_bytes : t.chunks;
+      Sample(out, name, "tier=\"" + t.level + "\"", std::to_string(value));
+    }
+  }
+  const std::string name = std::string(kPrefix) + "tier_operation_duration_seconds";
+  Family(out, name, "histogram", "seconds one chunk's put or get took in a tier");
+  for (const TierSnapshot& t : snapshot.tiers) {
+    for (const auto& [op, h] : {std::pair{"put", &t.put_latency}, std::pair{"get", &t.get_latency}}) {
+      const std::string labels = "tier=\"" + t.level + "\",op=\"" + op + "\"";
+      uint64_t cumulative = 0;
+      for (size_t b = 0; b < h->buckets.size(); ++b) {
+        cumulative += h->buckets[b];
+        const std::string le =
+            b < LatencyHistogram::kBoundsUs.size() ? Seconds(LatencyHistogram::kBoundsUs[b]) : "+Inf";
+        Sample(out, name + "_bucket", labels + ",le=\"" + le + "\"", std::to_string(cumulative));
+      }
+      Sample(out, name + "_sum", labels, Seconds(h->sum_us));
+      Sample(out, name + "_count", labels, std::to_string(cumulative));
+    }
+  }
+}
+
 }  // namespace
 
 std::string PrometheusText(const StatsSnapshot& snapshot) {
@@ -107,6 +148,7 @@ std::string PrometheusText(const StatsSnapshot& snapshot) {
   }
   Histograms(out, snapshot);
   RegistrationCounters(out, snapshot);
+  TierMetrics(out, snapshot);
   return out;
 }
 

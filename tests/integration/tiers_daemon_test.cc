@@ -1,257 +1,380 @@
-// Tiers through real kvstashd processes, with `kvstash bench` as the engine
-// (it stores synthetic KV through libkvstash and verifies every retrieved
-// byte): two daemons with their own sockets and L1s share chunks through
-// one Redis; a restart and a SIGKILL mid-L2-write serve nothing invalid; a
-// Redis killed mid-workload leaves L1 and L2 serving, shows in the errors,
-// and service through L3 resumes when it comes back.
+// kvstashd with its tiers below L1, end to end: real kvstashd processes, a
+// real L2 directory, a real redis-server for L3. Chunks evicted from L1 come
+// back byte-exact from L2, across a restart too; a corrupt or truncated L2
+// file is reported missing, never served; lookups say each hit's tier;
+// prefetch completes; a leased chunk survives the L1 -> L2 cascade; two
+// daemons share chunks through one Redis.
 #include <gtest/gtest.h>
-#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
-#include "daemon_process.h"
+#include "harness.h"
 #include "redis_process.h"
-#include "tier_test_data.h"
 
 namespace kvstash::testing {
 namespace {
 
-using tiers::testing::RedisAvailable;
-using tiers::testing::RedisProcess;
-using tiers::testing::TempDir;
+using nlohmann::json;
+constexpr uint64_t kSeed = 0x7135;
+constexpr int kChunkTokens = 64;  // 4 blocks of 16 tokens, 128 KiB a chunk
 
-#define SKIP_WITHOUT_REDIS() \
-  if (!RedisAvailable()) GTEST_SKIP() << "redis-server not found: scripts/setup.sh installs it"
-
-// 4 prompts of 1024 tokens in chunks of 64 tokens (64 KiB each): 16 chunks
-// a prompt, the first 2 shared.
-const std::vector<std::string> kShape = {"--layers", "4", "--kv-heads", "2", "--head-dim", "64",
-                                         "--block-tokens", "16", "--prompts", "4",
-                                         "--prompt-tokens", "1024", "--shared-prefix-tokens", "128"};
-constexpr int kChunks = 2 + 4 * 14;
-constexpr int kLookedUp = 4 * 16;
-
-std::vector<std::string> DaemonArgs(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "4"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
+std::string TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base ? base : "/tmp") + "/kvstash-l2-XXXXXX";
+  return ::mkdtemp(pattern.data()) ? pattern : std::string();
 }
 
-// `kvstash bench --phase PHASE --seed SEED --json` against `daemon`.
-nlohmann::json Bench(const DaemonProcess& daemon, const std::string& phase, const std::string& seed,
-                     int* exit_code = nullptr, std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"bench", "--socket", daemon.socket(), "--phase", phase, "--seed", seed, "--json"};
-  args.insert(args.end(), kShape.begin(), kShape.end());
-  args.insert(args.end(), more.begin(), more.end());
-  const ProcessResult run = RunBinary("kvstash", args);
-  if (exit_code) *exit_code = run.exit_code;
-  try {
-    return nlohmann::json::parse(run.output);
-  } catch (const std::exception&) {
-    ADD_FAILURE() << "bench printed no JSON (exit " << run.exit_code << "): " << run.output;
-    return nlohmann::json::object();
+std::string Hex(const ChunkKey& key) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : key) {
+    out += digits[b >> 4];
+    out += digits[b & 15];
   }
+  return out;
 }
 
-// Waits until `done` holds (write-behind to L2/L3 finishes after the store's
-// reply), for up to 10 s.
-template <typename F>
-bool Eventually(F done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+// A daemon with L2 in a private directory: L1 holds 64 chunks (8 MiB).
+class TiersTest : public DaemonTest {
+ protected:
+  std::vector<std::string> DaemonArgs() const override {
+    std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0078125",
+                                     "--l1-slice-mb", "4", "--l2-path", l2_dir_,
+                                     "--l2-gb", l2_gb_, "--tier-write", tier_write_};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    return args;
   }
-  return done();
-}
-
-// The daemon's stats as JSON (`kvstash stats --json`).
-nlohmann::json Stats(const DaemonProcess& daemon) {
-  const ProcessResult run = RunBinary("kvstash", {"stats", "--socket", daemon.socket(), "--json"});
-  try {
-    return nlohmann::json::parse(run.output);
-  } catch (const std::exception&) {
-    return nlohmann::json::object();
+  void SetUp() override {
+    l2_dir_ = TempDir();
+    ASSERT_FALSE(l2_dir_.empty());
+    DaemonTest::SetUp();
   }
-}
-
-// A counter of one tier in the daemon's stats ("L2" or "L3"; 0 when absent).
-uint64_t TierCounter(const DaemonProcess& daemon, const std::string& tier, const std::string& name) {
-  const nlohmann::json stats = Stats(daemon);
-  const auto t = stats.find("tiers");
-  if (t == stats.end() || !t->contains(tier) || !(*t)[tier]["counters"].contains(name)) return 0;
-  return (*t)[tier]["counters"][name].get<uint64_t>();
-}
-
-// Every stored chunk retrieved on the other side, every byte verified.
-void ExpectEveryByte(const nlohmann::json& r) {
-  EXPECT_EQ(r["lookup"]["hit_chunks"], kLookedUp) << r.dump(2);
-  EXPECT_EQ(r["retrieve"]["chunks_retrieved"], kLookedUp) << r.dump(2);
-  EXPECT_EQ(r["verify"]["tokens"], 4 * 1024);
-  EXPECT_EQ(r["verify"]["mismatched_rows"], 0);
-  EXPECT_EQ(r["pass"], true) << r.dump(2);
-}
-
-TEST(TiersDaemon, TwoDaemonsShareChunksThroughOneRedis) {
-  SKIP_WITHOUT_REDIS();
-  auto redis = RedisProcess::Start();
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
-  auto a = DaemonProcess::Start(DaemonArgs({"--l3-redis", (*redis)->endpoint()}));
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  auto b = DaemonProcess::Start(DaemonArgs({"--l3-redis", (*redis)->endpoint()}));
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  ASSERT_NE((*a)->socket(), (*b)->socket());
-
-  const nlohmann::json stored = Bench(**a, "store", "11");
-  EXPECT_EQ(stored["store"]["chunks_stored"], kChunks) << stored.dump(2);
-  // Writes to L3 are asynchronous: wait until A has written them all.
-  EXPECT_TRUE(Eventually([&] { return TierCounter(**a, "L3", "put_chunks") >= kChunks; }))
-      << Stats(**a).dump();
-  EXPECT_EQ(TierCounter(**a, "L3", "put_errors"), 0u);
-
-  int exit_code = -1;
-  const nlohmann::json got = Bench(**b, "retrieve", "11", &exit_code);
-  EXPECT_EQ(exit_code, 0);
-  ExpectEveryByte(got);
-  // B never stored them: they came from Redis.
-  EXPECT_EQ(got["store"]["chunks_stored"], 0);
-}
-
-TEST(TiersDaemon, TwoDaemonsShareChunksThroughARedisCluster) {
-  SKIP_WITHOUT_REDIS();
-  auto cluster = tiers::testing::RedisCluster::Start(3);
-  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-  std::string seeds;
-  for (const std::string& e : (*cluster)->endpoints()) seeds += (seeds.empty() ? "" : ",") + e;
-  auto a = DaemonProcess::Start(DaemonArgs({"--l3-redis", seeds}));
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  auto b = DaemonProcess::Start(DaemonArgs({"--l3-redis", (*cluster)->endpoints().back()}));  // one seed
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-
-  Bench(**a, "store", "14");
-  EXPECT_TRUE(Eventually([&] { return TierCounter(**a, "L3", "put_chunks") >= kChunks; }))
-      << Stats(**a).dump();
-  // The chunks landed on every node, not one.
-  for (size_t i = 0; i < 3; ++i) {
-    EXPECT_GT(std::stoi((*cluster)->node(i).Cli({"DBSIZE"})), 0) << "node " << i;
+  void TearDown() override {
+    client_.reset();
+    daemon_.reset();
+    std::system(("rm -rf '" + l2_dir_ + "'").c_str());
   }
-  int exit_code = -1;
-  const nlohmann::json got = Bench(**b, "retrieve", "14", &exit_code);
-  EXPECT_EQ(exit_code, 0);
-  ExpectEveryByte(got);
-}
 
-TEST(TiersDaemon, L2ServesEveryByteAfterARestart) {
-  TempDir l2;
-  auto daemon = DaemonProcess::Start(DaemonArgs({"--l2-path", l2.path(), "--l2-gb", "1"}));
-  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  const nlohmann::json stored = Bench(**daemon, "store", "12");
-  EXPECT_EQ(stored["store"]["chunks_stored"], kChunks);
-  auto files = [&] {
-    int n = 0;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(l2.path())) {
-      n += e.path().extension() == ".kvc";
+  json StatsJson() {
+    auto stats = client_->Stats().get();
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    return stats.ok() ? json::parse(stats->json) : json{};
+  }
+  uint64_t TierCounter(const std::string& level, const std::string& name) {
+    json s = StatsJson();
+    if (!s.contains("tiers") || !s["tiers"].contains(level)) return 0;
+    return s["tiers"][level]["counters"].value(name, uint64_t{0});
+  }
+  // Waits until `level` has taken `chunks` puts (written or found there).
+  bool WaitForPuts(const std::string& level, uint64_t chunks) {
+    for (int i = 0; i < 500; ++i) {
+      if (TierCounter(level, "put_chunks") + TierCounter(level, "put_already_present") >= chunks) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return n;
-  };
-  EXPECT_TRUE(Eventually([&] { return files() >= kChunks; })) << files();
-  EXPECT_EQ((*daemon)->Stop(), 0);
-  ASSERT_TRUE((*daemon)->Restart().ok());
-
-  int exit_code = -1;
-  const nlohmann::json got = Bench(**daemon, "retrieve", "12", &exit_code);
-  EXPECT_EQ(exit_code, 0);
-  ExpectEveryByte(got);
-}
-
-TEST(TiersDaemon, SigkillMidL2WriteServesNothingInvalidAfterRestart) {
-  TempDir l2;
-  // Larger chunks (2 MiB) so that L2 writes are in flight when the kill lands.
-  auto daemon = DaemonProcess::Start({"--chunk-tokens", "256", "--l1-gb", "0.5", "--l1-slice-mb", "16",
-                                      "--l2-path", l2.path(), "--l2-gb", "2"});
-  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  const std::vector<std::string> big = {"--layers", "16", "--kv-heads", "4", "--head-dim", "128", "--prompts",
-                                        "12", "--prompt-tokens", "2048", "--shared-prefix-tokens", "256",
-                                        "--block-tokens", "16"};
-  std::thread store([&] {
-    std::vector<std::string> args = {"bench", "--socket", (*daemon)->socket(), "--phase", "store", "--seed", "13"};
-    args.insert(args.end(), big.begin(), big.end());
-    (void)RunBinary("kvstash", args);  // fails when the daemon dies: expected
-  });
-  // Kill once some chunk files exist and a write is (most likely) under way.
-  const std::string tmp = l2.path() + "/tmp";
-  Eventually([&] {
-    std::error_code ec;
-    return std::filesystem::exists(tmp, ec) && !std::filesystem::is_empty(tmp, ec);
-  });
-  (*daemon)->Signal(SIGKILL);
-  (*daemon)->Wait();
-  store.join();
-
-  ASSERT_TRUE((*daemon)->Restart().ok());
-  std::vector<std::string> args = {"bench", "--socket", (*daemon)->socket(), "--phase", "retrieve", "--seed",
-                                   "13", "--json"};
-  args.insert(args.end(), big.begin(), big.end());
-  const ProcessResult run = RunBinary("kvstash", args);
-  const nlohmann::json got = nlohmann::json::parse(run.output);
-  // Chunks cut off by the kill are missing; every chunk served is exact,
-  // and some were (the test would prove nothing otherwise).
-  EXPECT_GT(got["lookup"]["hit_chunks"].get<int>(), 0) << run.output;
-  EXPECT_EQ(got["verify"]["mismatched_rows"], 0) << run.output;
-  EXPECT_EQ(got["retrieve"]["chunks_failed"], 0) << run.output;
-  EXPECT_EQ(std::filesystem::is_empty(tmp), true);  // unfinished writes deleted
-}
-
-TEST(TiersDaemon, RedisKilledMidWorkloadL1AndL2KeepServingAndL3Resumes) {
-  SKIP_WITHOUT_REDIS();
-  auto redis = RedisProcess::Start();
-  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
-  TempDir l2;
-  auto a = DaemonProcess::Start(DaemonArgs({"--l2-path", l2.path(), "--l2-gb", "1", "--l3-redis",
-                                            (*redis)->endpoint(), "--l3-timeout-ms", "300",
-                                            "--l3-breaker-open-ms", "200"}));
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  int exit_code = -1;
-  ExpectEveryByte(Bench(**a, "both", "21", &exit_code));
-
-  (*redis)->Kill();
-  // L1 and L2 keep serving, byte-exact, with Redis gone.
-  const nlohmann::json during = Bench(**a, "both", "22", &exit_code);
-  EXPECT_EQ(exit_code, 0) << during.dump(2);
-  ExpectEveryByte(during);
-  // The failed L3 writes are reported (as errors, and as calls the open
-  // circuit breaker refused without waiting).
-  EXPECT_TRUE(Eventually([&] {
-    return TierCounter(**a, "L3", "put_errors") + TierCounter(**a, "L3", "breaker_rejections") > 0;
-  })) << Stats(**a).dump();
-  EXPECT_GT(TierCounter(**a, "L3", "breaker_opens"), 0u);
-  EXPECT_EQ(TierCounter(**a, "L2", "put_errors"), 0u);
-
-  ASSERT_TRUE((*redis)->Restart().ok());
-  // Service resumes: once the breaker has let a call through and closed,
-  // every chunk A stores reaches Redis again, and another daemon retrieves
-  // every byte from there.
-  auto b = DaemonProcess::Start(DaemonArgs({"--l3-redis", (*redis)->endpoint()}));
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  bool resumed = false;
-  for (int seed = 100; seed < 120 && !resumed; ++seed) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    const uint64_t puts = TierCounter(**a, "L3", "put_chunks");
-    const uint64_t failed = TierCounter(**a, "L3", "put_errors");
-    Bench(**a, "store", std::to_string(seed));
-    Eventually([&] { return TierCounter(**a, "L3", "put_chunks") + TierCounter(**a, "L3", "put_errors") >=
-                            puts + failed + kChunks; });
-    if (TierCounter(**a, "L3", "put_chunks") - puts < kChunks) continue;  // the breaker refused some
-    resumed = true;
-    const nlohmann::json after = Bench(**b, "retrieve", std::to_string(seed), &exit_code);
-    EXPECT_EQ(exit_code, 0);
-    ExpectEveryByte(after);
+    return false;
   }
-  EXPECT_TRUE(resumed) << "L3 writes never succeeded again after Redis came back: " << Stats(**a).dump();
+  // Waits until every chunk sent below L1 was answered by L2.
+  bool WaitForWrites() {
+    for (int i = 0; i < 500; ++i) {
+      json s = StatsJson();
+      const json& l2 = s["tiers"]["L2"]["counters"];
+      const uint64_t answered = l2.value("put_chunks", uint64_t{0}) +
+                                l2.value("put_already_present", uint64_t{0}) +
+                                l2.value("put_errors", uint64_t{0});
+      if (answered >= s["counters"].value("write_behind_chunks", uint64_t{0})) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  std::vector<ChunkKey> Keys(const std::vector<ChunkBlocks>& chunks) {
+    std::vector<ChunkKey> keys;
+    for (const auto& c : chunks) keys.push_back(c.key);
+    return keys;
+  }
+  // Stores prompt `p` (n full chunks) from blocks starting at `first`.
+  // Unless `strict`, a chunk may be skipped for room (L1 slots being written
+  // below are pinned meanwhile).
+  std::vector<ChunkBlocks> StorePrompt(uint32_t p, uint32_t n, uint32_t first, bool strict = true) {
+    const auto tokens = PromptTokens(p, size_t(n) * kChunkTokens, 0);
+    auto stored = FillAndStore(kSeed + p, tokens, Blocks(first, n * 4));
+    for (const auto& o : stored) {
+      EXPECT_TRUE(o.result == ChunkResult::kStored || o.result == ChunkResult::kAlreadyPresent ||
+                  (!strict && o.result == ChunkResult::kSkippedNoRoom))
+          << NameOf(o.result) << " " << o.error.ToString();
+    }
+    return Chunks(tokens, Blocks(first, n * 4));
+  }
+  // Stores `rounds` x 32 chunks of other prompts: what L1 held is evicted.
+  void Flood(uint32_t first_prompt, int rounds) {
+    for (int r = 0; r < rounds; ++r) {
+      StorePrompt(first_prompt + uint32_t(r), 32, 128, /*strict=*/false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  // Retrieves prompt `p`'s n chunks into blocks from `first`; mismatching rows.
+  uint64_t RetrieveMismatches(uint32_t p, uint32_t n, uint32_t first,
+                              std::vector<ChunkOutcome>* outcomes = nullptr,
+                              uint64_t lease_id = 0) {
+    const auto tokens = PromptTokens(p, size_t(n) * kChunkTokens, 0);
+    engine_->Poison(Blocks(first, n * 4));
+    auto got = client_->Retrieve(reg_.id, Chunks(tokens, Blocks(first, n * 4)), 0, lease_id).get();
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    if (!got.ok()) return ~0ull;
+    if (outcomes) *outcomes = *got;
+    return engine_->CountMismatches(kSeed + p, tokens, Blocks(first, n * 4), 0,
+                                    size_t(n) * kChunkTokens);
+  }
+  std::string L2PathOf(const ChunkKey& key) const {
+    const std::string k = Hex(key);
+    return l2_dir_ + "/" + k.substr(0, 2) + "/" + Hex(reg_.namespace_id) + "-" + k + ".kvc";
+  }
+  Status RestartAndReregister() {
+    client_.reset();
+    if (daemon_->Stop() != 0) return Status::Internal("kvstashd did not stop cleanly");
+    KVSTASH_RETURN_IF_ERROR(daemon_->Restart());
+    client_ = Connect();
+    if (!client_) return Status::Unavailable("no client");
+    auto reg = client_->RegisterKV(engine_->Registration("test-model")).get();
+    if (!reg.ok()) return reg.status();
+    reg_ = *reg;
+    return Status::Ok();
+  }
+
+  std::string l2_dir_;
+  std::string l2_gb_ = "1";
+  std::string tier_write_ = "write-through";
+  std::vector<std::string> extra_;
+};
+
+TEST_F(TiersTest, ChunksEvictedFromL1ComeBackFromL2ByteExact) {
+  const auto a = StorePrompt(1, 16, 0);
+  Flood(100, 3);  // 96 more chunks through a 64-chunk L1
+  auto hit = client_->Lookup(reg_.id, Keys(a)).get();
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  EXPECT_EQ(hit->hit_chunks, 16u);
+  EXPECT_EQ(hit->CountIn(TierLevel::kL2), 16u) << "A was evicted from L1 and lives on in L2";
+  ASSERT_TRUE(client_->Release(hit->lease_id).get().ok());
+  std::vector<ChunkOutcome> outcomes;
+  EXPECT_EQ(RetrieveMismatches(1, 16, 64, &outcomes), 0u);
+  for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
+  EXPECT_GE(Counter("promoted_chunks"), 16u);
+  EXPECT_GE(TierCounter("L2", "get_hits"), 16u);
+}
+
+class OnEvictionTest : public TiersTest {
+ protected:
+  void SetUp() override {
+    tier_write_ = "on-eviction";
+    TiersTest::SetUp();
+  }
+};
+
+TEST_F(OnEvictionTest, EvictionWritesChunksBehindL1AndTheyComeBackByteExact) {
+  const auto a = StorePrompt(1, 16, 0);
+  EXPECT_EQ(TierCounter("L2", "put_chunks"), 0u) << "nothing is written before eviction";
+  // Stores past L1's capacity: eviction sends the oldest chunks to L2 first;
+  // some stores may be skipped while they are written, never delayed.
+  Flood(100, 6);
+  EXPECT_GE(TierCounter("L2", "put_chunks"), 16u);
+  std::vector<ChunkOutcome> outcomes;
+  EXPECT_EQ(RetrieveMismatches(1, 16, 64, &outcomes), 0u);
+  for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
+}
+
+TEST_F(TiersTest, L2SurvivesARestartByteExact) {
+  StorePrompt(1, 16, 0);
+  ASSERT_TRUE(WaitForPuts("L2", 16));
+  ASSERT_TRUE(RestartAndReregister().ok());
+  auto describe = client_->Describe().get();
+  ASSERT_TRUE(describe.ok());
+  json tiers = json::parse(*describe)["tiers"];
+  ASSERT_EQ(tiers.size(), 2u) << tiers.dump();
+  EXPECT_EQ(tiers[1]["name"], "L2");
+  EXPECT_EQ(tiers[1]["rebuild"]["chunks"], 16u);
+  EXPECT_LT(tiers[1]["rebuild"]["seconds"].get<double>(), 5.0);
+
+  std::vector<ChunkOutcome> outcomes;
+  EXPECT_EQ(RetrieveMismatches(1, 16, 64, &outcomes), 0u);
+  for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
+}
+
+TEST_F(TiersTest, CorruptOrTruncatedL2FilesAreReportedMissingNeverServed) {
+  const auto a = StorePrompt(1, 4, 0);
+  ASSERT_TRUE(WaitForPuts("L2", 4));
+  client_.reset();
+  ASSERT_EQ(daemon_->Stop(), 0);
+  // Chunk 1: one payload byte flipped. Chunk 3: cut short.
+  {
+    const std::string path = L2PathOf(a[1].key);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    f.seekg(8192);
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x5a);
+    f.seekp(8192);
+    f.write(&c, 1);
+  }
+  ASSERT_EQ(::truncate(L2PathOf(a[3].key).c_str(), 4096 + 1000), 0);
+  ASSERT_TRUE(daemon_->Restart().ok());
+  client_ = Connect();
+  auto reg = client_->RegisterKV(engine_->Registration("test-model")).get();
+  ASSERT_TRUE(reg.ok());
+  reg_ = *reg;
+
+  std::vector<ChunkOutcome> outcomes;
+  RetrieveMismatches(1, 4, 64, &outcomes);
+  ASSERT_EQ(outcomes.size(), 4u);
+  EXPECT_EQ(outcomes[0].result, ChunkResult::kRetrieved);
+  EXPECT_EQ(outcomes[1].result, ChunkResult::kMissing) << "a corrupt payload is never served";
+  EXPECT_EQ(outcomes[2].result, ChunkResult::kRetrieved);
+  EXPECT_EQ(outcomes[3].result, ChunkResult::kMissing) << "a truncated file is never served";
+  // The corrupt chunk's blocks were not written; the good chunks are exact.
+  const auto tokens = PromptTokens(1, 4 * kChunkTokens, 0);
+  EXPECT_EQ(engine_->CountNotPoison(Blocks(64, 16), 64, 128), 0u);
+  EXPECT_EQ(engine_->CountMismatches(kSeed + 1, tokens, Blocks(64, 16), 0, 64), 0u);
+  EXPECT_EQ(engine_->CountMismatches(kSeed + 1, tokens, Blocks(64, 16), 128, 192), 0u);
+  EXPECT_GE(TierCounter("L2", "corrupt_chunks"), 1u);
+  // Dropped: a later lookup's prefix ends before it.
+  auto hit = client_->Lookup(reg_.id, Keys(a)).get();
+  ASSERT_TRUE(hit.ok());
+  EXPECT_EQ(hit->hit_chunks, 1u);
+}
+
+TEST_F(TiersTest, LookupSaysEachHitsTierAndPrefetchCompletes) {
+  const auto a = StorePrompt(1, 8, 0);
+  ASSERT_TRUE(WaitForPuts("L2", 8));
+  ASSERT_TRUE(RestartAndReregister().ok());
+  // L1 is empty after the restart: store chunks 0-1 again, so the prefix is
+  // L1, L1, then L2 x 6.
+  const auto tokens = PromptTokens(1, 8 * kChunkTokens, 0);
+  engine_->Fill(kSeed + 1, tokens, Blocks(0, 32));
+  auto stored = client_->Store(reg_.id, {a[0], a[1]}).get();
+  ASSERT_TRUE(stored.ok());
+  auto hit = client_->Lookup(reg_.id, Keys(a), 0, /*prefetch=*/true).get();
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  ASSERT_EQ(hit->hit_chunks, 8u);
+  ASSERT_EQ(hit->hit_tiers.size(), 8u);
+  EXPECT_EQ(hit->hit_tiers[0], TierLevel::kL1);
+  EXPECT_EQ(hit->hit_tiers[1], TierLevel::kL1);
+  for (size_t i = 2; i < 8; ++i) EXPECT_EQ(hit->hit_tiers[i], TierLevel::kL2) << i;
+  ASSERT_TRUE(client_->Release(hit->lease_id).get().ok());
+  // Asked again until the prefetch says it is done: then all of it is in L1.
+  Result<LookupResult> again = Status::Internal("never asked");
+  for (int i = 0; i < 500; ++i) {
+    again = client_->Lookup(reg_.id, Keys(a)).get();
+    ASSERT_TRUE(again.ok());
+    ASSERT_TRUE(client_->Release(again->lease_id).get().ok());
+    if (again->prefetch_pending == 0 && again->CountIn(TierLevel::kL1) == 8) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(again->prefetch_pending, 0u);
+  EXPECT_EQ(again->CountIn(TierLevel::kL1), 8u);
+  EXPECT_EQ(Counter("prefetch_chunks"), 6u);
+  EXPECT_EQ(Counter("promoted_chunks"), 6u);
+  EXPECT_EQ(RetrieveMismatches(1, 8, 64), 0u);
+}
+
+// L2 of 0.01 GiB: 79 chunk files. A leased L2 chunk is pinned there.
+class SmallL2Test : public TiersTest {
+ protected:
+  void SetUp() override {
+    l2_gb_ = "0.01";
+    extra_ = {"--lease-ms", "60000", "--max-lease-ms", "60000"};
+    TiersTest::SetUp();
+  }
+};
+
+TEST_F(SmallL2Test, LeasedChunkSurvivesTheCascadeFromL1ThroughL2) {
+  const auto a = StorePrompt(1, 8, 0);
+  Flood(100, 2);  // A leaves L1; L2 holds A and the flood's newest
+  auto hit = client_->Lookup(reg_.id, Keys(a)).get();
+  ASSERT_TRUE(hit.ok());
+  ASSERT_EQ(hit->hit_chunks, 8u);
+  ASSERT_EQ(hit->CountIn(TierLevel::kL2), 8u);
+  // Far more than L2 holds goes through L1 into L2: unleased chunks are
+  // evicted from L2, the leased ones stay.
+  Flood(200, 4);
+  ASSERT_TRUE(WaitForWrites());
+  EXPECT_GT(TierCounter("L2", "evicted_chunks"), 0u);
+  std::vector<ChunkOutcome> outcomes;
+  EXPECT_EQ(RetrieveMismatches(1, 8, 64, &outcomes, hit->lease_id), 0u);
+  for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
+  // Without a lease the same flood pushes a prompt out of L2 for good.
+  const auto b = StorePrompt(2, 8, 0);
+  Flood(300, 4);
+  ASSERT_TRUE(WaitForWrites());
+  auto gone = client_->Lookup(reg_.id, Keys(b)).get();
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->hit_chunks, 0u);
+}
+
+// Two "nodes": daemons with their own sockets and L1s, sharing one Redis.
+TEST(TiersAcrossDaemons, AChunkStoredOnOneDaemonIsRetrievedByteExactOnAnother) {
+  if (!tiers::testing::RedisAvailable()) GTEST_SKIP() << "redis-server is not installed";
+  auto redis = tiers::testing::RedisProcess::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  const std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0078125",
+                                         "--l1-slice-mb", "4", "--l3-redis",
+                                         (*redis)->endpoint()};
+  auto node_a = DaemonProcess::Start(args);
+  auto node_b = DaemonProcess::Start(args);
+  ASSERT_TRUE(node_a.ok() && node_b.ok());
+  auto engine = EngineKv::Create(EngineShape{});
+  ASSERT_TRUE(engine.ok());
+  auto connect = [](const DaemonProcess& d) {
+    ClientOptions options;
+    options.socket = d.socket();
+    options.request_timeout = std::chrono::milliseconds(10000);
+    auto c = Client::Connect(options);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  };
+  auto a = connect(**node_a);
+  auto b = connect(**node_b);
+  ASSERT_TRUE(a && b);
+  auto reg_a = a->RegisterKV(engine->Registration("shared-model")).get();
+  auto reg_b = b->RegisterKV(engine->Registration("shared-model")).get();
+  ASSERT_TRUE(reg_a.ok() && reg_b.ok());
+
+  const auto tokens = PromptTokens(7, 6 * kChunkTokens + 20, 0);  // 6 full chunks and a partial
+  engine->Fill(kSeed, tokens, Blocks(0, 26));
+  auto chunks_a = PromptChunks(*reg_a, tokens.data(), tokens.size(), Blocks(0, 26).data(), 26);
+  ASSERT_TRUE(chunks_a.ok());
+  auto stored = a->Store(reg_a->id, *chunks_a).get();
+  ASSERT_TRUE(stored.ok());
+  for (const auto& o : *stored) ASSERT_EQ(o.result, ChunkResult::kStored);
+  // Written behind: wait until node A's L3 took all seven.
+  for (int i = 0; i < 500; ++i) {
+    auto s = a->Stats().get();
+    ASSERT_TRUE(s.ok());
+    if (json::parse(s->json)["tiers"]["L3"]["counters"]["put_chunks"].get<uint64_t>() >= 7) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto dst = Blocks(100, 26);
+  auto chunks_b = PromptChunks(*reg_b, tokens.data(), tokens.size(), dst.data(), dst.size());
+  ASSERT_TRUE(chunks_b.ok());
+  std::vector<ChunkKey> keys;
+  for (const auto& c : *chunks_b) keys.push_back(c.key);
+  auto hit = b->Lookup(reg_b->id, keys).get();
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  EXPECT_EQ(hit->hit_chunks, 7u);
+  EXPECT_EQ(hit->CountIn(TierLevel::kL3), 7u);
+  EXPECT_EQ(hit->hit_tokens, tokens.size());
+
+  engine->Poison(dst);
+  auto got = b->Retrieve(reg_b->id, *chunks_b, 0, hit->lease_id).get();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  for (const auto& o : *got) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
+  EXPECT_EQ(engine->CountMismatches(kSeed, tokens, dst, 0, tokens.size()), 0u);
 }
 
 }  // namespace
