@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-mb", chunk_mb, "L2 chunk size in MiB");
   app.add_option("--chunks", count, "L2 chunks written and read");
   app.add_option("--threads", threads, "L2 thread-pool threads; L3 I/O threads and raw connections");
-  app.add_option("--depth", depth, "L2 io_uring chunks in flight (and the raw io_uring queue depth)");
+  app.add_option("--depth", depth, "L2 io_uring chunks in flight per ring (2 rings; raw: 2 x depth)");
   app.add_option("--redis", redis, "HOST:PORT of the Redis to measure; default: a private redis-server");
   app.add_option("--value-mb", value_mb, "L3 value size in MiB");
   app.add_option("--values", values, "L3 values written and read");

@@ -237,18 +237,19 @@ Result<DiskRun> MeasureDiskOnce(const std::string& dir, const DiskLimitConfig& c
   Result<double> r_sync = RawSync(raw, false, block, file, buffers[0]);
   if (!r_sync.ok()) return r_sync.status();
   KVSTASH_RETURN_IF_ERROR(Preallocate(raw, file));
-  Result<double> w_uring = RawUring(raw, true, block, file, c.depth, buffers);
+  const uint32_t qd = c.rings * c.depth;
+  Result<double> w_uring = RawUring(raw, true, block, file, qd, buffers);
   if (!w_uring.ok()) return w_uring.status();
   Uncache(raw);
-  Result<double> r_uring = RawUring(raw, false, block, file, c.depth, buffers);
+  Result<double> r_uring = RawUring(raw, false, block, file, qd, buffers);
   if (!r_uring.ok()) return r_uring.status();
   ::unlink(raw.c_str());
   f.w_sync = Gbps(total, *w_sync), f.r_sync = Gbps(total, *r_sync);
   f.w_uring = Gbps(total, *w_uring), f.r_uring = Gbps(total, *r_uring);
 
-  DiskTierOptions uring;
+  DiskTierOptions uring;  // the daemon's defaults: io_uring, 2 rings
   uring.io_uring = true;
-  uring.io_rings = 1;
+  uring.io_rings = c.rings;
   uring.io_depth = c.depth;
   auto tier = MeasureTier(dir + "/l2", uring, chunk, c.chunks, buffers);
   if (!tier.ok()) return tier.status();
@@ -429,15 +430,17 @@ Result<RedisRun> MeasureRedisOnce(const Endpoint& e, const RedisLimitConfig& c, 
 }  // namespace
 
 Result<DiskLimits> MeasureDiskLimits(const DiskLimitConfig& config) {
-  if (config.chunk_bytes == 0 || config.chunks == 0 || config.depth == 0 || config.runs == 0) {
-    return Status::InvalidArgument("the L2 bench needs a chunk size, a chunk count, a depth and runs above 0");
+  if (config.chunk_bytes == 0 || config.chunks == 0 || config.rings == 0 || config.depth == 0 ||
+      config.runs == 0) {
+    return Status::InvalidArgument("the L2 bench needs a chunk size, a chunk count, rings, a depth and runs "
+                                   "above 0");
   }
   std::string pattern = config.dir + "/kvstash-tier-bench-XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) return Errno("cannot create a scratch folder in " + config.dir);
   const std::string scratch = pattern;
   std::vector<Buffer> owned;
   std::vector<uint8_t*> buffers;
-  for (uint32_t i = 0; i < std::max(config.depth, config.pool_threads); ++i) {
+  for (uint32_t i = 0; i < std::max(config.rings * config.depth, config.pool_threads); ++i) {
     owned.push_back(Aligned(config.chunk_bytes + 2 * kBlock));
     Fill(owned.back().get(), config.chunk_bytes + 2 * kBlock, i + 1);
     buffers.push_back(owned.back().get());
@@ -466,16 +469,16 @@ Result<DiskLimits> MeasureDiskLimits(const DiskLimitConfig& config) {
 
 std::string DiskLimitsText(const DiskLimits& l) {
   const DiskLimitConfig& c = l.config;
-  std::string out = Format("L2 local disk: %u chunks of %.1f MiB (%.2f GB) in %s, io_uring depth %u", c.chunks,
-                           double(c.chunk_bytes) / kMiB, double(c.chunk_bytes) * c.chunks / 1e9, c.dir.c_str(),
-                           c.depth);
+  std::string out = Format("L2 local disk: %u chunks of %.1f MiB (%.2f GB) in %s, io_uring %u x depth %u",
+                           c.chunks, double(c.chunk_bytes) / kMiB, double(c.chunk_bytes) * c.chunks / 1e9,
+                           c.dir.c_str(), c.rings, c.depth);
   if (c.pool_threads) out += Format(", thread pool of %u", c.pool_threads);
   out += Format(", %u runs\n", c.runs);
   for (size_t i = 0; i < l.runs.size(); ++i) {
     const DiskRun& m = l.runs[i];
     out += Format("  run %zu: raw O_DIRECT write %.3f read %.3f GB/s (QD1 %.3f %.3f, io_uring QD%u %.3f %.3f) | "
                   "L2 write %.3f read %.3f GB/s, ratio %.2f %.2f",
-                  i + 1, m.raw_w(), m.raw_r(), m.w_sync, m.r_sync, c.depth, m.w_uring, m.r_uring, m.tier_w,
+                  i + 1, m.raw_w(), m.raw_r(), m.w_sync, m.r_sync, c.rings * c.depth, m.w_uring, m.r_uring, m.tier_w,
                   m.tier_r, m.tier_w / m.raw_w(), m.tier_r / m.raw_r());
     if (c.pool_threads) {
       out += Format(" | thread pool %.3f %.3f, ratio %.2f %.2f", m.pool_w, m.pool_r, m.pool_w / m.raw_w(),

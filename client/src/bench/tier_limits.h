@@ -2,7 +2,7 @@
 // and bench/tiers/kvstash_tier_bench):
 //   L2  DiskTier puts/gets of N chunks  vs  raw O_DIRECT sequential writes
 //       and reads of the same bytes in one file on the same disk (pwrite at
-//       queue depth 1 and io_uring at the tier's depth: the better one is
+//       queue depth 1 and io_uring at the tier's total depth: the better one is
 //       the limit). Each run measures raw then tier back to back; a shared
 //       disk drifts between runs, so ratios are taken within a run and the
 //       median run's is reported.
@@ -24,7 +24,8 @@ struct DiskLimitConfig {
   std::string dir;                     // on the disk to measure; a scratch folder is made inside
   uint64_t chunk_bytes = 8ull << 20;
   uint32_t chunks = 128;
-  uint32_t depth = 8;                  // io_uring chunks in flight (tier and raw)
+  uint32_t rings = 2;                  // io_uring rings of the tier (the daemon's default)
+  uint32_t depth = 8;                  // chunks in flight per ring; raw: rings x depth
   uint32_t pool_threads = 4;           // the thread-pool tier (the fallback), 0: not measured
   uint32_t runs = 3;
 };

@@ -29,7 +29,7 @@ struct TierBenchOptions {
   std::string l3_redis;
   std::string l3_user, l3_password;
   double chunk_mb = 8, value_mb = 32;
-  uint32_t chunks = 128, depth = 8, pool_threads = 4, values = 32, connections = 4, runs = 3;
+  uint32_t chunks = 128, rings = 2, depth = 8, pool_threads = 4, values = 32, connections = 4, runs = 3;
 };
 
 struct BenchOptions {
@@ -83,6 +83,7 @@ int RunTierBenchCommand(const CommonOptions& common, const TierBenchOptions& o) 
     c.dir = o.l2_path;
     c.chunk_bytes = static_cast<uint64_t>(o.chunk_mb * (1 << 20));
     c.chunks = o.chunks;
+    c.rings = o.rings;
     c.depth = o.depth;
     c.pool_threads = o.pool_threads;
     c.runs = o.runs;
@@ -90,7 +91,7 @@ int RunTierBenchCommand(const CommonOptions& common, const TierBenchOptions& o) 
     if (!l2.ok()) return Fail("bench tiers", l2.status());
     if (common.json) {
       json["l2"] = {{"dir", c.dir}, {"chunk_bytes", c.chunk_bytes}, {"chunks", c.chunks},
-                    {"depth", c.depth}, {"write_ratio", l2->write_ratio},
+                    {"rings", c.rings}, {"depth", c.depth}, {"write_ratio", l2->write_ratio},
                     {"read_ratio", l2->read_ratio}, {"pool_write_ratio", l2->pool_write_ratio},
                     {"pool_read_ratio", l2->pool_read_ratio}};
       for (const bench::DiskRun& r : l2->runs) {
@@ -225,7 +226,10 @@ Command AddBenchCommand(CLI::App& app, SharedOptions common) {
       ->check(CLI::Range(0.004, 1024.0))->capture_default_str();
   tiers->add_option("--chunks", t.chunks, "L2 chunks written and read per run")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  tiers->add_option("--depth", t.depth, "L2 io_uring chunks in flight (and raw queue depth)")
+  tiers->add_option("--rings", t.rings, "L2 io_uring rings (threads), as kvstashd runs them")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  tiers->add_option("--depth", t.depth,
+                    "L2 io_uring chunks in flight per ring (raw queue depth: rings x depth)")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   tiers->add_option("--pool-threads", t.pool_threads,
                     "threads of the thread-pool L2 measured beside it (0: not measured)")
