@@ -66,9 +66,9 @@ void ChunkStore::EndFlush(Entry* entry, bool written) {
   UnpinLocked(entry, /*oldest=*/write_behind_ == WriteBehind::kOnEviction);
 }
 
-bool ChunkStore::EvictLocked(Entry* e) {
+bool ChunkStore::EvictLocked(Entry* e, bool may_flush) {
   if (write_behind_ == WriteBehind::kOnEviction && !e->clean) {
-    pending_flushes_.push_back(FlushOfLocked(e));
+    if (may_flush) pending_flushes_.push_back(FlushOfLocked(e));
     return false;
   }
   Stats::Add(stats_.evicted_chunks);
@@ -108,20 +108,16 @@ std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
   // there (at most kFlushAhead per call) and passed over.
   constexpr size_t kFlushAhead = 8;
   const size_t flushes_before = pending_flushes_.size();
+  auto may_flush = [&] { return pending_flushes_.size() - flushes_before < kFlushAhead; };
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
-    if (e->bytes != chunk_bytes) continue;
-    if (EvictLocked(e)) return pool_.Allocate(chunk_bytes);
-    if (pending_flushes_.size() - flushes_before >= kFlushAhead) return std::nullopt;
+    if (e->bytes == chunk_bytes && EvictLocked(e, may_flush())) return pool_.Allocate(chunk_bytes);
   }
   // Otherwise free whole slabs of other sizes, oldest chunks first, until one
   // slab empties and can serve this size.
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
-    if (!EvictLocked(e)) {
-      if (pending_flushes_.size() - flushes_before >= kFlushAhead) return std::nullopt;
-      continue;
-    }
+    if (!EvictLocked(e, may_flush())) continue;
     if (auto slot = pool_.Allocate(chunk_bytes)) return slot;
   }
   return std::nullopt;

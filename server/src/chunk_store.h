@@ -181,8 +181,9 @@ class ChunkStore {
   void PinLocked(Entry* entry);
   void UnpinLocked(Entry* entry, bool oldest = false);
   // Eviction's choice of `e`: true when it was erased; false when it must
-  // first be written below L1 (queued on pending_flushes_, pinned).
-  bool EvictLocked(Entry* e);
+  // first be written below L1 (queued on pending_flushes_ and pinned, when
+  // `may_flush`; otherwise left for a later call).
+  bool EvictLocked(Entry* e, bool may_flush);
   Flush FlushOfLocked(Entry* e);
   // Hands pending_flushes_ to the hook; called without the lock.
   void RunFlushes(std::vector<Flush> flushes);

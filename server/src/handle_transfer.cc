@@ -155,8 +155,15 @@ Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
   KVSTASH_RETURN_IF_ERROR(deferred_.CheckInFlight(r.peer.id));
   if (tiers_.enabled()) {
     std::vector<ChunkKey> below;
+    // The request's chunks already in L1 are held meanwhile: promoting the
+    // others must not evict them.
+    auto held = std::make_shared<std::vector<ChunkStore::Entry*>>();
     for (const ChunkRequest& chunk : m.chunks) {
-      if (!store_->Ready(reg->scope, chunk.key)) below.push_back(chunk.key);
+      if (auto read = store_->BeginRead(reg->scope, chunk.key)) {
+        held->push_back(read->entry);
+      } else {
+        below.push_back(chunk.key);
+      }
     }
     if (!below.empty()) {
       // Promoted first (off the frontend), then copied like any L1 chunk.
@@ -164,12 +171,14 @@ Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
       auto request = std::make_shared<RetrieveRequest>(std::move(m));
       TierChain::Scope scope{reg->scope, reg->namespace_id, reg->layout.fingerprint(),
                              reg->layout.chunk_bytes()};
-      tiers_.Promote(scope, std::move(below), [this, r, request, reg] {
+      tiers_.Promote(scope, std::move(below), [this, r, request, reg, held] {
         Reply now = RetrieveFromL1(r, *request, reg, /*begun=*/true);
+        for (ChunkStore::Entry* e : *held) store_->EndRead(e);
         if (now.ok() && now->has_value()) deferred_.Finish(r, **now);
       });
       return std::optional<ReplyBody>();
     }
+    for (ChunkStore::Entry* e : *held) store_->EndRead(e);
   }
   return RetrieveFromL1(r, m, reg, /*begun=*/false);
 }

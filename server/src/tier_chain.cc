@@ -130,6 +130,10 @@ void TierChain::Flush(std::vector<ChunkStore::Flush> flushes) {
   pending->entries = std::move(entries);
   pending->written.assign(pending->entries.size(), 0);
   pending->tiers_left = (l2_ ? 1 : 0) + (l3_ ? 1 : 0);
+  {
+    std::lock_guard<std::mutex> writes(writes_mutex_);
+    ++writes_in_flight_;
+  }
   auto done = [this, pending](std::vector<tiers::PutResult> results) {
     // Results of different tiers come on different threads: each tier
     // marks its own successes, the last one ends the flushes.
@@ -143,6 +147,14 @@ void TierChain::Flush(std::vector<ChunkStore::Flush> flushes) {
     for (size_t i = 0; i < pending->entries.size(); ++i) {
       store_.EndFlush(pending->entries[i], pending->written[i] != 0);
     }
+    // Slots may have come free: promotions that found none try again.
+    std::vector<std::function<void()>> waiters;
+    {
+      std::lock_guard<std::mutex> writes(writes_mutex_);
+      --writes_in_flight_;
+      waiters.swap(write_waiters_);
+    }
+    for (auto& retry : waiters) retry();
   };
   if (l2_) l2_->Put(puts, done);
   if (l3_) l3_->Put(std::move(puts), done);
@@ -213,7 +225,14 @@ void TierChain::UnpinL2(const std::vector<tiers::ChunkId>& ids) {
   if (!stopping_ && l2_ && !ids.empty()) l2_->Unpin(ids);
 }
 
+// Read pins on the chunks a promotion landed, ended once its `done` ran.
+struct TierChain::Held {
+  std::mutex mutex;
+  std::vector<ChunkStore::Entry*> entries;  // GUARDED_BY(mutex)
+};
+
 struct TierChain::Promotion {
+  std::shared_ptr<Held> held;
   Scope scope;
   std::vector<ChunkKey> keys;
   std::vector<ChunkStore::Entry*> entries;  // reserved L1 slots, per key
@@ -222,22 +241,70 @@ struct TierChain::Promotion {
   std::function<void()> done;
 };
 
+bool TierChain::WhenAWriteEnds(std::function<void()> retry) {
+  std::lock_guard<std::mutex> lock(writes_mutex_);
+  if (writes_in_flight_ == 0) return false;
+  write_waiters_.push_back(std::move(retry));
+  return true;
+}
+
 void TierChain::Promote(const Scope& scope, std::vector<ChunkKey> keys, std::function<void()> done) {
+  auto held = std::make_shared<Held>();
+  auto release = [this, held, done = std::move(done)] {
+    done();
+    std::lock_guard<std::mutex> lock(held->mutex);
+    for (ChunkStore::Entry* e : held->entries) store_.EndRead(e);
+    held->entries.clear();
+  };
+  PromoteTry(scope, std::move(keys), std::move(release), /*tries=*/8, held);
+}
+
+void TierChain::PromoteTry(const Scope& scope, std::vector<ChunkKey> keys,
+                           std::function<void()> done, int tries, std::shared_ptr<Held> held) {
   auto p = std::make_shared<Promotion>();
+  p->held = held;
   p->scope = scope;
-  p->done = std::move(done);
+  std::vector<ChunkKey> no_room;
   for (const ChunkKey& key : keys) {
     ChunkStore::StoreTicket ticket = store_.BeginStore(scope.scope, key, scope.chunk_bytes);
-    if (ticket.result != ChunkStore::Reservation::kReserved) {
-      // In L1 already (or on its way), or no room: nothing to bring up.
-      if (ticket.result == ChunkStore::Reservation::kNoRoom) Stats::Add(stats_.promote_failed);
+    if (ticket.result == ChunkStore::Reservation::kNoRoom) {
+      no_room.push_back(key);
       continue;
     }
+    // In L1 already, or on its way: nothing to bring up.
+    if (ticket.result != ChunkStore::Reservation::kReserved) continue;
     p->keys.push_back(key);
     p->entries.push_back(ticket.entry);
     p->slots.push_back(ticket.slot);
   }
-  if (p->keys.empty()) return p->done();
+  // `done` once both the landing and the retry have finished.
+  auto parts = std::make_shared<std::atomic<int>>(2);
+  auto finish = [parts, done = std::move(done)] {
+    if (parts->fetch_sub(1) == 1) done();
+  };
+  p->done = finish;
+  if (p->keys.empty()) {
+    finish();
+  } else {
+    Land(p);
+  }
+  if (no_room.empty()) return finish();
+  const Scope copy = scope;
+  auto retry = [this, copy, no_room, finish, tries, held]() mutable {
+    PromoteTry(copy, std::move(no_room), finish, tries - 1, held);
+  };
+  if (tries > 0) {
+    // Every slot is pinned while being written below: try again once a
+    // write ends, or at once when none is in flight any more.
+    if (WhenAWriteEnds(retry)) return;
+    if (tries > 1) return retry();
+  }
+  Stats::Add(stats_.promote_failed, no_room.size());
+  finish();
+}
+
+void TierChain::Land(const std::shared_ptr<Promotion>& p) {
+  const Scope& scope = p->scope;
   {
     std::lock_guard<std::mutex> lock(promoting_mutex_);
     for (const ChunkKey& key : p->keys) promoting_.insert(IdOf(scope.namespace_id, key));
@@ -301,6 +368,10 @@ void TierChain::FinishPromotion(const std::shared_ptr<Promotion>& p, size_t i, b
   if (landed) {
     store_.CommitStore(p->entries[i], num_tokens, /*clean=*/true);
     Stats::Add(stats_.promoted_chunks);
+    if (auto read = store_.BeginRead(p->scope.scope, p->keys[i])) {
+      std::lock_guard<std::mutex> lock(p->held->mutex);
+      p->held->entries.push_back(read->entry);
+    }
   } else {
     store_.AbortStore(p->entries[i]);  // missing or failing its checks: never served
     Stats::Add(stats_.promote_failed);

@@ -75,7 +75,8 @@ class TierChain {
   // Brings `keys` of a scope from L2 (else L3) into reserved L1 slots;
   // `done` runs once all have landed or failed (a chunk already in L1, or
   // without room, is left as it is). Chunks failing their checks are
-  // dropped below and stay missing.
+  // dropped below and stay missing. The chunks that landed are held (read
+  // pins) until `done` returns, so later ones never evict earlier ones.
   struct Scope {
     ScopeId scope = 0;
     ChunkKey namespace_id{};
@@ -95,6 +96,15 @@ class TierChain {
  private:
   struct Promotion;
   TierChain(ChunkStore& store, Stats& stats, ChunkStore::WriteBehind mode);
+  // Promote, `tries` more times for chunks that found no room in L1 (every
+  // slot pinned while being written below): each try waits for a write to end.
+  struct Held;
+  void PromoteTry(const Scope& scope, std::vector<ChunkKey> keys, std::function<void()> done,
+                  int tries, std::shared_ptr<Held> held);
+  // Brings the reserved slots of `p` up from L2, else L3.
+  void Land(const std::shared_ptr<Promotion>& p);
+  // Runs `retry` once a write below ends (false: none in flight).
+  bool WhenAWriteEnds(std::function<void()> retry);
   void FinishPromotion(const std::shared_ptr<Promotion>& p, size_t i, bool landed,
                        uint32_t num_tokens);
   void PromoteFromL3(const std::shared_ptr<Promotion>& p, std::vector<size_t> items);
@@ -105,6 +115,10 @@ class TierChain {
 
   mutable std::mutex scopes_mutex_;
   std::unordered_map<ScopeId, Scope> scopes_;  // GUARDED_BY(scopes_mutex_)
+
+  std::mutex writes_mutex_;
+  uint64_t writes_in_flight_ = 0;                      // GUARDED_BY(writes_mutex_)
+  std::vector<std::function<void()>> write_waiters_;   // GUARDED_BY(writes_mutex_)
 
   mutable std::mutex promoting_mutex_;
   std::unordered_set<tiers::ChunkId, tiers::ChunkIdHash> promoting_;  // GUARDED_BY(promoting_mutex_)

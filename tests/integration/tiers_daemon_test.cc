@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <array>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -119,6 +120,32 @@ class TiersTest : public DaemonTest {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
+  // Floods (new prompts from `*next`) until `keys`' lookup finds none of
+  // them in L1; returns that lookup's tier counts (L1, L2, L3). Stores may
+  // be skipped while L1's slots are being written below, so it is judged,
+  // not assumed.
+  std::array<uint32_t, 3> FloodUntilOutOfL1(const std::vector<ChunkKey>& keys, uint32_t* next) {
+    for (int round = 0; round < 20; ++round) {
+      // A whole L1 of other chunks (a lookup makes the chunks it leases the
+      // most recently used, so each round floods before it looks).
+      Flood(*next, 2);
+      *next += 2;
+      // The prefix goes L1, then L2: a chunk whose write is still under way
+      // would end it early.
+      EXPECT_TRUE(WaitForWrites());
+      auto hit = client_->Lookup(reg_.id, keys).get();
+      EXPECT_TRUE(hit.ok());
+      if (!hit.ok()) break;
+      if (hit->lease_id) {
+        EXPECT_TRUE(client_->Release(hit->lease_id).get().ok());
+      }
+      if (hit->CountIn(TierLevel::kL1) == 0) {
+        return {0, hit->CountIn(TierLevel::kL2), hit->CountIn(TierLevel::kL3)};
+      }
+    }
+    ADD_FAILURE() << "the chunks never left L1";
+    return {~0u, 0, 0};
+  }
   // Retrieves prompt `p`'s n chunks into blocks from `first`; mismatching rows.
   uint64_t RetrieveMismatches(uint32_t p, uint32_t n, uint32_t first,
                               std::vector<ChunkOutcome>* outcomes = nullptr,
@@ -156,17 +183,16 @@ class TiersTest : public DaemonTest {
 
 TEST_F(TiersTest, ChunksEvictedFromL1ComeBackFromL2ByteExact) {
   const auto a = StorePrompt(1, 16, 0);
-  Flood(100, 3);  // 96 more chunks through a 64-chunk L1
-  auto hit = client_->Lookup(reg_.id, Keys(a)).get();
-  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
-  EXPECT_EQ(hit->hit_chunks, 16u);
-  EXPECT_EQ(hit->CountIn(TierLevel::kL2), 16u) << "A was evicted from L1 and lives on in L2";
-  ASSERT_TRUE(client_->Release(hit->lease_id).get().ok());
+  uint32_t next = 100;
+  const auto tiers = FloodUntilOutOfL1(Keys(a), &next);
+  EXPECT_EQ(tiers[1], 16u) << "A was evicted from L1 and lives on in L2";
   std::vector<ChunkOutcome> outcomes;
   EXPECT_EQ(RetrieveMismatches(1, 16, 64, &outcomes), 0u);
   for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
-  EXPECT_GE(Counter("promoted_chunks"), 16u);
-  EXPECT_GE(TierCounter("L2", "get_hits"), 16u);
+  // At least the first chunk (the lookup found it outside L1) came from L2;
+  // later ones may still have been in L1 too.
+  EXPECT_GE(Counter("promoted_chunks"), 1u);
+  EXPECT_EQ(TierCounter("L2", "get_hits"), Counter("promoted_chunks"));
 }
 
 class OnEvictionTest : public TiersTest {
@@ -183,10 +209,14 @@ TEST_F(OnEvictionTest, EvictionWritesChunksBehindL1AndTheyComeBackByteExact) {
   // Stores past L1's capacity: eviction sends the oldest chunks to L2 first;
   // some stores may be skipped while they are written, never delayed.
   Flood(100, 6);
-  EXPECT_GE(TierCounter("L2", "put_chunks"), 16u);
+  ASSERT_TRUE(WaitForWrites());
+  EXPECT_GT(TierCounter("L2", "put_chunks"), 0u);
   std::vector<ChunkOutcome> outcomes;
   EXPECT_EQ(RetrieveMismatches(1, 16, 64, &outcomes), 0u);
-  for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    EXPECT_EQ(outcomes[i].result, ChunkResult::kRetrieved)
+        << "chunk " << i << ": " << NameOf(outcomes[i].result) << "; " << StatsJson().dump();
+  }
 }
 
 TEST_F(TiersTest, L2SurvivesARestartByteExact) {
@@ -295,22 +325,30 @@ class SmallL2Test : public TiersTest {
 
 TEST_F(SmallL2Test, LeasedChunkSurvivesTheCascadeFromL1ThroughL2) {
   const auto a = StorePrompt(1, 8, 0);
-  Flood(100, 2);  // A leaves L1; L2 holds A and the flood's newest
+  uint32_t next = 100;
+  // A leaves L1; L2 (79 files) holds A and the flood's newest.
+  ASSERT_EQ(FloodUntilOutOfL1(Keys(a), &next)[1], 8u);
   auto hit = client_->Lookup(reg_.id, Keys(a)).get();
   ASSERT_TRUE(hit.ok());
   ASSERT_EQ(hit->hit_chunks, 8u);
   ASSERT_EQ(hit->CountIn(TierLevel::kL2), 8u);
   // Far more than L2 holds goes through L1 into L2: unleased chunks are
   // evicted from L2, the leased ones stay.
-  Flood(200, 4);
+  const uint64_t evicted = TierCounter("L2", "evicted_chunks");
+  for (int round = 0; round < 40 && TierCounter("L2", "evicted_chunks") < evicted + 100; ++round) {
+    Flood(next++, 1);
+  }
   ASSERT_TRUE(WaitForWrites());
-  EXPECT_GT(TierCounter("L2", "evicted_chunks"), 0u);
+  EXPECT_GE(TierCounter("L2", "evicted_chunks"), evicted + 100);
   std::vector<ChunkOutcome> outcomes;
   EXPECT_EQ(RetrieveMismatches(1, 8, 64, &outcomes, hit->lease_id), 0u);
   for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
   // Without a lease the same flood pushes a prompt out of L2 for good.
   const auto b = StorePrompt(2, 8, 0);
-  Flood(300, 4);
+  const uint64_t before = TierCounter("L2", "evicted_chunks");
+  for (int round = 0; round < 40 && TierCounter("L2", "evicted_chunks") < before + 100; ++round) {
+    Flood(next++, 1);
+  }
   ASSERT_TRUE(WaitForWrites());
   auto gone = client_->Lookup(reg_.id, Keys(b)).get();
   ASSERT_TRUE(gone.ok());
