@@ -2,7 +2,7 @@
 // (--l2-path), with its own LRU and capacity (--l2-gb).
 //
 // Files: DIR/<2 hex>/<scope hex>-<key hex>.kvc, written with O_DIRECT
-// through io_uring (many chunks in flight from one thread; a pool of
+// through io_uring (two threads with many chunks in flight; a pool of
 // threads doing preadv/pwritev where io_uring is refused) to DIR/tmp/ and
 // renamed into place once complete, so a file under its final name was
 // written whole; a crash of the machine can still leave a renamed file
