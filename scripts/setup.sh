@@ -12,7 +12,8 @@ packages=(
   libgtest-dev libgmock-dev
   libssl-dev
   libcpp-httplib-dev nlohmann-json3-dev
-  libhiredis-dev liburing-dev libxxhash-dev redis-server
+  libhiredis-dev liburing-dev libxxhash-dev   # the tiers: hiredis (L3), io_uring (L2), XXH3
+  redis-server redis-tools  # the L3 tests start their own redis-server (and a cluster via redis-cli)
   python3 python3-yaml python3-prometheus-client
   clang-14 libclang-rt-14-dev llvm-14   # scripts/fuzz.sh: libFuzzer, sanitizers, symbolizer
   python3-venv  # scripts/test_python.sh: the CI venv (pip install ., pytest, vLLM)

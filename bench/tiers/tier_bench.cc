@@ -1,20 +1,14 @@
 // kvstash_tier_bench: each tier against its raw limit, in the same run, on
-// the same disk and the same Redis (issue 11's targets):
-//   L2  DiskTier puts/gets of N chunks  vs  raw O_DIRECT sequential writes
-//       and reads of the same bytes in one file (pwrite at queue depth 1,
-//       and io_uring at queue depth = the tier's threads: the better one is
-//       the raw limit), plus the alternative the tier did not take: one file
-//       per chunk written and read through io_uring.
-//   L3  RedisTier puts/gets of values of --value-mb  vs  raw pipelined
-//       SET/GET of the same values on the same server, with as many
-//       connections as the tier has threads.
+// the same disk and the same Redis (issue 11's targets). The L2 and L3
+// measurements are kvstash::tier_bench_core's (client/src/bench/
+// tier_limits.h), which `kvstash bench tiers` runs too; this one adds
 //   Index rebuild: DiskTier::Open over --index-chunks chunk files (sparse
-//       payloads of --index-chunk-mb: the rebuild reads headers only), with
-//       their pages dropped from the cache first.
+//       payloads of --index-chunk-mb: the rebuild reads headers only), warm
+//       and with their pages dropped from the cache first,
+// and starts a private redis-server when no --redis is named.
 // Prints GB/s (10^9 bytes per second) and ratios. Not a test.
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
-#include <liburing.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -31,10 +25,13 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kvstash/tiers/disk_tier.h"
 #include "kvstash/tiers/redis_tier.h"
+#include "tier_limits.h"
 
 namespace kvstash::tiers {
 namespace {
@@ -44,23 +41,6 @@ constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kBlock = 4096;
 
 double Seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-double Gbps(uint64_t bytes, double seconds) { return bytes / seconds / 1e9; }
-
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-Buffer Aligned(uint64_t bytes) {
-  return Buffer(static_cast<uint8_t*>(std::aligned_alloc(kBlock, (bytes + kBlock - 1) / kBlock * kBlock)));
-}
-
-void Fill(uint8_t* p, uint64_t bytes, uint64_t seed) {
-  std::mt19937_64 random(seed);
-  for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
-    const uint64_t v = random();
-    std::memcpy(p + i, &v, 8);
-  }
-}
 
 ChunkId Id(uint64_t i) {
   ChunkId id;
@@ -87,223 +67,6 @@ void Uncache(const std::string& path) {
   ::fdatasync(fd);
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
-}
-
-// ---------------------------------------------------------------- raw disk
-
-// Makes the raw file `total` bytes long, its blocks allocated: extending
-// O_DIRECT writes serialize on the inode (ext4), which would understate
-// the disk.
-void Preallocate(const std::string& path, uint64_t total) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0640);
-  if (fd < 0 || ::posix_fallocate(fd, 0, static_cast<off_t>(total)) != 0) Die("cannot preallocate " + path);
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Sequential O_DIRECT transfer of `total` bytes in `block`-byte pieces, one
-// at a time (pwrite / pread).
-double RawSync(const std::string& path, bool write, uint64_t block, uint64_t total, uint8_t* buffer) {
-  const int fd = ::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT, 0640);
-  if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
-  const auto start = Clock::now();
-  for (uint64_t off = 0; off < total; off += block) {
-    const ssize_t n = write ? ::pwrite(fd, buffer, block, static_cast<off_t>(off))
-                            : ::pread(fd, buffer, block, static_cast<off_t>(off));
-    if (n != static_cast<ssize_t>(block)) Die("raw transfer failed");
-  }
-  if (write) ::fdatasync(fd);
-  const double s = Seconds(start);
-  ::close(fd);
-  return s;
-}
-
-// The same through io_uring with `depth` transfers in flight.
-double RawUring(const std::string& path, bool write, uint64_t block, uint64_t total, uint32_t depth,
-                const std::vector<uint8_t*>& buffers) {
-  const int fd = ::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT, 0640);
-  if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
-  io_uring ring;
-  if (io_uring_queue_init(depth, &ring, 0) != 0) Die("io_uring_queue_init failed");
-  const auto start = Clock::now();
-  uint64_t next = 0, done = 0;
-  uint32_t in_flight = 0;
-  while (done < total) {
-    while (in_flight < depth && next < total) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-      uint8_t* buf = buffers[(next / block) % buffers.size()];
-      if (write) io_uring_prep_write(sqe, fd, buf, static_cast<unsigned>(block), next);
-      else io_uring_prep_read(sqe, fd, buf, static_cast<unsigned>(block), next);
-      next += block;
-      ++in_flight;
-    }
-    io_uring_submit(&ring);
-    io_uring_cqe* cqe = nullptr;
-    if (io_uring_wait_cqe(&ring, &cqe) != 0 || cqe->res != static_cast<int>(block)) Die("io_uring transfer failed");
-    io_uring_cqe_seen(&ring, cqe);
-    --in_flight;
-    done += block;
-  }
-  if (write) ::fdatasync(fd);
-  const double s = Seconds(start);
-  io_uring_queue_exit(&ring);
-  ::close(fd);
-  return s;
-}
-
-// The design not taken: one file per chunk (header block + payload) through
-// io_uring, `depth` files in flight, temp name + rename as the tier does.
-double UringFiles(const std::string& dir, bool write, uint64_t chunk, uint32_t count, uint32_t depth,
-                  const std::vector<uint8_t*>& buffers) {
-  io_uring ring;
-  if (io_uring_queue_init(depth, &ring, 0) != 0) Die("io_uring_queue_init failed");
-  const auto start = Clock::now();
-  std::vector<int> fds(count, -1);
-  uint32_t next = 0, done = 0, in_flight = 0;
-  const uint64_t file_bytes = kBlock + (chunk + kBlock - 1) / kBlock * kBlock;
-  while (done < count) {
-    while (in_flight < depth && next < count) {
-      const std::string path = dir + "/u" + std::to_string(next) + (write ? ".tmp" : ".kvc");
-      fds[next] = ::open(path.c_str(), (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0640);
-      if (fds[next] < 0) Die("open " + path);
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-      uint8_t* buf = buffers[next % buffers.size()];
-      if (write) io_uring_prep_write(sqe, fds[next], buf, static_cast<unsigned>(file_bytes), 0);
-      else io_uring_prep_read(sqe, fds[next], buf, static_cast<unsigned>(file_bytes), 0);
-      io_uring_sqe_set_data64(sqe, next);
-      ++next;
-      ++in_flight;
-    }
-    io_uring_submit(&ring);
-    io_uring_cqe* cqe = nullptr;
-    if (io_uring_wait_cqe(&ring, &cqe) != 0 || cqe->res != static_cast<int>(file_bytes)) Die("io_uring file transfer failed");
-    const uint32_t i = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
-    io_uring_cqe_seen(&ring, cqe);
-    ::close(fds[i]);
-    if (write) {
-      const std::string base = dir + "/u" + std::to_string(i);
-      ::rename((base + ".tmp").c_str(), (base + ".kvc").c_str());
-    }
-    --in_flight;
-    ++done;
-  }
-  const double s = Seconds(start);
-  io_uring_queue_exit(&ring);
-  return s;
-}
-
-// ---------------------------------------------------------------- L2
-
-struct DiskFigures {
-  double w_sync = 0, r_sync = 0, w_uring = 0, r_uring = 0;  // raw
-  double tier_w = 0, tier_r = 0;                            // DiskTier
-  double files_w = 0, files_r = 0;                          // io_uring, file per chunk
-  void KeepBest(const DiskFigures& o) {
-    w_sync = std::max(w_sync, o.w_sync), r_sync = std::max(r_sync, o.r_sync);
-    w_uring = std::max(w_uring, o.w_uring), r_uring = std::max(r_uring, o.r_uring);
-    tier_w = std::max(tier_w, o.tier_w), tier_r = std::max(tier_r, o.tier_r);
-    files_w = std::max(files_w, o.files_w), files_r = std::max(files_r, o.files_r);
-  }
-};
-
-DiskFigures MeasureDisk(const std::string& dir, uint64_t chunk, uint32_t count, uint32_t threads) {
-  DiskFigures f;
-  const uint64_t total = chunk * count;
-  std::vector<Buffer> owned;
-  std::vector<uint8_t*> buffers;
-  for (uint32_t i = 0; i < threads; ++i) {
-    owned.push_back(Aligned(chunk + 2 * kBlock));
-    Fill(owned.back().get(), chunk + 2 * kBlock, i + 1);
-    buffers.push_back(owned.back().get());
-  }
-  const uint64_t block = (chunk + kBlock - 1) / kBlock * kBlock;
-  const std::string raw = dir + "/raw.bin";
-  Preallocate(raw, block * count);
-  // Raw limit: the better of queue depth 1 and io_uring at the tier's depth.
-  const double w_sync = RawSync(raw, true, block, block * count, buffers[0]);
-  Uncache(raw);
-  const double r_sync = RawSync(raw, false, block, block * count, buffers[0]);
-  const double w_uring = RawUring(raw, true, block, block * count, threads, buffers);
-  Uncache(raw);
-  const double r_uring = RawUring(raw, false, block, block * count, threads, buffers);
-  ::unlink(raw.c_str());
-  f.w_sync = Gbps(total, w_sync), f.r_sync = Gbps(total, r_sync);
-  f.w_uring = Gbps(total, w_uring), f.r_uring = Gbps(total, r_uring);
-
-  // The tier: every chunk a Put, all in one batch, then every chunk a Get.
-  const std::string tier_dir = dir + "/l2";
-  {
-    DiskTierOptions options;
-    options.path = tier_dir;
-    options.capacity_bytes = total * 2 + (64ull << 20);
-    options.io_threads = threads;
-    auto tier = DiskTier::Open(options);
-    if (!tier.ok()) Die(tier.status().ToString());
-    std::vector<PutRequest> puts;
-    for (uint32_t i = 0; i < count; ++i) puts.push_back({Id(i), {}, 256, buffers[i % threads], chunk});
-    auto start = Clock::now();
-    for (const PutResult& r : PutAsync(**tier, puts).get()) {
-      if (r.outcome != PutOutcome::kStored) Die("L2 put failed: " + r.status.ToString());
-    }
-    f.tier_w = Gbps(total, Seconds(start));
-    for (uint32_t i = 0; i < count; ++i) Uncache((*tier)->PathOf(Id(i)));
-    std::vector<Buffer> out;
-    std::vector<GetRequest> gets;
-    for (uint32_t i = 0; i < count; ++i) {
-      out.push_back(Aligned(chunk));
-      gets.push_back({{Id(i), {}, chunk}, out.back().get()});
-    }
-    start = Clock::now();
-    for (const GetResult& r : GetAsync(**tier, gets).get()) {
-      if (!r.status.ok()) Die("L2 get failed: " + r.status.ToString());
-    }
-    f.tier_r = Gbps(total, Seconds(start));
-    for (uint32_t i = 0; i < count; ++i) {
-      if (std::memcmp(out[i].get(), buffers[i % threads], chunk) != 0) Die("L2 returned wrong bytes");
-    }
-  }
-  std::system(("rm -rf '" + tier_dir + "'").c_str());
-
-  // The alternative: io_uring over one file per chunk.
-  const std::string uring_dir = dir + "/uring";
-  ::mkdir(uring_dir.c_str(), 0750);
-  std::vector<Buffer> file_owned;
-  std::vector<uint8_t*> file_buffers;
-  for (uint32_t i = 0; i < threads; ++i) {
-    file_owned.push_back(Aligned(kBlock + block));
-    std::memcpy(file_owned.back().get() + kBlock, buffers[i], chunk);
-    file_buffers.push_back(file_owned.back().get());
-  }
-  f.files_w = Gbps(total, UringFiles(uring_dir, true, chunk, count, threads, file_buffers));
-  for (uint32_t i = 0; i < count; ++i) Uncache(uring_dir + "/u" + std::to_string(i) + ".kvc");
-  f.files_r = Gbps(total, UringFiles(uring_dir, false, chunk, count, threads, file_buffers));
-  std::system(("rm -rf '" + uring_dir + "'").c_str());
-  return f;
-}
-
-void BenchDisk(const std::string& dir, uint64_t chunk, uint32_t count, uint32_t threads, uint32_t repeats) {
-  std::printf("\n== L2 local disk: %u chunks of %.1f MiB (%.2f GB) in %s, %u I/O threads, best of %u\n", count,
-              double(chunk) / kMiB, chunk * count / 1e9, dir.c_str(), threads, repeats);
-  DiskFigures f;
-  for (uint32_t r = 0; r < repeats; ++r) {
-    const DiskFigures m = MeasureDisk(dir, chunk, count, threads);
-    std::printf("run %u: ratio write %.2f read %.2f (io_uring files: %.2f %.2f)\n", r + 1,
-                m.tier_w / std::max(m.w_sync, m.w_uring), m.tier_r / std::max(m.r_sync, m.r_uring),
-                m.files_w / std::max(m.w_sync, m.w_uring), m.files_r / std::max(m.r_sync, m.r_uring));
-    f.KeepBest(m);
-  }
-  const double raw_w = std::max(f.w_sync, f.w_uring);
-  const double raw_r = std::max(f.r_sync, f.r_uring);
-  std::printf("raw O_DIRECT sequential    write %6.3f GB/s (pwrite QD1) %6.3f GB/s (io_uring QD%u)\n",
-              f.w_sync, f.w_uring, threads);
-  std::printf("                            read %6.3f GB/s (pread QD1)  %6.3f GB/s (io_uring QD%u)\n",
-              f.r_sync, f.r_uring, threads);
-  std::printf("L2 DiskTier (thread pool) write %6.3f GB/s  ratio %.2f\n", f.tier_w, f.tier_w / raw_w);
-  std::printf("                           read %6.3f GB/s  ratio %.2f (verified, checksummed)\n", f.tier_r,
-              f.tier_r / raw_r);
-  std::printf("io_uring, file per chunk  write %6.3f GB/s  ratio %.2f (no checksum, no index)\n", f.files_w,
-              f.files_w / raw_w);
-  std::printf("                           read %6.3f GB/s  ratio %.2f\n", f.files_r, f.files_r / raw_r);
 }
 
 // ---------------------------------------------------------------- index
@@ -386,118 +149,6 @@ pid_t StartRedis(int port) {
   return -1;
 }
 
-// Raw: `threads` connections, each pipelining SET (or GET) of its share.
-double RawRedis(const std::string& host, int port, bool set, uint64_t value, uint32_t count, uint32_t threads,
-                const uint8_t* data) {
-  std::atomic<bool> ok{true};
-  const auto start = Clock::now();
-  std::vector<std::thread> workers;
-  for (uint32_t t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      redisContext* c = redisConnect(host.c_str(), port);
-      if (!c || c->err) {
-        ok = false;
-        return;
-      }
-      std::vector<std::string> keys;
-      for (uint32_t i = t; i < count; i += threads) keys.push_back("rawbench:" + std::to_string(i));
-      for (const std::string& k : keys) {
-        if (set) {
-          const char* argv[] = {"SET", k.c_str(), reinterpret_cast<const char*>(data)};
-          const size_t lens[] = {3, k.size(), value};
-          redisAppendCommandArgv(c, 3, argv, lens);
-        } else {
-          const char* argv[] = {"GET", k.c_str()};
-          const size_t lens[] = {3, k.size()};
-          redisAppendCommandArgv(c, 2, argv, lens);
-        }
-      }
-      for (size_t i = 0; i < keys.size(); ++i) {
-        void* reply = nullptr;
-        if (redisGetReply(c, &reply) != REDIS_OK) {
-          ok = false;
-          break;
-        }
-        const redisReply* r = static_cast<redisReply*>(reply);
-        if (!set && (r->type != REDIS_REPLY_STRING || r->len != value)) ok = false;
-        freeReplyObject(reply);
-      }
-      redisFree(c);
-    });
-  }
-  for (std::thread& w : workers) w.join();
-  if (!ok) Die("raw redis transfer failed");
-  return Seconds(start);
-}
-
-struct RedisFigures {
-  double raw_w = 0, raw_r = 0, tier_w = 0, tier_r = 0;
-};
-
-RedisFigures MeasureRedis(const std::string& endpoint, uint64_t value, uint32_t count, uint32_t threads) {
-  const uint64_t total = value * count;
-  const size_t colon = endpoint.rfind(':');
-  const std::string host = endpoint.substr(0, colon);
-  const int port = std::stoi(endpoint.substr(colon + 1));
-  Buffer data = Aligned(value);
-  Fill(data.get(), value, 42);
-  const double raw_w = Gbps(total, RawRedis(host, port, true, value, count, threads, data.get()));
-  const double raw_r = Gbps(total, RawRedis(host, port, false, value, count, threads, data.get()));
-  {
-    redisContext* c = redisConnect(host.c_str(), port);
-    for (uint32_t i = 0; i < count; ++i) freeReplyObject(redisCommand(c, "DEL rawbench:%u", i));
-    redisFree(c);
-  }
-  RedisTierOptions options;
-  options.servers = {endpoint};
-  options.io_threads = threads;
-  options.command_timeout_ms = 30000;
-  auto tier = RedisTier::Open(options);
-  if (!tier.ok()) Die(tier.status().ToString());
-  std::vector<PutRequest> puts;
-  for (uint32_t i = 0; i < count; ++i) puts.push_back({Id(i), {}, 256, data.get(), value});
-  auto start = Clock::now();
-  for (const PutResult& r : PutAsync(**tier, puts).get()) {
-    if (r.outcome != PutOutcome::kStored) Die("L3 put failed: " + r.status.ToString());
-  }
-  const double tier_w = Gbps(total, Seconds(start));
-  std::vector<Buffer> out;
-  std::vector<GetRequest> gets;
-  for (uint32_t i = 0; i < count; ++i) {
-    out.push_back(Aligned(value));
-    gets.push_back({{Id(i), {}, value}, out.back().get()});
-  }
-  start = Clock::now();
-  for (const GetResult& r : GetAsync(**tier, gets).get()) {
-    if (!r.status.ok()) Die("L3 get failed: " + r.status.ToString());
-  }
-  const double tier_r = Gbps(total, Seconds(start));
-  for (uint32_t i = 0; i < count; ++i) {
-    if (std::memcmp(out[i].get(), data.get(), value) != 0) Die("L3 returned wrong bytes");
-  }
-  RemoveAsync(**tier, [&] {
-    std::vector<ChunkId> ids;
-    for (uint32_t i = 0; i < count; ++i) ids.push_back(Id(i));
-    return ids;
-  }()).get();
-  return {raw_w, raw_r, tier_w, tier_r};
-}
-
-void BenchRedis(const std::string& endpoint, uint64_t value, uint32_t count, uint32_t threads, uint32_t repeats) {
-  std::printf("\n== L3 Redis %s: %u values of %.1f MiB (%.2f GB), %u connections, best of %u\n", endpoint.c_str(),
-              count, double(value) / kMiB, value * count / 1e9, threads, repeats);
-  RedisFigures f;
-  for (uint32_t r = 0; r < repeats; ++r) {
-    const RedisFigures m = MeasureRedis(endpoint, value, count, threads);
-    f.raw_w = std::max(f.raw_w, m.raw_w), f.raw_r = std::max(f.raw_r, m.raw_r);
-    f.tier_w = std::max(f.tier_w, m.tier_w), f.tier_r = std::max(f.tier_r, m.tier_r);
-    std::printf("run %u: ratio put %.2f get %.2f\n", r + 1, m.tier_w / m.raw_w, m.tier_r / m.raw_r);
-  }
-  std::printf("raw pipelined SET %6.3f GB/s   GET %6.3f GB/s\n", f.raw_w, f.raw_r);
-  std::printf("L3 RedisTier put  %6.3f GB/s   get %6.3f GB/s (verified, checksummed)\n", f.tier_w, f.tier_r);
-  std::printf("ratio             put %.2f        get %.2f\n", f.tier_w / f.raw_w, f.tier_r / f.raw_r);
-}
-
 }  // namespace
 }  // namespace kvstash::tiers
 
@@ -506,12 +157,13 @@ int main(int argc, char** argv) {
   CLI::App app("kvstash_tier_bench: L2 and L3 against their raw limits", "kvstash_tier_bench");
   std::string dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   double chunk_mb = 8, value_mb = 32, index_chunk_mb = 1;
-  uint32_t count = 128, threads = 4, values = 32, index_chunks = 65536, repeats = 3;
+  uint32_t count = 128, threads = 4, depth = 8, values = 32, index_chunks = 65536, repeats = 3;
   std::string redis, only;
   app.add_option("--dir", dir, "Directory on the disk to measure (a scratch folder is made inside)");
   app.add_option("--chunk-mb", chunk_mb, "L2 chunk size in MiB");
   app.add_option("--chunks", count, "L2 chunks written and read");
-  app.add_option("--threads", threads, "I/O threads of each tier (and raw io_uring depth / raw connections)");
+  app.add_option("--threads", threads, "L2 thread-pool threads; L3 I/O threads and raw connections");
+  app.add_option("--depth", depth, "L2 io_uring chunks in flight per ring (2 rings; raw: 2 x depth)");
   app.add_option("--redis", redis, "HOST:PORT of the Redis to measure; default: a private redis-server");
   app.add_option("--value-mb", value_mb, "L3 value size in MiB");
   app.add_option("--values", values, "L3 values written and read");
@@ -524,7 +176,18 @@ int main(int argc, char** argv) {
   char scratch[4096];
   std::snprintf(scratch, sizeof(scratch), "%s/kvstash-tier-bench-XXXXXX", dir.c_str());
   if (::mkdtemp(scratch) == nullptr) Die("cannot create a folder in " + dir);
-  if (only.empty() || only == "l2") BenchDisk(scratch, uint64_t(chunk_mb * kMiB), count, threads, repeats);
+  if (only.empty() || only == "l2") {
+    kvstash::bench::DiskLimitConfig c;
+    c.dir = scratch;
+    c.chunk_bytes = uint64_t(chunk_mb * kMiB);
+    c.chunks = count;
+    c.depth = depth;
+    c.pool_threads = threads;
+    c.runs = repeats;
+    auto limits = kvstash::bench::MeasureDiskLimits(c);
+    if (!limits.ok()) Die(limits.status().ToString());
+    std::printf("\n== %s", kvstash::bench::DiskLimitsText(*limits).c_str());
+  }
   if (only.empty() || only == "index") BenchIndex(scratch, index_chunks, uint64_t(index_chunk_mb * kMiB));
   if (only.empty() || only == "l3") {
     pid_t own = -1;
@@ -533,7 +196,20 @@ int main(int argc, char** argv) {
       own = StartRedis(port);
       redis = "127.0.0.1:" + std::to_string(port);
     }
-    BenchRedis(redis, uint64_t(value_mb * kMiB), values, threads, repeats);
+    kvstash::bench::RedisLimitConfig c;
+    c.endpoint = redis;
+    c.value_bytes = uint64_t(value_mb * kMiB);
+    c.values = values;
+    c.connections = threads;
+    c.runs = repeats;
+    auto limits = kvstash::bench::MeasureRedisLimits(c);
+    if (own > 0) {
+      ::kill(own, SIGKILL);
+      ::waitpid(own, nullptr, 0);
+      own = -1;
+    }
+    if (!limits.ok()) Die(limits.status().ToString());
+    std::printf("\n== %s", kvstash::bench::RedisLimitsText(*limits).c_str());
     if (own > 0) {
       ::kill(own, SIGKILL);
       ::waitpid(own, nullptr, 0);

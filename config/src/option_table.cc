@@ -157,7 +157,9 @@ std::vector<OptionSpec> BuildTable() {
       FloatOption("l2-gb", "KVSTASH_L2_GB", &C::l2_gb, 0.001, 1048576,
                   "L2 capacity in GiB of disk space under --l2-path"),
       UintOption("l2-io-threads", "KVSTASH_L2_IO_THREADS", &C::l2_io_threads, 1, 256,
-                 "Threads reading and writing L2 files (O_DIRECT)"),
+                 "Threads reading and writing L2 files (O_DIRECT) where io_uring is refused "
+                 "(an old kernel, a container's seccomp profile); with io_uring two threads "
+                 "keep 8 chunks in flight each"),
       EnumOption("tier-write", "KVSTASH_TIER_WRITE", &C::tier_write,
                  {"write-through", "on-eviction"},
                  "When a stored chunk is written to L2/L3: write-through = right after it "

@@ -47,6 +47,12 @@ Result<std::unique_ptr<TierChain>> TierChain::Create(const config::ServerConfig&
                    "capacity and {} unfinished files deleted",
                    config.l2_path, report.chunks, report.bytes, report.seconds,
                    report.dropped_files, report.evicted_files, report.temp_files);
+    if (!chain->l2_->io_uring_refused_reason().empty()) {
+      Logger()->warn("L2 runs on {} --l2-io-threads: io_uring was refused ({})",
+                     config.l2_io_threads, chain->l2_->io_uring_refused_reason());
+    } else {
+      Logger()->info("L2 I/O: {}", chain->l2_->io_engine());
+    }
   }
   if (!config.l3_redis.empty()) {
     Result<std::vector<std::string>> servers = tiers::ParseRedisServers(config.l3_redis);

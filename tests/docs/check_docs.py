@@ -21,6 +21,8 @@ FOREIGN_FLAGS = {
     "--target", "--label-regex", "--runtime", "--isolation", "--volume", "--user",
     "--cflags", "--libs", "--now",
     "--kv-transfer-config", "--block-size",  # vllm serve
+    "--port", "--bind", "--protected-mode", "--maxmemory", "--maxmemory-policy", "--save",
+    "--appendonly", "--proto-max-bulk-len",  # redis-server
 }
 DOCS = ["README.md", "docs/*.md"]
 # Files other than docs where a KVSTASH_* variable may be defined: the
@@ -74,6 +76,7 @@ def main():
     cli_flags = set(help_options(run_help(args.kvstash)))
     for command in ("ping", "describe", "stats", "clear", "bench"):
         cli_flags |= set(help_options(run_help(args.kvstash, command)))
+    cli_flags |= set(help_options(run_help(args.kvstash, "bench", "tiers")))
     env_defaults = {env: default for default, env in daemon.values() if env}
     owners = owner_text(args.repo)
     env_defaults_scripts = script_defaults(owners)

@@ -30,10 +30,12 @@ using testing::TestBuffer;
 
 constexpr uint64_t kMiB = 1 << 20;
 
-std::unique_ptr<DiskTier> OpenTier(const std::string& path, uint64_t capacity = 1024 * kMiB) {
+std::unique_ptr<DiskTier> OpenTier(const std::string& path, uint64_t capacity = 1024 * kMiB,
+                                   bool io_uring = true) {
   DiskTierOptions options;
   options.path = path;
   options.capacity_bytes = capacity;
+  options.io_uring = io_uring;
   Result<std::unique_ptr<DiskTier>> tier = DiskTier::Open(options);
   EXPECT_TRUE(tier.ok()) << tier.status().ToString();
   return tier.ok() ? std::move(tier).value() : nullptr;
@@ -62,10 +64,16 @@ bool Present(Tier& tier, const ChunkId& id) {
   return ContainsAsync(tier, {id}).get().at(0).present;
 }
 
-TEST(DiskTier, RoundTripsByteExactAlignedOrNot) {
+// Both I/O engines: io_uring (the default) and the thread pool that takes
+// over where io_uring is refused.
+class DiskTierEngines : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DiskTierEngines, RoundTripsByteExactAlignedOrNot) {
   TempDir dir;
-  auto tier = OpenTier(dir.path());
+  auto tier = OpenTier(dir.path(), 1024 * kMiB, GetParam());
   ASSERT_TRUE(tier);
+  EXPECT_STREQ(tier->io_engine(), GetParam() ? "io_uring" : "thread pool")
+      << tier->io_uring_refused_reason();
   // Sizes around the 4 KiB block and the 8 MiB bounce area; offsets of 0
   // (page-aligned like L1 slots) and 256 (aligned like chunk groups).
   const size_t sizes[] = {1, 4095, 4096, 4097, 256 * 1024, 9 * kMiB + 100};
@@ -83,6 +91,48 @@ TEST(DiskTier, RoundTripsByteExactAlignedOrNot) {
   EXPECT_EQ(tier->stats().get_hits.load(), index);
   EXPECT_EQ(tier->stats().corrupt_chunks.load(), 0u);
 }
+
+// More chunks than the ring has room for in flight, read back while
+// others are still being written.
+TEST_P(DiskTierEngines, ManyChunksInFlightStayByteExact) {
+  TempDir dir;
+  DiskTierOptions options;
+  options.path = dir.path();
+  options.capacity_bytes = 1024 * kMiB;
+  options.io_uring = GetParam();
+  options.io_depth = 3;
+  options.io_rings = 2;
+  options.io_threads = 2;
+  auto tier = DiskTier::Open(options);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  const size_t size = 512 * 1024 + 100;
+  std::vector<TestBuffer> in, out;
+  std::vector<PutRequest> puts;
+  std::vector<GetRequest> gets;
+  for (uint64_t i = 0; i < 40; ++i) {
+    in.emplace_back(size, i % 2 ? 256 : 0);
+    FillPayload(MakeId(9, i), in.back().data(), size);
+    puts.push_back({MakeId(9, i), MakeFingerprint(1), 123, in.back().data(), size});
+    out.emplace_back(size, i % 3 ? 0 : 256);
+    gets.push_back({{MakeId(9, i), MakeFingerprint(1), size}, out.back().data()});
+  }
+  auto first_half = std::vector<PutRequest>(puts.begin(), puts.begin() + 20);
+  for (const PutResult& r : PutAsync(**tier, first_half).get()) ASSERT_EQ(r.outcome, PutOutcome::kStored);
+  auto second_half = PutAsync(**tier, std::vector<PutRequest>(puts.begin() + 20, puts.end()));
+  std::vector<GetResult> got = GetAsync(**tier, std::vector<GetRequest>(gets.begin(), gets.begin() + 20)).get();
+  for (const PutResult& r : second_half.get()) ASSERT_EQ(r.outcome, PutOutcome::kStored);
+  std::vector<GetResult> rest = GetAsync(**tier, std::vector<GetRequest>(gets.begin() + 20, gets.end())).get();
+  got.insert(got.end(), rest.begin(), rest.end());
+  for (uint64_t i = 0; i < 40; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.ToString();
+    EXPECT_TRUE(HoldsChunk(MakeId(9, i), out[i].data(), size)) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(IoEngines, DiskTierEngines, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "IoUring" : "ThreadPool";
+                         });
 
 TEST(DiskTier, ReportsAlreadyPresentAndMisses) {
   TempDir dir;

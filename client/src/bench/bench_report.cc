@@ -46,6 +46,7 @@ std::string BenchText(const BenchConfig& config, const BenchResults& r) {
   line("prompts", std::to_string(config.prompts) + " x " + std::to_string(config.prompt_tokens) +
                       " tokens, shared prefix " + std::to_string(config.shared_prefix_tokens) +
                       ", " + std::to_string(config.rounds) + " round(s)");
+  line("phase", config.phase + ", seed " + std::to_string(config.seed));
   line("chunks stored", std::to_string(r.chunks_stored));
   line("chunks already present", std::to_string(r.chunks_already_present));
   if (r.chunks_skipped_no_room) line("chunks skipped (no room)", std::to_string(r.chunks_skipped_no_room));
@@ -100,7 +101,8 @@ nlohmann::ordered_json BenchJson(const BenchConfig& config, const BenchResults& 
         {"prompt_tokens", config.prompt_tokens},
         {"shared_prefix_tokens", config.shared_prefix_tokens},
         {"rounds", config.rounds},
-        {"seed", config.seed}}},
+        {"seed", config.seed},
+        {"phase", config.phase}}},
       {"store",
        {{"chunks_stored", r.chunks_stored},
         {"chunks_already_present", r.chunks_already_present},
@@ -115,6 +117,7 @@ nlohmann::ordered_json BenchJson(const BenchConfig& config, const BenchResults& 
         {"tokens", r.lookup_tokens},
         {"hit_tokens", r.hit_tokens},
         {"chunk_hit_rate", Ratio(r.hit_chunks, r.lookup_chunks)},
+        {"every_chunk_expected", r.every_chunk_expected},
         {"token_hit_rate", Ratio(r.hit_tokens, r.lookup_tokens)},
         {"p50_ms", Percentile(r.lookup_ms, 0.5)},
         {"p99_ms", Percentile(r.lookup_ms, 0.99)},

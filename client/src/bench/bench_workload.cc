@@ -57,6 +57,9 @@ Status CheckConfig(const BenchConfig& config, const ServerInfo& server) {
                                    std::to_string(config.prompt_tokens));
   }
   if (config.shape.block_tokens == 0) return Status::InvalidArgument("--block-tokens must be positive");
+  if (config.phase != "both" && config.phase != "store" && config.phase != "retrieve") {
+    return Status::InvalidArgument("--phase " + config.phase + " is not one of store, retrieve, both");
+  }
   return Status::Ok();
 }
 
@@ -93,9 +96,16 @@ class Workload {
 
   Result<BenchResults> Run() {
     const auto prompts = MakePrompts(config_);
+    const bool store = config_.phase != "retrieve";
+    const bool retrieve = config_.phase != "store";
+    results_.every_chunk_expected = config_.phase == "retrieve";
     for (uint32_t round = 0; round < config_.rounds; ++round) {
-      for (const auto& prompt : prompts) KVSTASH_RETURN_IF_ERROR(Store(prompt));
-      for (const auto& prompt : prompts) KVSTASH_RETURN_IF_ERROR(LookupAndRetrieve(prompt));
+      if (store) {
+        for (const auto& prompt : prompts) KVSTASH_RETURN_IF_ERROR(Store(prompt));
+      }
+      if (retrieve) {
+        for (const auto& prompt : prompts) KVSTASH_RETURN_IF_ERROR(LookupAndRetrieve(prompt));
+      }
     }
     return std::move(results_);
   }
@@ -226,6 +236,11 @@ uint64_t Grew(const std::map<std::string, uint64_t>& before,
 std::string HitShortfallReason(const BenchResults& r) {
   if (r.hit_chunks >= r.lookup_chunks) return "";
   std::vector<std::string> reasons;
+  if (r.every_chunk_expected) {
+    reasons.push_back("--phase retrieve expects every chunk an earlier --phase store stored with "
+                      "the same --seed and shape (through L1, L2 or a shared L3); " +
+                      std::to_string(r.lookup_chunks - r.hit_chunks) + " were not found");
+  }
   if (r.daemon_evicted_chunks) {
     reasons.push_back("the pool was full and " + std::to_string(r.daemon_evicted_chunks) +
                       " chunks were evicted (a larger kvstashd --l1-gb, or fewer --prompts, "

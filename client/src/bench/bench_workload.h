@@ -22,6 +22,12 @@ struct BenchConfig {
   uint32_t rounds = 1;
   uint32_t seed = 1;              // different seeds make different prompts
   bool verify = true;
+  // "both": store then retrieve each round. "store": only store. "retrieve":
+  // only look up and retrieve what an earlier "store" run with the same
+  // seed and shape stored, maybe on another daemon sharing its L3, or on
+  // this one before a restart: every chunk must be found and every byte
+  // must match.
+  std::string phase = "both";
 };
 
 struct BenchResults {
@@ -60,10 +66,16 @@ struct BenchResults {
   uint64_t tokens_verified = 0;
   Mismatches mismatches;
   std::vector<std::string> errors;  // per-chunk failures, first few
+  // --phase retrieve: a chunk not found (a short hit or a missing retrieve)
+  // fails the run, since the store phase stored all of them.
+  bool every_chunk_expected = false;
 
+  bool every_chunk_found() const {
+    return hit_chunks == lookup_chunks && chunks_missing == 0;
+  }
   bool passed() const {
     return mismatches.rows == 0 && chunks_store_failed == 0 && chunks_retrieve_failed == 0 &&
-           errors.empty();
+           errors.empty() && (!every_chunk_expected || every_chunk_found());
   }
 };
 

@@ -6,6 +6,7 @@
 #include "bench_report.h"
 #include "bench_workload.h"
 #include "common.h"
+#include "tier_limits.h"
 #if KVSTASH_HAVE_CUDA
 #include "cuda_bench.h"
 #endif
@@ -22,8 +23,18 @@ using bench::CudaBenchConfig;
 using bench::CudaBenchResults;
 #endif
 
+// `kvstash bench tiers`: the tiers against their raw limits, no daemon.
+struct TierBenchOptions {
+  std::string l2_path;
+  std::string l3_redis;
+  std::string l3_user, l3_password;
+  double chunk_mb = 8, value_mb = 32;
+  uint32_t chunks = 128, rings = 2, depth = 8, pool_threads = 4, values = 32, connections = 4, runs = 3;
+};
+
 struct BenchOptions {
   BenchConfig config;
+  TierBenchOptions tiers;
   std::string dtype = "bf16";
   std::vector<uint32_t> cuda_chunk_counts = {1, 4, 16, 64};
   int cuda_latency_samples = 1000;
@@ -58,6 +69,65 @@ int RunCudaBenchCommand(const CommonOptions& common, const BenchOptions& options
   return Fail("bench", Status::Unavailable("this kvstash was built without CUDA; --backend cuda "
                                            "needs a build with nvcc (KVSTASH_WITH_CUDA=ON)"));
 #endif
+}
+
+int RunTierBenchCommand(const CommonOptions& common, const TierBenchOptions& o) {
+  if (o.l2_path.empty() && o.l3_redis.empty()) {
+    return Fail("bench tiers", Status::InvalidArgument(
+                                   "name a tier to measure: --l2-path DIR (the disk of kvstashd's "
+                                   "--l2-path) and/or --l3-redis HOST:PORT (its --l3-redis)"));
+  }
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  if (!o.l2_path.empty()) {
+    bench::DiskLimitConfig c;
+    c.dir = o.l2_path;
+    c.chunk_bytes = static_cast<uint64_t>(o.chunk_mb * (1 << 20));
+    c.chunks = o.chunks;
+    c.rings = o.rings;
+    c.depth = o.depth;
+    c.pool_threads = o.pool_threads;
+    c.runs = o.runs;
+    Result<bench::DiskLimits> l2 = bench::MeasureDiskLimits(c);
+    if (!l2.ok()) return Fail("bench tiers", l2.status());
+    if (common.json) {
+      json["l2"] = {{"dir", c.dir}, {"chunk_bytes", c.chunk_bytes}, {"chunks", c.chunks},
+                    {"rings", c.rings}, {"depth", c.depth}, {"write_ratio", l2->write_ratio},
+                    {"read_ratio", l2->read_ratio}, {"pool_write_ratio", l2->pool_write_ratio},
+                    {"pool_read_ratio", l2->pool_read_ratio}};
+      for (const bench::DiskRun& r : l2->runs) {
+        json["l2"]["runs"].push_back({{"raw_write_gbps", r.raw_w()}, {"raw_read_gbps", r.raw_r()},
+                                      {"write_gbps", r.tier_w}, {"read_gbps", r.tier_r},
+                                      {"pool_write_gbps", r.pool_w}, {"pool_read_gbps", r.pool_r}});
+      }
+    } else {
+      std::cout << bench::DiskLimitsText(*l2);
+    }
+  }
+  if (!o.l3_redis.empty()) {
+    bench::RedisLimitConfig c;
+    c.endpoint = o.l3_redis.substr(0, o.l3_redis.find(','));
+    c.user = o.l3_user;
+    c.password = o.l3_password;
+    c.value_bytes = static_cast<uint64_t>(o.value_mb * (1 << 20));
+    c.values = o.values;
+    c.connections = o.connections;
+    c.runs = o.runs;
+    Result<bench::RedisLimits> l3 = bench::MeasureRedisLimits(c);
+    if (!l3.ok()) return Fail("bench tiers", l3.status());
+    if (common.json) {
+      json["l3"] = {{"endpoint", c.endpoint}, {"value_bytes", c.value_bytes}, {"values", c.values},
+                    {"connections", c.connections}, {"put_ratio", l3->put_ratio},
+                    {"get_ratio", l3->get_ratio}};
+      for (const bench::RedisRun& r : l3->runs) {
+        json["l3"]["runs"].push_back({{"raw_set_gbps", r.raw_set}, {"raw_get_gbps", r.raw_get},
+                                      {"put_gbps", r.tier_put}, {"get_gbps", r.tier_get}});
+      }
+    } else {
+      std::cout << bench::RedisLimitsText(*l3);
+    }
+  }
+  if (common.json) std::cout << json.dump(2) << "\n";
+  return 0;
 }
 
 int RunBenchCommand(const CommonOptions& common, BenchOptions& options) {
@@ -126,11 +196,56 @@ Command AddBenchCommand(CLI::App& app, SharedOptions common) {
   command->add_option("--rounds", c.rounds, "store + retrieve passes over the prompts")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  command->add_option("--seed", c.seed, "prompt contents; change it to start cold")
+  command->add_option("--seed", c.seed,
+                      "prompt contents, and so chunk keys and bytes; change it to start cold, "
+                      "keep it to retrieve what an earlier --phase store stored")
+      ->capture_default_str();
+  command->add_option("--phase", c.phase,
+                      "both: store then retrieve; store: only store; retrieve: only look up and "
+                      "retrieve what a --phase store run with the same --seed and shape stored "
+                      "(on this daemon before a restart, or on another sharing its L3), every "
+                      "chunk expected and every byte verified")
+      ->check(CLI::IsMember({"both", "store", "retrieve"}))
       ->capture_default_str();
   command->add_flag("--verify,!--no-verify", c.verify,
                     "check every retrieved byte (default on)");
-  return {command, [common, options] { return RunBenchCommand(*common, *options); }};
+
+  TierBenchOptions& t = options->tiers;
+  CLI::App* tiers = command->add_subcommand(
+      "tiers", "Measure each tier against its raw limit in the same run, without a daemon: L2 "
+               "against raw O_DIRECT sequential writes and reads of the same bytes on the same "
+               "disk, L3 against raw pipelined SET/GET of the same value size on the same Redis");
+  tiers->add_option("--l2-path", t.l2_path,
+                    "a directory on the disk of kvstashd's --l2-path (a scratch folder is made "
+                    "inside and removed)");
+  tiers->add_option("--l3-redis", t.l3_redis,
+                    "the Redis of kvstashd's --l3-redis; with a list, the first HOST:PORT");
+  tiers->add_option("--l3-user", t.l3_user, "ACL user for AUTH");
+  tiers->add_option("--l3-password", t.l3_password, "password for AUTH");
+  tiers->add_option("--chunk-mb", t.chunk_mb, "L2 chunk size in MiB")
+      ->check(CLI::Range(0.004, 1024.0))->capture_default_str();
+  tiers->add_option("--chunks", t.chunks, "L2 chunks written and read per run")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  tiers->add_option("--rings", t.rings, "L2 io_uring rings (threads), as kvstashd runs them")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  tiers->add_option("--depth", t.depth,
+                    "L2 io_uring chunks in flight per ring (raw queue depth: rings x depth)")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  tiers->add_option("--pool-threads", t.pool_threads,
+                    "threads of the thread-pool L2 measured beside it (0: not measured)")
+      ->check(CLI::Range(0, 256))->capture_default_str();
+  tiers->add_option("--value-mb", t.value_mb, "L3 value size in MiB")
+      ->check(CLI::Range(0.001, 512.0))->capture_default_str();
+  tiers->add_option("--values", t.values, "L3 values written and read per run")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  tiers->add_option("--connections", t.connections, "L3 raw connections = tier I/O threads")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  tiers->add_option("--runs", t.runs, "runs; each ratio is taken within a run, the median shown")
+      ->check(CLI::Range(1, 100))->capture_default_str();
+  return {command, [common, options, tiers] {
+            if (tiers->parsed()) return RunTierBenchCommand(*common, options->tiers);
+            return RunBenchCommand(*common, *options);
+          }};
 }
 
 }  // namespace kvstash::cli

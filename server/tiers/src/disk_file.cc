@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <climits>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -46,38 +45,6 @@ int OpenMaybeDirect(const std::string& path, int flags, bool direct) {
   return ::open(path.c_str(), flags | O_CLOEXEC, 0640);
 }
 
-// pwritev/preadv until every byte moved. Returns the bytes moved: fewer than
-// asked only when a read reached the end of the file. -1 on an error.
-ssize_t FullTransfer(bool write, int fd, std::vector<iovec> iov, off_t offset) {
-  size_t done = 0;
-  size_t first = 0;
-  while (first < iov.size()) {
-    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    const ssize_t n = write ? ::pwritev(fd, &iov[first], count, offset)
-                            : ::preadv(fd, &iov[first], count, offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (n == 0) return static_cast<ssize_t>(done);  // end of file
-    done += static_cast<size_t>(n);
-    offset += n;
-    size_t left = static_cast<size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-    if (first < iov.size()) {
-      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
-  }
-  return static_cast<ssize_t>(done);
-}
-
-size_t TotalBytes(const std::vector<iovec>& iov) {
-  size_t total = 0;
-  for (const iovec& v : iov) total += v.iov_len;
-  return total;
-}
-
 }  // namespace
 
 AlignedBuffer::AlignedBuffer(size_t bytes) : size_(RoundUpToBlock(bytes)) {
@@ -88,111 +55,94 @@ AlignedBuffer::AlignedBuffer(size_t bytes) : size_(RoundUpToBlock(bytes)) {
 
 void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
-Status WriteChunkFile(const std::string& path, const ChunkHeader& header, const uint8_t* payload,
-                      bool direct, AlignedBuffer& scratch) {
-  Fd fd(OpenMaybeDirect(path, O_WRONLY | O_CREAT | O_EXCL, direct));
-  if (fd.get() < 0) return Status::Internal(Errno("cannot create", path));
-
-  // scratch: [header block][tail block][bounce area ...]
-  uint8_t* header_block = scratch.data();
-  uint8_t* tail_block = scratch.data() + kDiskBlockBytes;
-  uint8_t* bounce = scratch.data() + 2 * kDiskBlockBytes;
-  const size_t bounce_bytes = scratch.size() - 2 * kDiskBlockBytes;
+void PrepareChunkWrite(const ChunkHeader& header, const uint8_t* payload, ChunkFileIo& io) {
+  uint8_t* header_block = io.blocks.data();
+  uint8_t* tail_block = io.blocks.data() + kDiskBlockBytes;
   std::memset(header_block, 0, kDiskBlockBytes);
   EncodeChunkHeader(header, header_block);
-
   const uint64_t size = header.payload_bytes;
   const uint64_t body = size / kDiskBlockBytes * kDiskBlockBytes;  // whole blocks
   const uint64_t tail = size - body;
-  std::vector<iovec> iov{{header_block, kDiskBlockBytes}};
-  if (Aligned(payload)) {
-    if (body > 0) iov.push_back({const_cast<uint8_t*>(payload), body});
+  io.iov = {{header_block, kDiskBlockBytes}};
+  if (!Aligned(payload) && size > 0) {
+    // Not aligned in memory: one aligned copy, zero-padded.
+    io.bounce = std::make_unique<AlignedBuffer>(size);
+    std::memcpy(io.bounce->data(), payload, size);
+    std::memset(io.bounce->data() + size, 0, io.bounce->size() - size);
+    io.iov.push_back({io.bounce->data(), io.bounce->size()});
   } else {
-    // Not aligned in memory: the header goes first, then the body through
-    // the bounce area, piece by piece.
-    if (FullTransfer(true, fd.get(), iov, 0) != static_cast<ssize_t>(kDiskBlockBytes)) {
-      return Status::Internal(Errno("cannot write", path));
-    }
-    iov.clear();
-    for (uint64_t done = 0; done < body;) {
-      const uint64_t piece = std::min<uint64_t>(bounce_bytes, body - done);
-      std::memcpy(bounce, payload + done, piece);
-      if (FullTransfer(true, fd.get(), {{bounce, piece}}, off_t(kDiskBlockBytes + done)) !=
-          static_cast<ssize_t>(piece)) {
-        return Status::Internal(Errno("cannot write", path));
-      }
-      done += piece;
+    if (body > 0) io.iov.push_back({const_cast<uint8_t*>(payload), body});
+    if (tail > 0) {
+      std::memcpy(tail_block, payload + body, tail);
+      std::memset(tail_block + tail, 0, kDiskBlockBytes - tail);
+      io.iov.push_back({tail_block, kDiskBlockBytes});
     }
   }
-  if (tail > 0) {
-    std::memcpy(tail_block, payload + body, tail);
-    std::memset(tail_block + tail, 0, kDiskBlockBytes - tail);
-    iov.push_back({tail_block, kDiskBlockBytes});
-  }
-  if (!iov.empty()) {
-    // With a bounced body only the tail is left, at its own offset.
-    const off_t offset = iov.front().iov_base == header_block ? 0 : off_t(kDiskBlockBytes + body);
-    if (FullTransfer(true, fd.get(), iov, offset) != static_cast<ssize_t>(TotalBytes(iov))) {
-      return Status::Internal(Errno("cannot write", path));
-    }
-  }
-  return Status::Ok();
+  io.bytes = ChunkFileBytes(size);
 }
 
-Result<ChunkHeader> ReadChunkFile(const std::string& path, const ChunkExpectation& expected,
-                                  uint8_t* payload, bool direct, AlignedBuffer& scratch) {
-  Fd fd(OpenMaybeDirect(path, O_RDONLY, direct));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) return Status::NotFound("chunk file " + path + " is gone");
-    return Status::Internal(Errno("cannot open", path));
+void PrepareChunkRead(uint64_t payload_bytes, uint8_t* payload, ChunkFileIo& io) {
+  const uint64_t body = payload_bytes / kDiskBlockBytes * kDiskBlockBytes;
+  const uint64_t tail = payload_bytes - body;
+  io.iov = {{io.blocks.data(), kDiskBlockBytes}};
+  if (!Aligned(payload) && payload_bytes > 0) {
+    io.bounce = std::make_unique<AlignedBuffer>(payload_bytes);
+    io.iov.push_back({io.bounce->data(), io.bounce->size()});
+  } else {
+    if (body > 0) io.iov.push_back({payload, body});
+    if (tail > 0) io.iov.push_back({io.blocks.data() + kDiskBlockBytes, kDiskBlockBytes});
   }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Status::Internal(Errno("cannot stat", path));
-  const uint64_t want = ChunkFileBytes(expected.payload_bytes);
-  if (static_cast<uint64_t>(st.st_size) != want) {
-    return Status::NotFound("chunk file " + path + " has " + std::to_string(st.st_size) +
-                            " bytes, a chunk of " + std::to_string(expected.payload_bytes) +
-                            " payload bytes needs " + std::to_string(want));
-  }
-  uint8_t* header_block = scratch.data();
-  uint8_t* tail_block = scratch.data() + kDiskBlockBytes;
-  uint8_t* bounce = scratch.data() + 2 * kDiskBlockBytes;
-  const size_t bounce_bytes = scratch.size() - 2 * kDiskBlockBytes;
-  const uint64_t size = expected.payload_bytes;
-  const uint64_t body = size / kDiskBlockBytes * kDiskBlockBytes;
-  const uint64_t tail = size - body;
+  io.bytes = ChunkFileBytes(payload_bytes);
+}
 
-  std::vector<iovec> iov{{header_block, kDiskBlockBytes}};
-  const bool aligned = Aligned(payload);
-  if (aligned && body > 0) iov.push_back({payload, body});
-  if (aligned && tail > 0) iov.push_back({tail_block, kDiskBlockBytes});
-  const ssize_t got = FullTransfer(false, fd.get(), iov, 0);
-  if (got < 0) return Status::Internal(Errno("cannot read", path));
-  if (static_cast<size_t>(got) != TotalBytes(iov)) {
+Result<ChunkHeader> FinishChunkRead(const std::string& path, const ChunkExpectation& expected,
+                                    uint8_t* payload, ChunkFileIo& io, int64_t moved) {
+  if (moved < 0) {
+    return Status::Internal("cannot read " + path + ": " + std::strerror(static_cast<int>(-moved)));
+  }
+  if (static_cast<uint64_t>(moved) != io.bytes) {
     return Status::NotFound("chunk file " + path + " was truncated while read");
   }
-  Result<ChunkHeader> header = DecodeChunkHeader(header_block, kDiskBlockBytes);
+  Result<ChunkHeader> header = DecodeChunkHeader(io.blocks.data(), kDiskBlockBytes);
   if (!header.ok()) return Status::NotFound("chunk file " + path + ": " + header.status().message());
   Status check = CheckChunkHeader(*header, expected);
   if (!check.ok()) return Status::NotFound("chunk file " + path + ": " + check.message());
-  if (!aligned) {
-    const uint64_t padded = RoundUpToBlock(size);
-    for (uint64_t done = 0; done < padded;) {
-      const uint64_t piece = std::min<uint64_t>(bounce_bytes, padded - done);
-      const ssize_t n = FullTransfer(false, fd.get(), {{bounce, piece}}, off_t(kDiskBlockBytes + done));
-      if (n < 0) return Status::Internal(Errno("cannot read", path));
-      if (static_cast<uint64_t>(n) != piece) {
-        return Status::NotFound("chunk file " + path + " was truncated while read");
-      }
-      std::memcpy(payload + done, bounce, std::min<uint64_t>(piece, size - done));
-      done += piece;
-    }
-  } else if (tail > 0) {
-    std::memcpy(payload + body, tail_block, tail);
+  const uint64_t size = expected.payload_bytes;
+  const uint64_t body = size / kDiskBlockBytes * kDiskBlockBytes;
+  if (io.bounce) {
+    std::memcpy(payload, io.bounce->data(), size);
+  } else if (size > body) {
+    std::memcpy(payload + body, io.blocks.data() + kDiskBlockBytes, size - body);
   }
   Status verified = VerifyChunk(*header, expected, payload, size);
   if (!verified.ok()) return Status::NotFound("chunk file " + path + ": " + verified.message());
   return header;
+}
+
+Result<int> CreateChunkFile(const std::string& path, bool direct) {
+  const int fd = OpenMaybeDirect(path, O_WRONLY | O_CREAT | O_EXCL, direct);
+  if (fd < 0) return Status::Internal(Errno("cannot create", path));
+  return fd;
+}
+
+Result<int> OpenChunkFile(const std::string& path, uint64_t file_bytes, bool direct) {
+  const int fd = OpenMaybeDirect(path, O_RDONLY, direct);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound("chunk file " + path + " is gone");
+    return Status::Internal(Errno("cannot open", path));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    Status error = Status::Internal(Errno("cannot stat", path));
+    ::close(fd);
+    return error;
+  }
+  if (static_cast<uint64_t>(st.st_size) != file_bytes) {
+    ::close(fd);
+    return Status::NotFound("chunk file " + path + " has " + std::to_string(st.st_size) +
+                            " bytes, its chunk needs " + std::to_string(file_bytes));
+  }
+  return fd;
 }
 
 Result<ChunkFileInfo> ReadChunkFileHeader(const std::string& path) {

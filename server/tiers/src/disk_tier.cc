@@ -22,11 +22,10 @@
 #include "batch.h"
 #include "disk_file.h"
 #include "hex.h"
-#include "work_queue.h"
+#include "io_engine.h"
 
 namespace kvstash::tiers {
 
-using internal::AlignedBuffer;
 using internal::Batch;
 using internal::ChunkFileBytes;
 
@@ -64,7 +63,17 @@ constexpr size_t kFileNameBytes = kHexBytes + 1 + kHexBytes + 4;
 class DiskTier::Impl {
  public:
   explicit Impl(DiskTierOptions options)
-      : options_(std::move(options)), io_(std::max<uint32_t>(1, options_.io_threads), "kvstash-l2") {}
+      : options_(std::move(options)), io_(EngineOptions(options_)) {}
+
+  static internal::IoEngineOptions EngineOptions(const DiskTierOptions& o) {
+    internal::IoEngineOptions e;
+    e.use_io_uring = o.io_uring;
+    e.rings = std::max<uint32_t>(1, o.io_rings);
+    e.depth = std::max<uint32_t>(1, o.io_depth);
+    e.pool_threads = std::max<uint32_t>(1, o.io_threads);
+    e.name = "kvstash-l2";
+    return e;
+  }
 
   ~Impl() {
     if (lock_fd_ >= 0) ::close(lock_fd_);
@@ -74,7 +83,11 @@ class DiskTier::Impl {
   void Rebuild();
 
   void PutOne(const PutRequest& request, const std::shared_ptr<Batch<PutResult>>& batch, size_t i);
+  void FinishPut(const ChunkHeader& header, const std::string& temp_path, Status written,
+                 Clock::time_point start, const std::shared_ptr<Batch<PutResult>>& batch, size_t i);
   void GetOne(const GetRequest& request, const std::shared_ptr<Batch<GetResult>>& batch, size_t i);
+  void FinishGet(const GetRequest& request, Result<ChunkHeader> read, Clock::time_point start,
+                 const std::shared_ptr<Batch<GetResult>>& batch, size_t i);
 
   std::string PathOf(const ChunkId& id) const {
     const std::string key = ToHex(id.key);
@@ -141,18 +154,6 @@ class DiskTier::Impl {
     for (const std::string& p : paths) ::unlink(p.c_str());
   }
 
-  std::unique_ptr<AlignedBuffer> TakeScratch() {
-    std::lock_guard<std::mutex> lock(scratch_mutex_);
-    if (scratch_.empty()) return std::make_unique<AlignedBuffer>(internal::kScratchBytes);
-    auto buffer = std::move(scratch_.back());
-    scratch_.pop_back();
-    return buffer;
-  }
-  void ReturnScratch(std::unique_ptr<AlignedBuffer> buffer) {
-    std::lock_guard<std::mutex> lock(scratch_mutex_);
-    scratch_.push_back(std::move(buffer));
-  }
-
   const DiskTierOptions options_;
   const std::string name_ = "l2-disk";
   TierStats stats_;
@@ -165,10 +166,7 @@ class DiskTier::Impl {
   std::list<ChunkId> lru_;      // GUARDED_BY(mutex_); front = most recent, ready entries only
   uint64_t used_bytes_ = 0;     // GUARDED_BY(mutex_); file bytes, written or being written
 
-  std::mutex scratch_mutex_;
-  std::vector<std::unique_ptr<AlignedBuffer>> scratch_;  // GUARDED_BY(scratch_mutex_)
-
-  internal::WorkQueue io_;  // last: its threads stop before the rest goes
+  internal::IoEngine io_;  // last: its threads finish their work before the rest goes
 };
 
 Status DiskTier::Impl::OpenDir() {
@@ -310,20 +308,42 @@ void DiskTier::Impl::PutOne(const PutRequest& r, const std::shared_ptr<Batch<Put
   header.num_tokens = r.num_tokens;
   header.payload_bytes = r.payload_bytes;
   header.payload_checksum = PayloadChecksum(r.payload, r.payload_bytes);
-  const std::string final_path = PathOf(r.id);
-  const std::string temp_path = options_.path + "/tmp/" + std::to_string(temp_counter_.fetch_add(1)) + ".tmp";
-  auto scratch = TakeScratch();
-  Status written = internal::WriteChunkFile(temp_path, header, r.payload, options_.direct_io, *scratch);
-  ReturnScratch(std::move(scratch));
+  const std::string temp_path =
+      options_.path + "/tmp/" + std::to_string(temp_counter_.fetch_add(1)) + ".tmp";
+  Result<int> fd = internal::CreateChunkFile(temp_path, options_.direct_io);
+  if (!fd.ok()) return FinishPut(header, temp_path, fd.status(), start, batch, i);
+  // Written whole under a temporary name, renamed into place once complete:
+  // a crash mid-write leaves only a temporary file, which Open() deletes.
+  auto io = std::make_shared<internal::ChunkFileIo>();
+  internal::PrepareChunkWrite(header, r.payload, *io);
+  io_.Transfer(*fd, true, io->iov, 0,
+               [this, io, fd = *fd, header, temp_path, start, batch, i](int64_t moved) {
+                 ::close(fd);
+                 Status written;
+                 if (moved < 0) {
+                   written = Status::Internal("cannot write " + temp_path + ": " +
+                                              std::strerror(static_cast<int>(-moved)));
+                 } else if (static_cast<uint64_t>(moved) != io->bytes) {
+                   written = Status::Internal("short write to " + temp_path);
+                 }
+                 FinishPut(header, temp_path, std::move(written), start, batch, i);
+               });
+}
+
+void DiskTier::Impl::FinishPut(const ChunkHeader& header, const std::string& temp_path, Status written,
+                               Clock::time_point start, const std::shared_ptr<Batch<PutResult>>& batch,
+                               size_t i) {
+  const std::string final_path = PathOf(header.id);
   if (written.ok() && ::rename(temp_path.c_str(), final_path.c_str()) != 0) {
     written = Status::Internal("cannot rename " + temp_path + " to " + final_path + ": " +
                                std::strerror(errno));
   }
   if (!written.ok()) ::unlink(temp_path.c_str());
 
+  std::vector<std::string> unlink_paths;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = index_.find(r.id);
+    auto it = index_.find(header.id);
     Entry& e = it->second;
     if (!written.ok()) {
       used_bytes_ -= e.file_bytes;
@@ -334,7 +354,7 @@ void DiskTier::Impl::PutOne(const PutRequest& r, const std::shared_ptr<Batch<Put
       if (e.doomed) {
         EraseLocked(it, &unlink_paths);
       } else {
-        lru_.push_front(r.id);
+        lru_.push_front(header.id);
         e.lru_it = lru_.begin();
         e.in_lru = true;
       }
@@ -346,7 +366,7 @@ void DiskTier::Impl::PutOne(const PutRequest& r, const std::shared_ptr<Batch<Put
     return batch->Finish(i, {PutOutcome::kFailed, std::move(written)});
   }
   TierStats::Add(stats_.put_chunks);
-  TierStats::Add(stats_.put_bytes, r.payload_bytes);
+  TierStats::Add(stats_.put_bytes, header.payload_bytes);
   stats_.put_latency.Record(MicrosSince(start));
   batch->Finish(i, {PutOutcome::kStored, Status::Ok()});
 }
@@ -369,11 +389,20 @@ void DiskTier::Impl::GetOne(const GetRequest& r, const std::shared_ptr<Batch<Get
     TierStats::Add(stats_.get_misses);
     return batch->Finish(i, {Status::NotFound("chunk " + ToHex(id.key) + " is not in L2"), 0});
   }
-  auto scratch = TakeScratch();
-  Result<ChunkHeader> read =
-      internal::ReadChunkFile(PathOf(id), r.expect, r.payload, options_.direct_io, *scratch);
-  ReturnScratch(std::move(scratch));
+  const std::string path = PathOf(id);
+  Result<int> fd = internal::OpenChunkFile(path, ChunkFileBytes(r.expect.payload_bytes), options_.direct_io);
+  if (!fd.ok()) return FinishGet(r, fd.status(), start, batch, i);
+  auto io = std::make_shared<internal::ChunkFileIo>();
+  internal::PrepareChunkRead(r.expect.payload_bytes, r.payload, *io);
+  io_.Transfer(*fd, false, io->iov, 0, [this, io, fd = *fd, r, path, start, batch, i](int64_t moved) {
+    ::close(fd);
+    FinishGet(r, internal::FinishChunkRead(path, r.expect, r.payload, *io, moved), start, batch, i);
+  });
+}
 
+void DiskTier::Impl::FinishGet(const GetRequest& r, Result<ChunkHeader> read, Clock::time_point start,
+                               const std::shared_ptr<Batch<GetResult>>& batch, size_t i) {
+  const ChunkId& id = r.expect.id;
   std::vector<std::string> unlink_paths;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -496,6 +525,8 @@ TierUsage DiskTier::Usage() const {
 
 const TierStats& DiskTier::stats() const { return impl_->stats_; }
 const DiskRebuildReport& DiskTier::rebuild_report() const { return impl_->report_; }
+const char* DiskTier::io_engine() const { return impl_->io_.kind(); }
+const std::string& DiskTier::io_uring_refused_reason() const { return impl_->io_.fallback_reason(); }
 std::string DiskTier::PathOf(const ChunkId& id) const { return impl_->PathOf(id); }
 
 }  // namespace kvstash::tiers
