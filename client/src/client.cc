@@ -192,8 +192,8 @@ namespace {
 // that is only late could still write them.
 Client::Done<Result<std::vector<ChunkOutcome>>> ReleasingDone(
     CompletionBoard& board, BoardSignal signal, bool store,
-    std::shared_ptr<std::promise<Result<std::vector<ChunkOutcome>>>> promise) {
-  return [&board, signal, store, promise](Result<std::vector<ChunkOutcome>> result) {
+    Client::Done<Result<std::vector<ChunkOutcome>>> done) {
+  return [&board, signal, store, done = std::move(done)](Result<std::vector<ChunkOutcome>> result) {
     if (!result.ok()) {
       const uint32_t code = uint32_t(result.status().code());
       const uint32_t first = store ? 1 : 0;  // a store's gate is the engine's
@@ -206,7 +206,7 @@ Client::Done<Result<std::vector<ChunkOutcome>>> ReleasingDone(
         code != StatusCode::kCancelled) {
       board.Give(signal);
     }
-    promise->set_value(std::move(result));
+    done(std::move(result));
   };
 }
 
@@ -217,20 +217,31 @@ Result<GpuTransfer> Client::RetrieveOnStream(uint64_t registration_id,
                                              CompletionBoard& board, void* stream,
                                              uint32_t skip_tokens, uint64_t lease_id,
                                              uint32_t layer_ranges) {
+  auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
+  Result<BoardSignal> signal = RetrieveOnStream(registration_id, chunks, board, stream, skip_tokens,
+                                                lease_id, layer_ranges, std::move(done));
+  if (!signal.ok()) return signal.status();
+  return GpuTransfer{*signal, std::move(future)};
+}
+
+Result<BoardSignal> Client::RetrieveOnStream(uint64_t registration_id,
+                                             const std::vector<ChunkBlocks>& chunks,
+                                             CompletionBoard& board, void* stream,
+                                             uint32_t skip_tokens, uint64_t lease_id,
+                                             uint32_t layer_ranges,
+                                             Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
   KVSTASH_RETURN_IF_ERROR(impl_->CheckCount("Retrieve", chunks.size()));
   Result<BoardSignal> signal = board.Take(layer_ranges);
   if (!signal.ok()) return signal.status();
   if (stream != nullptr && layer_ranges == 1) {
     // Enqueued before the request leaves: the wait is in the stream before
-    // the daemon can release it, and an engine never misses it.
+    // the daemon can release it.
     if (Status waited = board.WaitAll(stream, *signal); !waited.ok()) {
       board.Give(*signal);
       return waited;
     }
   }
-  auto promise = std::make_shared<std::promise<R>>();
-  GpuTransfer transfer{*signal, promise->get_future()};
   const size_t n = chunks.size();
   const BoardSignal asked = *signal;
   impl_->Call<R>(
@@ -239,12 +250,21 @@ Result<GpuTransfer> Client::RetrieveOnStream(uint64_t registration_id,
         return client::EncodeRetrieve(h, h.registration_id, chunks, skip_tokens, lease_id, &asked);
       },
       [n](const client::Reply& reply) { return client::DecodeRetrieve(*reply.envelope, n); },
-      ReleasingDone(board, asked, /*store=*/false, promise));
-  return transfer;
+      ReleasingDone(board, asked, /*store=*/false, std::move(done)));
+  return asked;
 }
 
 Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
                                           CompletionBoard& board, void* stream) {
+  auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
+  Result<BoardSignal> signal = StoreOnStream(registration_id, chunks, board, stream, std::move(done));
+  if (!signal.ok()) return signal.status();
+  return GpuTransfer{*signal, std::move(future)};
+}
+
+Result<BoardSignal> Client::StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                          CompletionBoard& board, void* stream,
+                                          Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
   KVSTASH_RETURN_IF_ERROR(impl_->CheckCount("Store", chunks.size()));
   Result<BoardSignal> signal = board.Take(2);
@@ -256,8 +276,6 @@ Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id, const std::v
       return gated;
     }
   }
-  auto promise = std::make_shared<std::promise<R>>();
-  GpuTransfer transfer{*signal, promise->get_future()};
   const size_t n = chunks.size();
   const BoardSignal asked = *signal;
   impl_->Call<R>(
@@ -266,8 +284,8 @@ Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id, const std::v
         return client::EncodeStore(h, h.registration_id, chunks, &asked);
       },
       [n](const client::Reply& reply) { return client::DecodeStore(*reply.envelope, n); },
-      ReleasingDone(board, asked, /*store=*/true, promise));
-  return transfer;
+      ReleasingDone(board, asked, /*store=*/true, std::move(done)));
+  return asked;
 }
 
 std::future<Result<LookupResult>> Client::Lookup(uint64_t registration_id,

@@ -134,6 +134,15 @@ class Client {
   // stored.
   Result<GpuTransfer> StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
                                     CompletionBoard& board, void* stream);
+  // The same two completing through a callback; they return the request's
+  // slots, or an error (then `done` never runs and nothing was sent).
+  Result<BoardSignal> RetrieveOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                       CompletionBoard& board, void* stream, uint32_t skip_tokens,
+                                       uint64_t lease_id, uint32_t layer_ranges,
+                                       Done<Result<std::vector<ChunkOutcome>>> done);
+  Result<BoardSignal> StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                    CompletionBoard& board, void* stream,
+                                    Done<Result<std::vector<ChunkOutcome>>> done);
 
   // Empty model: everything. Returns the number of chunks dropped.
   std::future<Result<uint64_t>> Clear(const std::string& model = {},
