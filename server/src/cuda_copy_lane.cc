@@ -98,17 +98,10 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), started_.get(), 0));
   const std::vector<Range> ranges = Ranges(groups, signal);
   Status copied = Status::Ok();
-  if (signal != nullptr && signal->gate_slot) {
-    // The engine's stream writes the gate once its blocks are complete.
-    Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
-    copied = api.status();
-    if (copied.ok()) {
-      copied = cuda::DriverStatus(
-          (*api)->StreamWaitValue32(kernel_stream_.get(), signal->board->device_value(*signal->gate_slot),
-                                    signal->sequence, CU_STREAM_WAIT_VALUE_GEQ),
-          "cuStreamWaitValue32");
-    }
-  }
+  // The engine's stream writes the gate once its blocks are complete; the
+  // first gather waits for it (Launch). Not earlier: a plan that grows frees
+  // its old arena (cudaFree synchronizes), which must not wait on the gate.
+  gate_ = signal != nullptr && signal->gate_slot ? signal : nullptr;
   if (copied.ok()) {
     copied = options_.mode == TransferMode::kDirect
                  ? CopyDirect(ranges, chunks, signal)
@@ -312,6 +305,16 @@ Status CudaCopyLane::Launch(const CopyPlan& plan, size_t num_groups, size_t begi
                             size_t step) {
   const kernels::DeviceChunkBatch batch = plan.Slice(begin, count);
   cudaStream_t stream = kernel_stream_.get();
+  if (gate_ != nullptr) {
+    const CopySignal* gate = gate_;
+    gate_ = nullptr;
+    Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
+    if (!api.ok()) return api.status();
+    KVSTASH_RETURN_IF_ERROR(cuda::DriverStatus(
+        (*api)->StreamWaitValue32(stream, gate->board->device_value(*gate->gate_slot), gate->sequence,
+                                  CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue32"));
+  }
   KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, step, LaneTrace::Stage::kKernel, true));
   for (size_t g = 0; g < num_groups; ++g) {
     KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore

@@ -128,7 +128,8 @@ class CudaCopyLane {
   double bytes_per_ns_ = 40;
   cuda::DeviceBuffer staging_;   // dma mode only
   CopyPlan plan_;
-  std::vector<std::unique_ptr<CopyPlan>> range_plans_;  // ranges 1.. of a layer-wise retrieve
+  std::vector<std::unique_ptr<CopyPlan>> range_plans_;
+  const CopySignal* gate_ = nullptr;  // a store's gate, waited on before its first gather  // ranges 1.. of a layer-wise retrieve
   LaneTrace trace_;
   size_t traced_steps_ = 0;
   std::atomic<uint64_t> plan_bytes_{0};
