@@ -375,8 +375,14 @@ Status CudaCopyLane::DrainGated(const CopySignal& signal, bool* forced) {
       // gathers is thrown away (every chunk missed, never published).
       const std::optional<uint32_t> value = signal.board->Value(*signal.gate_slot);
       if (!value || int32_t(*value - signal.sequence) < 0) {
-        signal.board->WriteValue(*signal.gate_slot, signal.sequence);
+        const bool written = signal.board->WriteValue(*signal.gate_slot, signal.sequence);
         *forced = true;
+        if (auto logger = spdlog::get("kvstashd")) {
+          logger->warn("a store's gate (board {} slot {}) was not opened by its deadline: released "
+                       "by kvstashd (written: {}, value now {}), its chunks are not stored",
+                       signal.board->name(), *signal.gate_slot, written,
+                       signal.board->Value(*signal.gate_slot).value_or(0));
+        }
       }
     }
     std::this_thread::sleep_for(std::chrono::microseconds(10));
