@@ -119,7 +119,7 @@ class Backend {
   // GPU-side completion of this call, see CopySignal.
   virtual Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
                       const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
-                      const CopySignal* signal) = 0;
+                      const CopySignal* signal = nullptr) = 0;
   // Makes an engine's completion board reachable from the copies of
   // `device` (CUDA: cudaHostRegister, device-mapped). The host backend
   // writes boards from the CPU.

@@ -33,7 +33,7 @@ class CudaBackend : public Backend {
   Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const override;
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
               const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
-              const CopySignal* signal) override;
+              const CopySignal* signal = nullptr) override;
   Result<BoardMapping> MapBoard(int device, uint8_t* base, uint64_t bytes) override;
   void Describe(nlohmann::json& out) const override;
 

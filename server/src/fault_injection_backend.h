@@ -56,7 +56,7 @@ class FaultInjectionBackend : public Backend {
   }
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
               const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
-              const CopySignal* signal) override;
+              const CopySignal* signal = nullptr) override;
   Result<BoardMapping> MapBoard(int device, uint8_t* base, uint64_t bytes) override {
     return real_->MapBoard(device, base, bytes);
   }

@@ -41,7 +41,7 @@ class HostBackend : public Backend {
   SlabHooks slab_hooks() override;
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
               const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
-              const CopySignal* signal) override;
+              const CopySignal* signal = nullptr) override;
 
  private:
   // Copies one layer of one chunk; a SIGBUS on the engine layer becomes an
