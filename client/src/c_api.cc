@@ -175,6 +175,7 @@ Result<RegisterOptions> ToRegisterOptions(const kvstash_register_options& option
     }
     KVSTASH_RETURN_IF_ERROR(AddCudaLayers(layers, cpp));
   }
+  if (options.board != nullptr) cpp.board = kvstash::capi::BoardShm(options.board);
   return cpp;
 }
 

@@ -313,3 +313,63 @@ size_t kvstash_take_completed(kvstash_client* client, kvstash_call** calls, size
 }
 
 }  // extern "C"
+
+// GPU-side completion: as *_submit, with the request's board slots in
+// *signal. A request refused before it is sent returns its error and no call.
+namespace {
+
+template <typename Send>
+kvstash_status StartOnStream(kvstash_client* client, const kvstash_chunk* chunks, size_t num_chunks,
+                             kvstash_board* board, kvstash_board_signal* signal, uint64_t user_data,
+                             kvstash_call** call, const char* what, Send send) {
+  if (client != nullptr && ((num_chunks > 0 && chunks == nullptr) || board == nullptr || signal == nullptr)) {
+    return client->Finish(Status::InvalidArgument(std::string(what) + ": chunks, board or signal is NULL"));
+  }
+  Status refused;
+  const kvstash_status started = Start(client, user_data, call, [&](kvstash::Client& c, kvstash_call* pending) {
+    pending->num_chunks = num_chunks;
+    kvstash::Result<kvstash::BoardSignal> sent = send(c, *board->board, OutcomesDone(pending));
+    if (!sent.ok()) {
+      refused = sent.status();
+      Complete(pending, refused);
+      return;
+    }
+    *signal = kvstash_board_signal{sent->slot, sent->count, sent->sequence};
+  });
+  if (started != KVSTASH_OK || refused.ok()) return started;
+  kvstash_call_free(*call);
+  *call = nullptr;
+  return client->Finish(refused);
+}
+
+}  // namespace
+
+extern "C" {
+
+kvstash_status kvstash_retrieve_on_stream(kvstash_client* client, uint64_t registration_id,
+                                          const kvstash_chunk* chunks, size_t num_chunks,
+                                          uint32_t skip_tokens, uint64_t lease_id, kvstash_board* board,
+                                          void* stream, uint32_t layer_ranges, uint64_t user_data,
+                                          kvstash_board_signal* signal, kvstash_call** call) {
+  return StartOnStream(client, chunks, num_chunks, board, signal, user_data, call,
+                       "kvstash_retrieve_on_stream",
+                       [&](kvstash::Client& c, kvstash::CompletionBoard& b, auto done) {
+                         return c.RetrieveOnStream(registration_id, ToChunks(chunks, num_chunks), b,
+                                                   stream, skip_tokens, lease_id, layer_ranges,
+                                                   std::move(done));
+                       });
+}
+
+kvstash_status kvstash_store_on_stream(kvstash_client* client, uint64_t registration_id,
+                                       const kvstash_chunk* chunks, size_t num_chunks,
+                                       kvstash_board* board, void* stream, uint64_t user_data,
+                                       kvstash_board_signal* signal, kvstash_call** call) {
+  return StartOnStream(client, chunks, num_chunks, board, signal, user_data, call,
+                       "kvstash_store_on_stream",
+                       [&](kvstash::Client& c, kvstash::CompletionBoard& b, auto done) {
+                         return c.StoreOnStream(registration_id, ToChunks(chunks, num_chunks), b, stream,
+                                                std::move(done));
+                       });
+}
+
+}  // extern "C"

@@ -23,8 +23,14 @@ ChunkKey ToKey(const kvstash_key& key);
 std::vector<ChunkBlocks> ToChunks(const kvstash_chunk* chunks, size_t num_chunks);
 void ToOutcomes(const std::vector<ChunkOutcome>& in, kvstash_chunk_outcome* out);
 kvstash_lookup_result ToC(const LookupResult& result);
+// The shared memory of a kvstash_board (c_api_board.cc).
+HostShm BoardShm(const kvstash_board* board);
 
 }  // namespace kvstash::capi
+
+struct kvstash_board {
+  std::unique_ptr<kvstash::CompletionBoard> board;
+};
 
 struct kvstash_client {
   // Shared with every kvstash_call, which may outlive the handle.

@@ -183,6 +183,111 @@ void Client::Retrieve(uint64_t registration_id, const std::vector<ChunkBlocks>& 
       std::move(done));
 }
 
+namespace {
+
+// The reply handler of a request signalling on a board: an error releases
+// its slots from the CPU (status words first) so that no stream waits for a
+// daemon that will not write them. Slots go back to the board once the reply
+// came; after a timeout or a lost daemon they stay taken, since a daemon
+// that is only late could still write them.
+Client::Done<Result<std::vector<ChunkOutcome>>> ReleasingDone(
+    CompletionBoard& board, BoardSignal signal, bool store,
+    Client::Done<Result<std::vector<ChunkOutcome>>> done) {
+  return [&board, signal, store, done = std::move(done)](Result<std::vector<ChunkOutcome>> result) {
+    if (!result.ok()) {
+      const uint32_t code = uint32_t(result.status().code());
+      const uint32_t first = store ? 1 : 0;  // a store's gate is the engine's
+      for (uint32_t k = first; k < signal.count; ++k) {
+        board.Release(signal.slot + k, signal.sequence, code);
+      }
+    }
+    const StatusCode code = result.ok() ? StatusCode::kOk : result.status().code();
+    if (code != StatusCode::kTimedOut && code != StatusCode::kUnavailable &&
+        code != StatusCode::kCancelled) {
+      board.Give(signal);
+    }
+    done(std::move(result));
+  };
+}
+
+}  // namespace
+
+Result<GpuTransfer> Client::RetrieveOnStream(uint64_t registration_id,
+                                             const std::vector<ChunkBlocks>& chunks,
+                                             CompletionBoard& board, void* stream,
+                                             uint32_t skip_tokens, uint64_t lease_id,
+                                             uint32_t layer_ranges) {
+  auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
+  Result<BoardSignal> signal = RetrieveOnStream(registration_id, chunks, board, stream, skip_tokens,
+                                                lease_id, layer_ranges, std::move(done));
+  if (!signal.ok()) return signal.status();
+  return GpuTransfer{*signal, std::move(future)};
+}
+
+Result<BoardSignal> Client::RetrieveOnStream(uint64_t registration_id,
+                                             const std::vector<ChunkBlocks>& chunks,
+                                             CompletionBoard& board, void* stream,
+                                             uint32_t skip_tokens, uint64_t lease_id,
+                                             uint32_t layer_ranges,
+                                             Done<Result<std::vector<ChunkOutcome>>> done) {
+  using R = Result<std::vector<ChunkOutcome>>;
+  KVSTASH_RETURN_IF_ERROR(impl_->CheckCount("Retrieve", chunks.size()));
+  Result<BoardSignal> signal = board.Take(layer_ranges);
+  if (!signal.ok()) return signal.status();
+  if (stream != nullptr && layer_ranges == 1) {
+    // Enqueued before the request leaves: the wait is in the stream before
+    // the daemon can release it.
+    if (Status waited = board.WaitAll(stream, *signal); !waited.ok()) {
+      board.Give(*signal);
+      return waited;
+    }
+  }
+  const size_t n = chunks.size();
+  const BoardSignal asked = *signal;
+  impl_->Call<R>(
+      "Retrieve", registration_id,
+      [&](const client::Header& h) {
+        return client::EncodeRetrieve(h, h.registration_id, chunks, skip_tokens, lease_id, &asked);
+      },
+      [n](const client::Reply& reply) { return client::DecodeRetrieve(*reply.envelope, n); },
+      ReleasingDone(board, asked, /*store=*/false, std::move(done)));
+  return asked;
+}
+
+Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                          CompletionBoard& board, void* stream) {
+  auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
+  Result<BoardSignal> signal = StoreOnStream(registration_id, chunks, board, stream, std::move(done));
+  if (!signal.ok()) return signal.status();
+  return GpuTransfer{*signal, std::move(future)};
+}
+
+Result<BoardSignal> Client::StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                          CompletionBoard& board, void* stream,
+                                          Done<Result<std::vector<ChunkOutcome>>> done) {
+  using R = Result<std::vector<ChunkOutcome>>;
+  KVSTASH_RETURN_IF_ERROR(impl_->CheckCount("Store", chunks.size()));
+  Result<BoardSignal> signal = board.Take(2);
+  if (!signal.ok()) return signal.status();
+  if (stream != nullptr) {
+    // The gate, after everything the engine enqueued so far on its stream.
+    if (Status gated = board.SignalGate(stream, *signal); !gated.ok()) {
+      board.Give(*signal);
+      return gated;
+    }
+  }
+  const size_t n = chunks.size();
+  const BoardSignal asked = *signal;
+  impl_->Call<R>(
+      "Store", registration_id,
+      [&](const client::Header& h) {
+        return client::EncodeStore(h, h.registration_id, chunks, &asked);
+      },
+      [n](const client::Reply& reply) { return client::DecodeStore(*reply.envelope, n); },
+      ReleasingDone(board, asked, /*store=*/true, std::move(done)));
+  return asked;
+}
+
 std::future<Result<LookupResult>> Client::Lookup(uint64_t registration_id,
                                                  const std::vector<ChunkKey>& keys,
                                                  uint32_t lease_ms, bool prefetch) {

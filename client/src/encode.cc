@@ -65,9 +65,13 @@ Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options) {
     auto geometry = proto::ToWire(fbb, layer.geometry);
     layers.push_back(wire::CreateLayerDesc(fbb, layer.allocation, layer.offset_bytes, geometry));
   }
+  flatbuffers::Offset<wire::HostShmHandle> board;
+  if (!options.board.name.empty()) {
+    board = wire::CreateHostShmHandleDirect(fbb, options.board.name.c_str(), options.board.size_bytes);
+  }
   auto body = wire::CreateRegisterKVRequestDirect(fbb, options.model.c_str(),
                                                   options.tenant_salt.c_str(), options.tp_rank,
-                                                  options.tp_size, &allocations, &layers);
+                                                  options.tp_size, &allocations, &layers, board);
   return Envelope(fbb, header, body);
 }
 
@@ -77,18 +81,23 @@ Bytes EncodeUnregisterKV(const Header& header, uint64_t registration_id) {
 }
 
 Bytes EncodeStore(const Header& header, uint64_t registration_id,
-                  const std::vector<ChunkBlocks>& chunks) {
+                  const std::vector<ChunkBlocks>& chunks, const BoardSignal* signal) {
   FlatBufferBuilder fbb(ChunksBytesHint(chunks));
   auto encoded = EncodeChunks(fbb, chunks);
-  return Envelope(fbb, header, wire::CreateStoreRequest(fbb, registration_id, encoded));
+  flatbuffers::Offset<wire::BoardSignal> board_signal;
+  if (signal) board_signal = wire::CreateBoardSignal(fbb, signal->slot, signal->count, signal->sequence);
+  return Envelope(fbb, header, wire::CreateStoreRequest(fbb, registration_id, encoded, board_signal));
 }
 
 Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
                      const std::vector<ChunkBlocks>& chunks, uint32_t skip_tokens,
-                     uint64_t lease_id) {
+                     uint64_t lease_id, const BoardSignal* signal) {
   FlatBufferBuilder fbb(ChunksBytesHint(chunks));
   auto encoded = EncodeChunks(fbb, chunks);
-  auto body = wire::CreateRetrieveRequest(fbb, registration_id, encoded, skip_tokens, lease_id);
+  flatbuffers::Offset<wire::BoardSignal> board_signal;
+  if (signal) board_signal = wire::CreateBoardSignal(fbb, signal->slot, signal->count, signal->sequence);
+  auto body = wire::CreateRetrieveRequest(fbb, registration_id, encoded, skip_tokens, lease_id,
+                                          board_signal);
   return Envelope(fbb, header, body);
 }
 

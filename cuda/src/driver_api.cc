@@ -50,6 +50,9 @@ Result<DriverApi> ResolveAll() {
   KVSTASH_RETURN_IF_ERROR(Resolve("cuMemUnmap", api.MemUnmap));
   KVSTASH_RETURN_IF_ERROR(Resolve("cuMemSetAccess", api.MemSetAccess));
   KVSTASH_RETURN_IF_ERROR(Resolve("cuMemGetAllocationGranularity", api.MemGetAllocationGranularity));
+  // Optional: only GPU-side completion needs them (StreamMemOps).
+  (void)Resolve("cuStreamWriteValue32", api.StreamWriteValue32);
+  (void)Resolve("cuStreamWaitValue32", api.StreamWaitValue32);
   return api;
 }
 
@@ -61,6 +64,17 @@ Result<const DriverApi*> Driver() {
   static const Result<DriverApi> api = ResolveAll();
   if (!api.ok()) return api.status();
   return &api.value();
+}
+
+Result<const DriverApi*> StreamMemOps() {
+  Result<const DriverApi*> api = Driver();
+  if (!api.ok()) return api.status();
+  if ((*api)->StreamWriteValue32 == nullptr || (*api)->StreamWaitValue32 == nullptr) {
+    return Status::Unavailable(
+        "the CUDA driver has no stream memory operations (cuStreamWriteValue32 / "
+        "cuStreamWaitValue32): GPU-side completion is not available; wait for the CPU reply");
+  }
+  return api;
 }
 
 Status DriverStatus(CUresult result, const char* call) {

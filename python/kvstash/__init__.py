@@ -14,7 +14,7 @@ project); build it from the kvstash repository with `pip install .`.
 torch and numpy are optional: the package imports without either.
 """
 
-from .client import Client
+from .client import Client, CompletionBoard
 from .errors import (
     Cancelled,
     DeviceError,
@@ -44,6 +44,7 @@ __all__ = [
     "ChunkResult",
     "Chunks",
     "Client",
+    "CompletionBoard",
     "DEFAULT_SOCKET",
     "DType",
     "DeviceError",

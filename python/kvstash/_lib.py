@@ -91,7 +91,12 @@ class RegisterOptions(Structure):
         ("num_layers", c_size_t),
         ("cuda_layers", POINTER(CCudaLayer)),
         ("num_cuda_layers", c_size_t),
+        ("board", c_void_p),  # kvstash_board*, GPU-side completion
     ]
+
+
+class CBoardSignal(Structure):
+    _fields_ = [("slot", c_uint32), ("count", c_uint32), ("sequence", c_uint32)]
 
 
 class CRegistration(Structure):
@@ -234,6 +239,14 @@ _PROTOTYPES = {
     "kvstash_call_free": (None, [_call_p]),
     "kvstash_completion_fd": (c_int, [_client_p]),
     "kvstash_take_completed": (c_size_t, [_client_p, POINTER(_call_p), c_size_t]),
+    "kvstash_board_create": (_status, [_client_p, c_uint32, c_int, POINTER(c_void_p)]),
+    "kvstash_board_destroy": (None, [c_void_p]),
+    "kvstash_board_wait": (
+        _status, [_client_p, c_void_p, c_void_p, POINTER(CBoardSignal), c_uint32],
+    ),
+    "kvstash_board_released": (c_int, [c_void_p, POINTER(CBoardSignal), c_uint32]),
+    "kvstash_board_status": (c_uint32, [c_void_p, c_uint32]),
+    "kvstash_board_release": (None, [c_void_p, c_uint32, c_uint32, c_uint32]),
 }
 
 

@@ -35,6 +35,46 @@ def _uint(value: Any, what: str, bits: int = 32) -> int:
     return value
 
 
+class CompletionBoard:
+    """A completion board (docs/protocol.md "GPU-side completion"): slots in
+    shared memory that the engine's and kvstashd's GPU streams write and wait
+    on. `gpu` >= 0 maps it for that GPU's streams; -1: CPU only (host backend).
+    Pass it to Client.register(board=...)."""
+
+    def __init__(self, client: "Client", slots: int = 256, gpu: int = -1) -> None:
+        self._client = client
+        self._lib = client._lib
+        handle = c_void_p()
+        client._call(self._lib.kvstash_board_create, _uint(slots, "slots"), int(gpu), byref(handle))
+        self._handle = handle
+
+    def released(self, slot: int, count: int, sequence: int, k: int = 0) -> bool:
+        """Whether slot `slot + k` of a request's signal is released."""
+        signal = _lib.CBoardSignal(slot, count, sequence)
+        return bool(self._lib.kvstash_board_released(self._handle, byref(signal), k))
+
+    def status(self, slot: int) -> int:
+        """The slot's status word: 0 (OK) or the kvstash status of a failure."""
+        return int(self._lib.kvstash_board_status(self._handle, slot))
+
+    def wait(self, stream: int, slot: int, count: int, sequence: int, k: int = 0) -> None:
+        """Makes a CUDA stream (torch.cuda.current_stream().cuda_stream) wait
+        until slot `slot + k` is released."""
+        signal = _lib.CBoardSignal(slot, count, sequence)
+        self._client._call(self._lib.kvstash_board_wait, self._handle, c_void_p(stream), byref(signal), k)
+
+    def close(self) -> None:
+        if self._handle:
+            self._lib.kvstash_board_destroy(self._handle)
+            self._handle = c_void_p()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class Client:
     """A connection to kvstashd.
 
@@ -217,6 +257,7 @@ class Client:
     def register(self, layers: Any, model: str, tenant: Optional[str] = None, tp_rank: int = 0,
                  tp_size: int = 1,
                  layout: Union[None, str, Geometry, Dict[str, Union[None, str, Geometry]]] = None,
+                 board: Optional["CompletionBoard"] = None,
                  ) -> "Registration":
         """Registers an engine's KV cache and returns its Registration.
 
@@ -231,6 +272,8 @@ class Client:
         layers it leaves out are inferred). vLLM's per-layer views
         [num_blocks, heads, block_size, 2*head] are inferred as `vllm`;
         name MLA layers `vllm_mla` (see kvstash.layouts).
+        `board`: a CompletionBoard for GPU-side completion of this
+        registration's requests (docs/protocol.md); it must outlive it.
         The tensors must stay alive and in place while registered (the
         Registration keeps a reference).
         """
@@ -270,6 +313,9 @@ class Client:
             keep += [allocations, layers_c]
         else:
             raise invalid(f"layers are on device {device!r}: expected CUDA tensors or kvstash.host_tensor memory")
+        if board is not None:
+            options.board = board._handle
+            keep.append(board)
         registration = _lib.CRegistration()
         self._call(self._lib.kvstash_register, byref(options), byref(registration))
         return Registration(self, registration, specs, layers)

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 
 #include "kvstash/kernels/chunk_copy.h"
 #include "kvstash/status.h"
+#include "completion_board.h"
 #include "l1_pool.h"
 #include "peer.h"
 
@@ -62,6 +65,31 @@ struct CopyDeadlines {
   bool Passed(size_t chunk, Clock::time_point now) const { return any() && now >= at[chunk]; }
 };
 
+// GPU-side completion of one Copy call (one request's job): the board slots
+// it releases and, for a store, the engine's gate it waits on. A backend
+// writes each slot's value word in stream order after the copy unit it
+// signals (host: by the CPU, after the copies, in order); status words are
+// written by the CPU before anything is enqueued (`status`) and again on
+// failure by the transfer worker, which also releases every slot by the CPU
+// after Copy returns when the copy failed or missed chunks. So a slot is
+// always released, with the right status, by the time the reply is sent.
+struct CopySignal {
+  std::shared_ptr<CompletionBoard> board;
+  uint32_t sequence = 0;
+  // Retrieve: one slot per layer range; ranges[k][g] is the (first, count)
+  // slice of group g's layers in range k. Empty: one range of every layer.
+  std::vector<uint32_t> range_slots;
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> ranges;
+  // Store: the engine's stream writes `sequence` into gate_slot; the gather
+  // starts after it. done_slot is released once the engine's blocks are read.
+  std::optional<uint32_t> gate_slot;
+  std::optional<uint32_t> done_slot;
+  // Whether to stop waiting for the gate: the request's deadline passed or
+  // the registration went away. The backend then writes the gate itself,
+  // copies nothing, and marks every chunk missed.
+  std::function<bool()> give_up;
+};
+
 // One group's layers of one registration, as the copy engine addresses them.
 struct GroupAddresses {
   kernels::GroupCopy group;           // layer_bases points into `layer_bases`
@@ -87,9 +115,17 @@ class Backend {
   // each (device, direction) has one lane thread, so per-lane state needs no
   // lock. Returns once the data is in its destination.
   // Chunks whose deadline passed are left out and marked in
-  // deadlines.missed (sized to chunks by the caller).
+  // deadlines.missed (sized to chunks by the caller). `signal` (may be null):
+  // GPU-side completion of this call, see CopySignal.
   virtual Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-                      const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) = 0;
+                      const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+                      const CopySignal* signal = nullptr) = 0;
+  // Makes an engine's completion board reachable from the copies of
+  // `device` (CUDA: cudaHostRegister, device-mapped). The host backend
+  // writes boards from the CPU.
+  virtual Result<BoardMapping> MapBoard(int /*device*/, uint8_t* /*base*/, uint64_t /*bytes*/) {
+    return BoardMapping{};
+  }
   // Backend figures for `kvstash describe` (transfer mode, GPU memory held).
   virtual void Describe(nlohmann::json& /*out*/) const {}
 };

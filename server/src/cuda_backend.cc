@@ -133,9 +133,24 @@ Status CudaBackend::CheckRegistration(int device, const std::vector<GroupAddress
 }
 
 Status CudaBackend::Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-                         const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) {
+                         const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+                         const CopySignal* signal) {
   const Device& d = devices_.at(size_t(device));
-  return (direction == Direction::kStore ? *d.store : *d.retrieve).Copy(groups, chunks, deadlines);
+  return (direction == Direction::kStore ? *d.store : *d.retrieve).Copy(groups, chunks, deadlines, signal);
+}
+
+Result<BoardMapping> CudaBackend::MapBoard(int device, uint8_t* base, uint64_t bytes) {
+  KVSTASH_RETURN_IF_ERROR(cuda::StreamMemOps().status());
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  KVSTASH_CUDA_RETURN_IF_ERROR(
+      cudaHostRegister(base, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
+  void* mapped = nullptr;
+  const cudaError_t got = cudaHostGetDevicePointer(&mapped, base, 0);
+  if (got != cudaSuccess) {
+    cudaHostUnregister(base);
+    return cuda::CudaStatus(got, "cudaHostGetDevicePointer");
+  }
+  return BoardMapping{static_cast<uint8_t*>(mapped), [base] { cudaHostUnregister(base); }};
 }
 
 void CudaBackend::Describe(nlohmann::json& out) const {

@@ -32,7 +32,9 @@ class CudaBackend : public Backend {
   SlabHooks slab_hooks() override;
   Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const override;
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) override;
+              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+              const CopySignal* signal = nullptr) override;
+  Result<BoardMapping> MapBoard(int device, uint8_t* base, uint64_t bytes) override;
   void Describe(nlohmann::json& out) const override;
 
  private:

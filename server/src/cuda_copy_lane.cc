@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "kvstash/cuda/cuda_status.h"
+#include "kvstash/cuda/driver_api.h"
 
 namespace kvstash::server {
 
@@ -62,7 +63,8 @@ Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& option
 }
 
 Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
-                          const std::vector<kernels::ChunkCopy>& all_chunks, CopyDeadlines& deadlines) {
+                          const std::vector<kernels::ChunkCopy>& all_chunks, CopyDeadlines& deadlines,
+                          const CopySignal* signal) {
   deadlines.missed.assign(all_chunks.size(), 0);
   // Chunks past their deadline now are not copied at all.
   std::vector<kernels::ChunkCopy> live;
@@ -94,16 +96,36 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_.get(), kernel_stream_.get()));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), started_.get(), 0));
-  const Status copied = options_.mode == TransferMode::kDirect
-                            ? CopyDirect(groups, chunks)
-                            : CopyThroughStaging(groups, chunks, expired, &stopped_at);
-  for (size_t i = stopped_at; i < chunks.size(); ++i) deadlines.missed[index[i]] = 1;
-  plan_bytes_.store(plan_.device_bytes(), std::memory_order_relaxed);
+  const std::vector<Range> ranges = Ranges(groups, signal);
+  Status copied = Status::Ok();
+  // The engine's stream writes the gate once its blocks are complete; the
+  // first gather waits for it (Launch). Not earlier: a plan that grows frees
+  // its old arena (cudaFree synchronizes), which must not wait on the gate.
+  gate_ = signal != nullptr && signal->gate_slot ? signal : nullptr;
+  if (copied.ok()) {
+    copied = options_.mode == TransferMode::kDirect
+                 ? CopyDirect(ranges, chunks, signal)
+                 : CopyThroughStaging(groups, ranges, chunks, signal, expired, &stopped_at);
+  }
+  if (copied.ok() && signal != nullptr && signal->done_slot) {
+    // After the last gather: the engine's blocks may be reused.
+    copied = SignalSlot(*signal, *signal->done_slot);
+  }
+  for (size_t i = stopped_at; i < chunks.size(); ++i) deadlines.missed[index.empty() ? i : index[i]] = 1;
+  uint64_t plan_bytes = plan_.device_bytes();
+  for (const auto& plan : range_plans_) plan_bytes += plan->device_bytes();
+  plan_bytes_.store(plan_bytes, std::memory_order_relaxed);
   const auto enqueued = std::chrono::steady_clock::now();
   // Whatever was enqueued finishes before the plan, the ring or a slot is
   // touched again, also after a failed launch.
   const uint64_t bytes = chunks.size() * FlatChunkBytes(groups);
-  const Status drained = Drain(bytes, start);
+  bool forced = false;
+  const Status drained = signal != nullptr && signal->gate_slot ? DrainGated(*signal, &forced)
+                                                                : Drain(bytes, start);
+  if (forced) {  // the gate was never set: what the gather read is not the engine's KV
+    deadlines.missed.assign(all_chunks.size(), 1);
+    return Status::Ok();
+  }
   if (!copied.ok() || !drained.ok()) return copied.ok() ? drained : copied;
   const auto woke = std::chrono::steady_clock::now();
   float gpu_ms = 0;
@@ -129,8 +151,64 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
   return Status::Ok();
 }
 
-Status CudaCopyLane::CopyDirect(const std::vector<GroupAddresses>& groups,
-                                const std::vector<kernels::ChunkCopy>& chunks) {
+std::vector<CudaCopyLane::Range> CudaCopyLane::Ranges(const std::vector<GroupAddresses>& groups,
+                                                      const CopySignal* signal) {
+  std::vector<Range> ranges;
+  if (signal == nullptr || signal->ranges.empty()) {
+    Range& all = ranges.emplace_back();
+    all.groups = groups;
+    if (signal != nullptr && !signal->range_slots.empty()) {
+      all.has_slot = true;
+      all.slot = signal->range_slots[0];
+    }
+  } else {
+    for (size_t r = 0; r < signal->ranges.size(); ++r) {
+      Range& range = ranges.emplace_back();
+      const auto& slices = signal->ranges[r];
+      for (size_t g = 0; g < groups.size() && g < slices.size(); ++g) {
+        const auto [first, count] = slices[g];
+        if (count == 0) continue;
+        GroupAddresses sliced;
+        sliced.group = groups[g].group;
+        FlatGroupShape one = sliced.group.shape;
+        one.num_layers = 1;
+        sliced.group.shape.num_layers = count;
+        sliced.group.flat_offset_bytes += uint64_t(first) * FlatGroupBytes(one);
+        sliced.layer_bases.assign(groups[g].layer_bases.begin() + first,
+                                  groups[g].layer_bases.begin() + first + count);
+        range.windows.emplace_back(sliced.group.flat_offset_bytes,
+                                   sliced.group.flat_offset_bytes + FlatGroupBytes(sliced.group.shape));
+        range.groups.push_back(std::move(sliced));
+      }
+      range.has_slot = r < signal->range_slots.size();
+      if (range.has_slot) range.slot = signal->range_slots[r];
+    }
+  }
+  // The copies above moved the address vectors: point at them only now.
+  for (Range& range : ranges) {
+    for (GroupAddresses& g : range.groups) g.group.layer_bases = g.layer_bases.data();
+  }
+  return ranges;
+}
+
+CopyPlan& CudaCopyLane::PlanOf(size_t r) {
+  if (r == 0) return plan_;
+  while (range_plans_.size() < r) range_plans_.push_back(std::make_unique<CopyPlan>());
+  return *range_plans_[r - 1];
+}
+
+Status CudaCopyLane::SignalSlot(const CopySignal& signal, uint32_t slot) {
+  Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
+  if (!api.ok()) return api.status();
+  // The default flags order the write after every earlier write of the
+  // stream (the scatter's): whoever sees the value sees the data.
+  return cuda::DriverStatus((*api)->StreamWriteValue32(kernel_stream_.get(), signal.board->device_value(slot),
+                                                       signal.sequence, 0),
+                            "cuStreamWriteValue32");
+}
+
+Status CudaCopyLane::CopyDirect(const std::vector<Range>& ranges,
+                                const std::vector<kernels::ChunkCopy>& chunks, const CopySignal* signal) {
   std::vector<uint8_t*> flats(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (options_.host_pointers_on_device) {
@@ -141,13 +219,20 @@ Status CudaCopyLane::CopyDirect(const std::vector<GroupAddresses>& groups,
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, chunks[i].flat, 0));
     flats[i] = static_cast<uint8_t*>(mapped);
   }
-  KVSTASH_RETURN_IF_ERROR(plan_.Build(groups, chunks, flats));
-  KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernel_stream_.get()));
-  return Launch(groups.size(), 0, chunks.size(), 0);
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    CopyPlan& plan = PlanOf(r);
+    KVSTASH_RETURN_IF_ERROR(plan.Build(ranges[r].groups, chunks, flats));
+    KVSTASH_RETURN_IF_ERROR(plan.Upload(kernel_stream_.get()));
+    KVSTASH_RETURN_IF_ERROR(Launch(plan, ranges[r].groups.size(), 0, chunks.size(), r));
+    if (ranges[r].has_slot) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, ranges[r].slot));
+  }
+  return Status::Ok();
 }
 
 Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& groups,
+                                        const std::vector<Range>& ranges,
                                         const std::vector<kernels::ChunkCopy>& chunks,
+                                        const CopySignal* signal,
                                         const std::function<bool(size_t, size_t)>& expired,
                                         size_t* stopped_at) {
   const uint64_t chunk_bytes = FlatChunkBytes(groups);
@@ -161,59 +246,80 @@ Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& group
   // of one sub-batch runs while the copies of others are under way. A
   // sub-batch is as small as keeps per-copy overheads negligible: the
   // kernel time nothing overlaps (that of the first or last sub-batch)
-  // shrinks with it.
+  // shrinks with it. A layer-wise retrieve runs range after range, each
+  // range in sub-batches of the same chunks (copying only the range's
+  // bytes), and the regions rotate across all of them.
   const size_t per_region = size_t(std::clamp<uint64_t>((kSubBatchBytes + chunk_bytes - 1) / chunk_bytes, 1,
                                                          std::max<uint64_t>(1, slots / 2)));
   const size_t regions = std::min<size_t>(kMaxRegions, size_t(slots) / per_region);
-  std::vector<uint8_t*> flats(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const size_t region = i / per_region % regions;
-    flats[i] = staging_.data() + (region * per_region + i % per_region) * chunk_bytes;
-  }
-  KVSTASH_RETURN_IF_ERROR(plan_.Build(groups, chunks, flats));
-  KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernel_stream_.get()));
-
+  const size_t batches = (chunks.size() + per_region - 1) / per_region;
   const bool store = options_.direction == Direction::kStore;
   cudaStream_t kernels = kernel_stream_.get();
   cudaStream_t copies = copy_stream_.get();
-  for (size_t k = 0, begin = 0; begin < chunks.size(); ++k, begin += per_region) {
-    const size_t end = std::min(chunks.size(), begin + per_region);
-    if (expired(begin, end)) {  // enqueue no sub-batch past a deadline
-      *stopped_at = begin;
-      break;
+  std::vector<uint8_t*> flats(chunks.size());
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const Range& range = ranges[r];
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const size_t region = (r * batches + i / per_region) % regions;
+      flats[i] = staging_.data() + (region * per_region + i % per_region) * chunk_bytes;
     }
-    const size_t r = k % regions;
-    cudaEvent_t ready = region_ready_[r].get();
-    cudaEvent_t free = region_free_[r].get();
-    if (store) {
-      // gather -> ready -> D2H copy -> free (the gather of k + regions waits for it)
-      if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, free, 0));
-      KVSTASH_RETURN_IF_ERROR(Launch(groups.size(), begin, end - begin, k));
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, kernels));
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, ready, 0));
-      KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes, k));
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, copies));
-    } else {
-      // H2D copy -> ready -> scatter -> free (the copy of k + regions waits for it)
-      if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, free, 0));
-      KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes, k));
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, copies));
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, ready, 0));
-      KVSTASH_RETURN_IF_ERROR(Launch(groups.size(), begin, end - begin, k));
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
+    CopyPlan& plan = PlanOf(r);
+    KVSTASH_RETURN_IF_ERROR(plan.Build(range.groups, chunks, flats));
+    KVSTASH_RETURN_IF_ERROR(plan.Upload(kernels));
+    for (size_t b = 0, begin = 0; begin < chunks.size(); ++b, begin += per_region) {
+      const size_t k = r * batches + b;  // the step, across ranges
+      const size_t end = std::min(chunks.size(), begin + per_region);
+      if (expired(begin, end)) {  // enqueue no sub-batch past a deadline
+        // Chunks [begin, end) and later miss this range: they are missed.
+        // Earlier chunks missing a later range are missed too.
+        *stopped_at = r == 0 ? begin : 0;
+        return Status::Ok();
+      }
+      const size_t reg = k % regions;
+      cudaEvent_t ready = region_ready_[reg].get();
+      cudaEvent_t free = region_free_[reg].get();
+      if (store) {
+        // gather -> ready -> D2H copy -> free (the gather of k + regions waits for it)
+        if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, free, 0));
+        KVSTASH_RETURN_IF_ERROR(Launch(plan, range.groups.size(), begin, end - begin, k));
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, kernels));
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, ready, 0));
+        KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes, k, range.windows));
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, copies));
+      } else {
+        // H2D copy -> ready -> scatter -> free (the copy of k + regions waits for it)
+        if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, free, 0));
+        KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes, k, range.windows));
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, copies));
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, ready, 0));
+        KVSTASH_RETURN_IF_ERROR(Launch(plan, range.groups.size(), begin, end - begin, k));
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
+      }
     }
+    if (range.has_slot) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, range.slot));
   }
   return Status::Ok();
 }
 
-Status CudaCopyLane::Launch(size_t num_groups, size_t begin, size_t count, size_t step) {
-  const kernels::DeviceChunkBatch batch = plan_.Slice(begin, count);
+Status CudaCopyLane::Launch(const CopyPlan& plan, size_t num_groups, size_t begin, size_t count,
+                            size_t step) {
+  const kernels::DeviceChunkBatch batch = plan.Slice(begin, count);
   cudaStream_t stream = kernel_stream_.get();
+  if (gate_ != nullptr) {
+    const CopySignal* gate = gate_;
+    gate_ = nullptr;
+    Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
+    if (!api.ok()) return api.status();
+    KVSTASH_RETURN_IF_ERROR(cuda::DriverStatus(
+        (*api)->StreamWaitValue32(stream, gate->board->device_value(*gate->gate_slot), gate->sequence,
+                                  CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue32"));
+  }
   KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, step, LaneTrace::Stage::kKernel, true));
   for (size_t g = 0; g < num_groups; ++g) {
     KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore
-                                ? kernels::GatherChunks(plan_.Group(g), batch, stream)
-                                : kernels::ScatterChunks(plan_.Group(g), batch, stream));
+                                ? kernels::GatherChunks(plan.Group(g), batch, stream)
+                                : kernels::ScatterChunks(plan.Group(g), batch, stream));
   }
   traced_steps_ = std::max(traced_steps_, step + 1);
   return trace_.Mark(stream, step, LaneTrace::Stage::kKernel, false);
@@ -221,9 +327,23 @@ Status CudaCopyLane::Launch(size_t num_groups, size_t begin, size_t count, size_
 
 Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
                                const std::vector<uint8_t*>& flats, size_t begin, size_t end,
-                               uint64_t chunk_bytes, size_t step) {
+                               uint64_t chunk_bytes, size_t step,
+                               const std::vector<std::pair<uint64_t, uint64_t>>& windows) {
   const bool store = options_.direction == Direction::kStore;
-  KVSTASH_RETURN_IF_ERROR(trace_.Mark(copy_stream_.get(), step, LaneTrace::Stage::kCopy, true));
+  cudaStream_t stream = copy_stream_.get();
+  KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, step, LaneTrace::Stage::kCopy, true));
+  if (!windows.empty()) {  // one layer range: its bytes of each chunk
+    for (size_t i = begin; i < end; ++i) {
+      for (const auto& [lo, hi] : windows) {
+        uint8_t* slot = chunks[i].flat + lo;
+        uint8_t* staging = flats[i] + lo;
+        KVSTASH_CUDA_RETURN_IF_ERROR(
+            store ? cudaMemcpyAsync(slot, staging, hi - lo, cudaMemcpyDeviceToHost, stream)
+                  : cudaMemcpyAsync(staging, slot, hi - lo, cudaMemcpyHostToDevice, stream));
+      }
+    }
+    return trace_.Mark(stream, step, LaneTrace::Stage::kCopy, false);
+  }
   size_t first = begin;
   while (first < end) {
     size_t last = first + 1;  // the run is [first, last)
@@ -236,11 +356,37 @@ Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
     uint8_t* slot = chunks[first].flat;
     uint8_t* staging = flats[first];
     KVSTASH_CUDA_RETURN_IF_ERROR(
-        store ? cudaMemcpyAsync(slot, staging, bytes, cudaMemcpyDeviceToHost, copy_stream_.get())
-              : cudaMemcpyAsync(staging, slot, bytes, cudaMemcpyHostToDevice, copy_stream_.get()));
+        store ? cudaMemcpyAsync(slot, staging, bytes, cudaMemcpyDeviceToHost, stream)
+              : cudaMemcpyAsync(staging, slot, bytes, cudaMemcpyHostToDevice, stream));
     first = last;
   }
-  return trace_.Mark(copy_stream_.get(), step, LaneTrace::Stage::kCopy, false);
+  return trace_.Mark(stream, step, LaneTrace::Stage::kCopy, false);
+}
+
+Status CudaCopyLane::DrainGated(const CopySignal& signal, bool* forced) {
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(kernels_done_.get(), kernel_stream_.get()));
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), kernels_done_.get(), 0));
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_.get(), copy_stream_.get()));
+  for (;;) {
+    const cudaError_t state = cudaEventQuery(done_.get());
+    if (state != cudaErrorNotReady) return cuda::CudaStatus(state, "cudaEventQuery");
+    if (!*forced && signal.give_up()) {
+      // Nothing will set the gate: release our own stream, and what it
+      // gathers is thrown away (every chunk missed, never published).
+      const std::optional<uint32_t> value = signal.board->Value(*signal.gate_slot);
+      if (!value || int32_t(*value - signal.sequence) < 0) {
+        const bool written = signal.board->WriteValue(*signal.gate_slot, signal.sequence);
+        *forced = true;
+        if (auto logger = spdlog::get("kvstashd")) {
+          logger->warn("a store's gate (board {} slot {}) was not opened by its deadline: released "
+                       "by kvstashd (written: {}, value now {}), its chunks are not stored",
+                       signal.board->name(), *signal.gate_slot, written,
+                       signal.board->Value(*signal.gate_slot).value_or(0));
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(10));
+  }
 }
 
 Status CudaCopyLane::Drain(uint64_t bytes, std::chrono::steady_clock::time_point start) {

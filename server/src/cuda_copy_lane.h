@@ -58,8 +58,14 @@ class CudaCopyLane {
   // Chunks past their deadline are left out before anything is enqueued;
   // in dma mode each sub-batch is checked again before it is enqueued, and
   // once one is past, it and the rest are left out (deadlines.missed).
+  // With a signal (may be null): a store's kernels wait on the engine's
+  // gate (cuStreamWaitValue32) and its done slot is written after the last
+  // gather; a retrieve copies layer range by layer range and writes each
+  // range's slot after that range's scatter (cuStreamWriteValue32). A gate
+  // the engine never sets is written by this thread at signal->give_up().
   Status Copy(const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines);
+              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+              const CopySignal* signal);
 
   uint64_t staging_bytes() const { return staging_.size(); }
   // The plan arenas: each as large in pinned host memory as on the GPU.
@@ -68,23 +74,42 @@ class CudaCopyLane {
  private:
   CudaCopyLane(const Options& options, const PinnedRanges& pinned)
       : options_(options), pinned_(pinned) {}
-  Status CopyDirect(const std::vector<GroupAddresses>& groups,
-                    const std::vector<kernels::ChunkCopy>& chunks);
+  // The layer ranges of one Copy: each its groups (sliced to the range's
+  // layers), its byte windows inside a flat chunk (empty: the whole chunk)
+  // and the board slot written after it (none: 0 with has_slot false).
+  struct Range {
+    std::vector<GroupAddresses> groups;
+    std::vector<std::pair<uint64_t, uint64_t>> windows;
+    bool has_slot = false;
+    uint32_t slot = 0;
+  };
+  static std::vector<Range> Ranges(const std::vector<GroupAddresses>& groups, const CopySignal* signal);
+  // The plan of range r (plan_ for the first).
+  CopyPlan& PlanOf(size_t r);
+  // Enqueues the write of slot's value on the kernel stream.
+  Status SignalSlot(const CopySignal& signal, uint32_t slot);
+  Status CopyDirect(const std::vector<Range>& ranges, const std::vector<kernels::ChunkCopy>& chunks,
+                    const CopySignal* signal);
   // expired(begin, end): whether a chunk of [begin, end) is past its
   // deadline now; then nothing from `begin` on is enqueued, and the return
   // value says where it stopped.
-  Status CopyThroughStaging(const std::vector<GroupAddresses>& groups,
-                            const std::vector<kernels::ChunkCopy>& chunks,
+  Status CopyThroughStaging(const std::vector<GroupAddresses>& groups, const std::vector<Range>& ranges,
+                            const std::vector<kernels::ChunkCopy>& chunks, const CopySignal* signal,
                             const std::function<bool(size_t, size_t)>& expired, size_t* stopped_at);
   // One kernel per group over chunks [begin, begin + count) of the plan;
   // `step` names the sub-batch for the trace.
-  Status Launch(size_t num_groups, size_t begin, size_t count, size_t step);
+  Status Launch(const CopyPlan& plan, size_t num_groups, size_t begin, size_t count, size_t step);
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end),
   // one copy per run of slots adjacent in both (and inside one pinned slab).
+  // With windows: only those bytes of each chunk, one copy per window.
   Status CopySlots(const std::vector<kernels::ChunkCopy>& chunks, const std::vector<uint8_t*>& flats,
-                   size_t begin, size_t end, uint64_t chunk_bytes, size_t step);
+                   size_t begin, size_t end, uint64_t chunk_bytes, size_t step,
+                   const std::vector<std::pair<uint64_t, uint64_t>>& windows);
   // Waits, sleeping, for everything enqueued on both streams since `start`.
   Status Drain(uint64_t bytes, std::chrono::steady_clock::time_point start);
+  // Drain for a store behind an engine's gate: polls, and writes the gate
+  // itself once signal.give_up() (then *forced is set).
+  Status DrainGated(const CopySignal& signal, bool* forced);
   // Sleeps through the shortest time the copy can take, then polls done_.
   Status Poll(uint64_t bytes, std::chrono::steady_clock::time_point start);
 
@@ -103,6 +128,8 @@ class CudaCopyLane {
   double bytes_per_ns_ = 40;
   cuda::DeviceBuffer staging_;   // dma mode only
   CopyPlan plan_;
+  std::vector<std::unique_ptr<CopyPlan>> range_plans_;
+  const CopySignal* gate_ = nullptr;  // a store's gate, waited on before its first gather  // ranges 1.. of a layer-wise retrieve
   LaneTrace trace_;
   size_t traced_steps_ = 0;
   std::atomic<uint64_t> plan_bytes_{0};

@@ -36,14 +36,14 @@ std::optional<FaultRule> FaultInjectionBackend::Match(Direction direction) {
 Status FaultInjectionBackend::Copy(Direction direction, int device,
                                    const std::vector<GroupAddresses>& groups,
                                    const std::vector<kernels::ChunkCopy>& chunks,
-                                   CopyDeadlines& deadlines) {
+                                   CopyDeadlines& deadlines, const CopySignal* signal) {
   (direction == Direction::kStore ? store_copies_ : retrieve_copies_).fetch_add(1);
   const std::optional<FaultRule> rule = Match(direction);
-  if (!rule) return real_->Copy(direction, device, groups, chunks, deadlines);
+  if (!rule) return real_->Copy(direction, device, groups, chunks, deadlines, signal);
   switch (rule->action) {
     case FaultRule::Action::kStall:
       std::this_thread::sleep_for(rule->stall);
-      return real_->Copy(direction, device, groups, chunks, deadlines);
+      return real_->Copy(direction, device, groups, chunks, deadlines, signal);
     case FaultRule::Action::kDie:
       _exit(86);  // [[noreturn]]
     case FaultRule::Action::kFail: {
@@ -54,7 +54,9 @@ Status FaultInjectionBackend::Copy(Direction direction, int device,
         if (deadlines.any()) {
           partial_deadlines.at.assign(deadlines.at.begin(), deadlines.at.begin() + long(before));
         }
-        KVSTASH_RETURN_IF_ERROR(real_->Copy(direction, device, groups, partial, partial_deadlines));
+        // No signal: the transfer worker releases the slots of a failed copy.
+        KVSTASH_RETURN_IF_ERROR(
+            real_->Copy(direction, device, groups, partial, partial_deadlines, nullptr));
         deadlines.missed.assign(chunks.size(), 0);
         std::copy(partial_deadlines.missed.begin(), partial_deadlines.missed.end(),
                   deadlines.missed.begin());

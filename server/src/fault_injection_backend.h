@@ -55,7 +55,11 @@ class FaultInjectionBackend : public Backend {
     return real_->CheckRegistration(device, groups);
   }
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) override;
+              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+              const CopySignal* signal = nullptr) override;
+  Result<BoardMapping> MapBoard(int device, uint8_t* base, uint64_t bytes) override {
+    return real_->MapBoard(device, base, bytes);
+  }
   void Describe(nlohmann::json& out) const override { real_->Describe(out); }
 
  private:

@@ -2,8 +2,10 @@
 // store, hand the copies to the device's transfer worker, answer per chunk.
 // A chunk whose copy the request's deadline cut off comes back Failed with
 // TimedOut; a stored one is not published.
+#include <algorithm>
 #include <string>
 
+#include "kvstash/completion_board.h"
 #include "transfers.h"
 
 namespace kvstash::server {
@@ -11,6 +13,79 @@ namespace kvstash::server {
 namespace {
 
 uint32_t CeilDiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+// GPU-side completion asked for by a Store (store = true) or Retrieve, checked
+// against the registration's board; Retrieve's layer ranges sliced per group.
+Result<CopySignal> MakeSignal(const Registration& reg, const BoardSignal& asked, bool store,
+                              std::optional<Clock::time_point> deadline) {
+  const std::string what = store ? "Store" : "Retrieve";
+  if (!reg.board) {
+    return Status::InvalidArgument(what + " asks for GPU-side completion but registration " +
+                                   std::to_string(reg.id) +
+                                   " has no completion board; pass one to RegisterKV");
+  }
+  const uint32_t num_layers = uint32_t(reg.request.layers.size());
+  const uint32_t max_count = store ? 2 : std::min(kMaxLayerRanges, num_layers);
+  if (store ? asked.count != 2 : asked.count == 0 || asked.count > max_count) {
+    return Status::InvalidArgument(what + " signal names " + std::to_string(asked.count) + " slots; " +
+                                   (store ? std::string("a store takes 2 (gate, done)")
+                                          : "a retrieve takes 1 to " + std::to_string(max_count) +
+                                                " (one per layer range, at most one per layer)"));
+  }
+  if (asked.slot >= reg.board->slots() || asked.count > reg.board->slots() - asked.slot) {
+    return Status::OutOfRange(what + " signal names board slots [" + std::to_string(asked.slot) + ", " +
+                              std::to_string(uint64_t(asked.slot) + asked.count) +
+                              ") but the board of registration " + std::to_string(reg.id) +
+                              " holds " + std::to_string(reg.board->slots()));
+  }
+  if (asked.sequence == 0) {
+    return Status::InvalidArgument(what + " signal has sequence 0; sequences start at 1");
+  }
+  CopySignal signal;
+  signal.board = reg.board;
+  signal.sequence = asked.sequence;
+  if (store) {
+    signal.gate_slot = asked.slot;
+    signal.done_slot = asked.slot + 1;
+    std::weak_ptr<CompletionBoard> board = reg.board;
+    signal.give_up = [board, deadline] {
+      auto held = board.lock();
+      return !held || held->abandoned() || (deadline && Clock::now() >= *deadline);
+    };
+    return signal;
+  }
+  for (uint32_t k = 0; k < asked.count; ++k) signal.range_slots.push_back(asked.slot + k);
+  if (asked.count > 1) {
+    for (uint32_t k = 0; k < asked.count; ++k) {
+      const uint32_t begin = LayerRangeBegin(num_layers, asked.count, k);
+      const uint32_t end = LayerRangeBegin(num_layers, asked.count, k + 1);
+      auto& slices = signal.ranges.emplace_back();
+      for (const ChunkGroup& group : reg.layout.groups()) {
+        // A group's layers are in registration order: those of a range are
+        // one run of them.
+        const auto first = std::lower_bound(group.layers.begin(), group.layers.end(), begin);
+        const auto last = std::lower_bound(first, group.layers.end(), end);
+        slices.emplace_back(uint32_t(first - group.layers.begin()), uint32_t(last - first));
+      }
+    }
+  }
+  return signal;
+}
+
+// Every slot of the signal released from the CPU with `status` (a request
+// refused or with nothing to copy never reaches a lane).
+void ReleaseAll(const CopySignal& signal, const Status& status) {
+  std::vector<uint32_t> slots = signal.range_slots;
+  if (signal.done_slot) slots.push_back(*signal.done_slot);
+  for (uint32_t slot : slots) signal.board->WriteStatus(slot, uint32_t(status.code()));
+  for (uint32_t slot : slots) signal.board->WriteValue(slot, signal.sequence);
+}
+
+// The status every slot carries before the copy starts.
+void PresetStatus(const CopySignal& signal, uint32_t code) {
+  for (uint32_t slot : signal.range_slots) signal.board->WriteStatus(slot, code);
+  if (signal.done_slot) signal.board->WriteStatus(*signal.done_slot, code);
+}
 
 Status TimedOutChunk() {
   return Status::TimedOut("the request's deadline passed before this chunk was copied; "
@@ -89,8 +164,20 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
   Result<std::shared_ptr<Registration>> found = registrations_.FindRegistration(m.registration_id, r.peer);
   if (!found.ok()) return found.status();
   std::shared_ptr<Registration> reg = *found;
-  KVSTASH_RETURN_IF_ERROR(CheckChunks(*reg, m.chunks, /*need_tokens=*/true));
-  KVSTASH_RETURN_IF_ERROR(deferred_.CheckInFlight(r.peer.id));
+  std::optional<CopySignal> signal;
+  if (m.signal) {
+    Result<CopySignal> made = MakeSignal(*reg, *m.signal, /*store=*/true, r.deadline);
+    if (!made.ok()) return made.status();
+    signal = std::move(*made);
+  }
+  if (Status ok = CheckChunks(*reg, m.chunks, /*need_tokens=*/true); !ok.ok()) {
+    if (signal) ReleaseAll(*signal, ok);
+    return ok;
+  }
+  if (Status ok = deferred_.CheckInFlight(r.peer.id); !ok.ok()) {
+    if (signal) ReleaseAll(*signal, ok);
+    return ok;
+  }
 
   const uint64_t chunk_bytes = reg->layout.chunk_bytes();
   auto reply = std::make_shared<StoreReply>();
@@ -123,7 +210,12 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
     outcome.num_tokens = chunk.num_tokens;
     reserved->emplace_back(i, ticket.entry);
   }
-  if (reserved->empty()) return std::optional<ReplyBody>(std::move(*reply));
+  if (reserved->empty()) {  // nothing to read: the blocks may be reused now
+    if (signal) ReleaseAll(*signal, Status::Ok());
+    return std::optional<ReplyBody>(std::move(*reply));
+  }
+  if (signal) PresetStatus(*signal, 0);
+  job.signal = std::move(signal);
   job.complete = [this, r, reg, reply, reserved, chunk_bytes](const Status& copied,
                                                               const std::vector<uint8_t>& missed) {
     for (size_t k = 0; k < reserved->size(); ++k) {
@@ -153,8 +245,20 @@ Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
   Result<std::shared_ptr<Registration>> found = registrations_.FindRegistration(m.registration_id, r.peer);
   if (!found.ok()) return found.status();
   std::shared_ptr<Registration> reg = *found;
-  KVSTASH_RETURN_IF_ERROR(CheckChunks(*reg, m.chunks, /*need_tokens=*/false));
-  KVSTASH_RETURN_IF_ERROR(deferred_.CheckInFlight(r.peer.id));
+  std::optional<CopySignal> signal;
+  if (m.signal) {
+    Result<CopySignal> made = MakeSignal(*reg, *m.signal, /*store=*/false, r.deadline);
+    if (!made.ok()) return made.status();
+    signal = std::move(*made);
+  }
+  if (Status ok = CheckChunks(*reg, m.chunks, /*need_tokens=*/false); !ok.ok()) {
+    if (signal) ReleaseAll(*signal, ok);
+    return ok;
+  }
+  if (Status ok = deferred_.CheckInFlight(r.peer.id); !ok.ok()) {
+    if (signal) ReleaseAll(*signal, ok);
+    return ok;
+  }
   if (tiers_.enabled()) {
     std::vector<ChunkKey> below;
     // The request's chunks already in L1 are held meanwhile: promoting the
@@ -173,8 +277,8 @@ Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
       auto request = std::make_shared<RetrieveRequest>(std::move(m));
       TierChain::Scope scope{reg->scope, reg->namespace_id, reg->layout.fingerprint(),
                              reg->layout.chunk_bytes()};
-      tiers_.Promote(scope, std::move(below), [this, r, request, reg, held] {
-        Reply now = RetrieveFromL1(r, *request, reg, /*begun=*/true);
+      tiers_.Promote(scope, std::move(below), [this, r, request, reg, held, signal] {
+        Reply now = RetrieveFromL1(r, *request, reg, signal, /*begun=*/true);
         for (ChunkStore::Entry* e : *held) store_->EndRead(e);
         if (now.ok() && now->has_value()) deferred_.Finish(r, **now);
       });
@@ -182,11 +286,15 @@ Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
     }
     for (ChunkStore::Entry* e : *held) store_->EndRead(e);
   }
-  return RetrieveFromL1(r, m, reg, /*begun=*/false);
+  return RetrieveFromL1(r, m, reg, std::move(signal), /*begun=*/false);
 }
 
 Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
-                                           std::shared_ptr<Registration> reg, bool begun) {
+                                           std::shared_ptr<Registration> reg,
+                                           std::optional<CopySignal> signal, bool begun) {
+  // The status the slots carry when the copy succeeds: NotFound when a
+  // chunk is missing, the first chunk's error when one failed here.
+  uint32_t preset = 0;
   const ChunkLayout& layout = reg->layout;
   const uint64_t chunk_tokens = layout.chunk_tokens();
   auto reply = std::make_shared<RetrieveReply>();
@@ -203,6 +311,7 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
     std::optional<ChunkStore::ReadTicket> ticket = store_->BeginRead(reg->scope, chunk.key);
     if (!ticket) {
       outcome.result = ChunkResult::kMissing;
+      if (preset == 0) preset = uint32_t(StatusCode::kNotFound);
       Stats::Add(stats_.retrieve_chunks_missing);
       continue;
     }
@@ -219,6 +328,7 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
                                                      std::to_string(stored) + " tokens, which need " +
                                                      std::to_string(needed) + " blocks; the request names " +
                                                      std::to_string(given))};
+      if (preset == 0) preset = uint32_t(StatusCode::kInvalidArgument);
       Stats::Add(stats_.retrieve_chunks_failed);
       continue;
     }
@@ -235,8 +345,11 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
   const uint64_t lease_id = m.lease_id;
   if (reading->empty()) {
     if (lease_id != 0) store_->Release(lease_id, r.peer.id);
+    if (signal) ReleaseAll(*signal, Status(StatusCode(preset), ""));
     return std::optional<ReplyBody>(std::move(*reply));
   }
+  if (signal) PresetStatus(*signal, preset);
+  job.signal = std::move(signal);
   const uint64_t chunk_bytes = layout.chunk_bytes();
   job.complete = [this, r, reg, reply, reading, lease_id, chunk_bytes](
                      const Status& copied, const std::vector<uint8_t>& missed) {

@@ -6,7 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <thread>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <memory>
@@ -157,12 +160,30 @@ SlabHooks HostBackend::slab_hooks() {
 
 Status HostBackend::Copy(Direction direction, int /*device*/,
                          const std::vector<GroupAddresses>& groups,
-                         const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) {
+                         const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+                         const CopySignal* signal) {
+  deadlines.missed.assign(chunks.size(), 0);
+  // A store waits for the engine's gate, as a GPU stream would; one the
+  // engine never sets is released here at the deadline or when the engine
+  // is gone, and nothing is copied.
+  if (signal != nullptr && signal->gate_slot) {
+    while (signal->board->Value(*signal->gate_slot).value_or(signal->sequence) -
+               signal->sequence > 0x7fffffffu) {  // (int32_t)(value - sequence) < 0
+      if (signal->give_up()) {
+        signal->board->Release(*signal->gate_slot, signal->sequence, 0);
+        deadlines.missed.assign(chunks.size(), 1);
+        return Status::Ok();
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
   // One task per (layer, chunk): a single large chunk spreads over every
   // thread, and so do many small ones. A one-layer slice of a group is the
   // same group with the layer's flat offset.
   std::vector<kernels::GroupCopy> layers;
+  std::vector<size_t> group_first_layer;  // index of each group's first entry in `layers`
   for (const GroupAddresses& g : groups) {
+    group_first_layer.push_back(layers.size());
     kernels::GroupCopy one = g.group;
     one.shape.num_layers = 1;
     const uint64_t layer_bytes = FlatGroupBytes(one.shape);
@@ -172,31 +193,59 @@ Status HostBackend::Copy(Direction direction, int /*device*/,
       layers.push_back(one);
     }
   }
-  const size_t tasks = layers.size() * chunks.size();
-  std::vector<Status> failures(tasks);
+  // The layer ranges, copied one after the other, each range's slot
+  // released after its copies (one range of every layer without a signal).
+  std::vector<std::vector<size_t>> ranges;
+  if (signal != nullptr && !signal->ranges.empty()) {
+    for (const auto& slices : signal->ranges) {
+      std::vector<size_t>& range = ranges.emplace_back();
+      for (size_t g = 0; g < slices.size() && g < groups.size(); ++g) {
+        for (uint32_t l = 0; l < slices[g].second; ++l) {
+          range.push_back(group_first_layer[g] + slices[g].first + l);
+        }
+      }
+    }
+  } else {
+    std::vector<size_t>& all = ranges.emplace_back();
+    for (size_t l = 0; l < layers.size(); ++l) all.push_back(l);
+  }
   // Each task is a copy unit: it checks its chunk's deadline before it
   // starts (tasks of one chunk may mark it from several threads).
   std::unique_ptr<std::atomic<bool>[]> missed(new std::atomic<bool>[chunks.size()]);
   for (size_t c = 0; c < chunks.size(); ++c) missed[c] = false;
-  pool_.ParallelFor(tasks, [&](size_t i) {
-    const size_t c = i % chunks.size();
-    if (deadlines.any() && (missed[c].load(std::memory_order_relaxed) ||
-                            deadlines.Passed(c, std::chrono::steady_clock::now()))) {
-      missed[c].store(true, std::memory_order_relaxed);
-      return;
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const std::vector<size_t>& range = ranges[r];
+    const size_t tasks = range.size() * chunks.size();
+    std::vector<Status> failures(tasks);
+    pool_.ParallelFor(tasks, [&](size_t i) {
+      const size_t c = i % chunks.size();
+      if (deadlines.any() && (missed[c].load(std::memory_order_relaxed) ||
+                              deadlines.Passed(c, std::chrono::steady_clock::now()))) {
+        missed[c].store(true, std::memory_order_relaxed);
+        return;
+      }
+      const kernels::GroupCopy& layer = layers[range[i / chunks.size()]];
+      const kernels::ChunkCopy& chunk = chunks[c];
+      failures[i] = CopyGuarded(direction, layer, chunk);
+    });
+    for (size_t c = 0; c < chunks.size(); ++c) deadlines.missed[c] = missed[c].load() ? 1 : 0;
+    for (Status& s : failures) {
+      if (s.ok()) continue;
+      Logger()->warn("{} of {} chunks failed: {}",
+                     direction == Direction::kStore ? "store" : "retrieve", chunks.size(),
+                     s.message());
+      return s;  // the transfer worker releases the slots, with the error
     }
-    const kernels::GroupCopy& layer = layers[i / chunks.size()];
-    const kernels::ChunkCopy& chunk = chunks[c];
-    failures[i] = CopyGuarded(direction, layer, chunk);
-  });
-  deadlines.missed.resize(chunks.size());
-  for (size_t c = 0; c < chunks.size(); ++c) deadlines.missed[c] = missed[c].load() ? 1 : 0;
-  for (Status& s : failures) {
-    if (s.ok()) continue;
-    Logger()->warn("{} of {} chunks failed: {}", direction == Direction::kStore ? "store" : "retrieve",
-                   chunks.size(), s.message());
-    return s;
+    // In order, after the range's copies, as a GPU stream would. A range
+    // with missed chunks is released by the transfer worker, with TimedOut.
+    const bool any_missed =
+        std::find(deadlines.missed.begin(), deadlines.missed.end(), 1) != deadlines.missed.end();
+    if (signal != nullptr && r < signal->range_slots.size() && !any_missed) {
+      signal->board->WriteValue(signal->range_slots[r], signal->sequence);
+    }
   }
+  // The engine's blocks are read: they may be reused.
+  if (signal != nullptr && signal->done_slot) signal->board->WriteValue(*signal->done_slot, signal->sequence);
   return Status::Ok();
 }
 

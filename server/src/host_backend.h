@@ -40,7 +40,8 @@ class HostBackend : public Backend {
   Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) override;
   SlabHooks slab_hooks() override;
   Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines) override;
+              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+              const CopySignal* signal = nullptr) override;
 
  private:
   // Copies one layer of one chunk; a SIGBUS on the engine layer becomes an

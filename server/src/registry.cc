@@ -125,6 +125,14 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
   }
   for (GroupAddresses& g : registration->groups) g.group.layer_bases = g.layer_bases.data();
   KVSTASH_RETURN_IF_ERROR(backend_.CheckRegistration(registration->device, registration->groups));
+  if (request.board) {
+    const int device = registration->device;
+    Result<std::shared_ptr<CompletionBoard>> board = CompletionBoard::Open(
+        request.board->shm_name, request.board->size_bytes, request.allocations[0].opener,
+        [this, device](uint8_t* base, uint64_t bytes) { return backend_.MapBoard(device, base, bytes); });
+    if (!board.ok()) return board.status();
+    registration->board = std::move(*board);
+  }
 
   KeyNamespace ns{request.model, request.tenant_salt, layout->fingerprint(), request.tp_rank,
                   request.tp_size, layout->rank_independent()};
@@ -160,6 +168,8 @@ std::shared_ptr<Registration> Registry::Remove(uint64_t id) {
   if (found == registrations_.end()) return nullptr;
   std::shared_ptr<Registration> removed = std::move(found->second);
   registrations_.erase(found);
+  // A store waiting for this engine's gate stops waiting (CopySignal::give_up).
+  if (removed->board) removed->board->Abandon();
   auto owned = owned_.find(removed->owner);
   if (owned != owned_.end() && --owned->second == 0) owned_.erase(owned);
   return removed;

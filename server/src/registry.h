@@ -14,12 +14,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend.h"
 #include "chunk_store.h"
+#include "completion_board.h"
 #include "kvstash/chunk_layout.h"
 #include "kvstash/keys.h"
 #include "stats.h"
@@ -32,6 +34,12 @@ struct LayerSpec {
   LayerGeometry geometry;
 };
 
+// The engine's completion board, as named on the wire.
+struct BoardSpec {
+  std::string shm_name;
+  uint64_t size_bytes = 0;
+};
+
 struct RegistrationRequest {
   std::string model;
   std::string tenant_salt;
@@ -39,6 +47,7 @@ struct RegistrationRequest {
   uint32_t tp_size = 1;
   std::vector<AllocationSpec> allocations;
   std::vector<LayerSpec> layers;
+  std::optional<BoardSpec> board;
 };
 
 class Registration {
@@ -52,6 +61,7 @@ class Registration {
   int device = 0;
   std::vector<std::shared_ptr<MappedAllocation>> allocations;
   std::vector<GroupAddresses> groups;  // per layout group, for the copy engine
+  std::shared_ptr<CompletionBoard> board;  // null: no GPU-side completion
   RegistrationStats stats;               // its share of the traffic
 
   // Work in flight: Unregister answers only once it has drained.

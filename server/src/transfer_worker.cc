@@ -1,6 +1,7 @@
 // Lanes, batching and completion.
 #include "transfer_worker.h"
 
+#include <algorithm>
 #include <sched.h>
 
 namespace kvstash::server {
@@ -68,12 +69,28 @@ void TransferWorker::Lane::Loop() {
   }
 }
 
+void TransferWorker::Lane::ReleaseOnFailure(const CopySignal& signal, const Status& status,
+                                            const std::vector<uint8_t>& missed) {
+  const bool any_missed = std::find(missed.begin(), missed.end(), 1) != missed.end();
+  if (status.ok() && !any_missed) return;  // the copy released every slot itself
+  const uint32_t code = uint32_t(status.ok() ? StatusCode::kTimedOut : status.code());
+  // Status words first, then the values, so that whoever sees a value
+  // released also sees the final status of every slot.
+  std::vector<uint32_t> slots = signal.range_slots;
+  if (signal.done_slot) slots.push_back(*signal.done_slot);
+  for (uint32_t slot : slots) signal.board->WriteStatus(slot, code);
+  for (uint32_t slot : slots) signal.board->WriteValue(slot, signal.sequence);
+}
+
 void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
   // Consecutive jobs of one registration share one copy call.
   size_t begin = 0;
   while (begin < jobs.size()) {
     size_t end = begin + 1;
-    while (end < jobs.size() && jobs[end].registration == jobs[begin].registration) ++end;
+    while (end < jobs.size() && !jobs[begin].signal && !jobs[end].signal &&
+           jobs[end].registration == jobs[begin].registration) {
+      ++end;
+    }
     std::vector<kernels::ChunkCopy> chunks;
     CopyDeadlines deadlines;
     bool any_deadline = false;
@@ -87,13 +104,15 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
     }
     deadlines.missed.assign(chunks.size(), 0);
     const Registration& registration = *jobs[begin].registration;
+    const CopySignal* signal = jobs[begin].signal ? &*jobs[begin].signal : nullptr;
     const Status status =
         chunks.empty() ? Status::Ok()
-                       : backend_.Copy(direction_, device_, registration.groups, chunks, deadlines);
+                       : backend_.Copy(direction_, device_, registration.groups, chunks, deadlines, signal);
     deadlines.missed.resize(chunks.size());
     if (trace_) {
       for (size_t j = begin; j < end; ++j) trace_->Mark(jobs[j].request_id, TraceStage::kCopyDone);
     }
+    if (signal != nullptr) ReleaseOnFailure(*signal, status, deadlines.missed);
     size_t offset = 0;
     for (size_t j = begin; j < end; ++j) {
       const size_t n = jobs[j].chunks.size();

@@ -34,6 +34,10 @@ struct TransferJob {
   // Called once, with the copy's status and, per chunk of this job, whether
   // it was left out because the deadline had passed.
   std::function<void(const Status&, const std::vector<uint8_t>& missed)> complete;
+  // GPU-side completion of this job (copied alone, never batched with
+  // others). After the copy, a failed or partly missed job has every slot
+  // released by the CPU with its error, before `complete` runs.
+  std::optional<CopySignal> signal;
 };
 
 class TransferWorker {
@@ -60,6 +64,9 @@ class TransferWorker {
     // Polls on the core until a job is queued or busy_poll_ has passed.
     void PollForJob() const;
     void RunBatch(std::vector<TransferJob>& jobs);
+    // Releases every slot of a failed or partly missed job, with its error.
+    static void ReleaseOnFailure(const CopySignal& signal, const Status& status,
+                                 const std::vector<uint8_t>& missed);
     Backend& backend_;
     const int device_;
     const Direction direction_;

@@ -40,8 +40,9 @@ class Transfers {
   // Retrieve once every chunk that can be is in L1. `begun`: the request
   // already counts among the deferred (it waited for a promotion), so any
   // reply goes through the queue.
+  // `signal`: the request's GPU-side completion, checked (MakeSignal).
   Reply RetrieveFromL1(const Request& r, RetrieveRequest& m, std::shared_ptr<Registration> reg,
-                       bool begun);
+                       std::optional<CopySignal> signal, bool begun);
   // Hands a Store or Retrieve copy to its device's worker; the reply comes
   // through the reply queue.
   Reply SubmitTransfer(Direction direction, TransferJob job, bool begun = false);

@@ -53,6 +53,11 @@ Result<AllocationSpec> DecodeAllocation(const wire::Allocation* allocation, size
   return spec;
 }
 
+std::optional<BoardSignal> DecodeSignal(const wire::BoardSignal* m) {
+  if (m == nullptr) return std::nullopt;
+  return BoardSignal{m->slot(), m->count(), m->sequence()};
+}
+
 Result<RequestBody> DecodeRegister(const wire::RegisterKVRequest& m) {
   RegisterRequest out;
   RegistrationRequest& r = out.registration;
@@ -81,6 +86,9 @@ Result<RequestBody> DecodeRegister(const wire::RegisterKVRequest& m) {
     }
     r.layers.push_back(
         LayerSpec{layer->allocation(), layer->offset_bytes(), proto::FromWire(*layer->geometry())});
+  }
+  if (const wire::HostShmHandle* board = m.board()) {
+    r.board = BoardSpec{Text(board->name()), board->size_bytes()};
   }
   return RequestBody(std::move(out));
 }
@@ -151,14 +159,15 @@ Result<RequestBody> DecodeRequest(const wire::Envelope& e, const DecodeLimits& l
     case Body::StoreRequest: {
       auto m = BodyOf<wire::StoreRequest>(e);
       if (!m.ok()) return m.status();
-      StoreRequest out{(*m)->registration_id(), {}};
+      StoreRequest out{(*m)->registration_id(), {}, DecodeSignal((*m)->signal())};
       KVSTASH_RETURN_IF_ERROR(DecodeChunks((*m)->chunks(), limits, &out.chunks));
       return RequestBody(std::move(out));
     }
     case Body::RetrieveRequest: {
       auto m = BodyOf<wire::RetrieveRequest>(e);
       if (!m.ok()) return m.status();
-      RetrieveRequest out{(*m)->registration_id(), {}, (*m)->skip_tokens(), (*m)->lease_id()};
+      RetrieveRequest out{(*m)->registration_id(), {}, (*m)->skip_tokens(), (*m)->lease_id(),
+                          DecodeSignal((*m)->signal())};
       KVSTASH_RETURN_IF_ERROR(DecodeChunks((*m)->chunks(), limits, &out.chunks));
       return RequestBody(std::move(out));
     }

@@ -30,15 +30,23 @@ struct ChunkRequest {
 struct HelloRequest { uint32_t protocol_version = 0; };
 struct RegisterRequest { RegistrationRequest registration; };
 struct UnregisterRequest { uint64_t registration_id = 0; };
+// GPU-side completion on the registration's board (kvstash/completion_board.h).
+struct BoardSignal {
+  uint32_t slot = 0;
+  uint32_t count = 0;
+  uint32_t sequence = 0;
+};
 struct StoreRequest {
   uint64_t registration_id = 0;
   std::vector<ChunkRequest> chunks;  // 1 to max_chunks_per_request
+  std::optional<BoardSignal> signal;
 };
 struct RetrieveRequest {
   uint64_t registration_id = 0;
   std::vector<ChunkRequest> chunks;  // 1 to max_chunks_per_request
   uint32_t skip_tokens = 0;
   uint64_t lease_id = 0;
+  std::optional<BoardSignal> signal;
 };
 struct LookupRequest {
   uint64_t registration_id = 0;

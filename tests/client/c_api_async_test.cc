@@ -410,5 +410,71 @@ TEST(CApiEndpoint, KvstashSocketAndAPlainPathReachTheDaemon) {
   ::unsetenv("KVSTASH_SOCKET");
 }
 
+TEST_F(CApiAsync, BoardSignalsRetrieveAndGatesStoreThroughTheCApi) {
+  kvstash_board* board = nullptr;
+  ASSERT_EQ(kvstash_board_create(client_, 8, -1, &board), KVSTASH_OK) << kvstash_last_error(client_);
+  kvstash_board* none = nullptr;
+  EXPECT_EQ(kvstash_board_create(client_, 5000, -1, &none), KVSTASH_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvstash_last_error(client_)).find("4096"), std::string::npos);
+  kvstash_allocation allocation{};
+  allocation.kind = KVSTASH_ALLOCATION_SHM;
+  allocation.shm_name = memory_->name().c_str();
+  allocation.size_bytes = memory_->size();
+  const kvstash_layer layer{0, 0, Geometry()};
+  kvstash_register_options options{};
+  options.model = "board-model";
+  options.allocations = &allocation;
+  options.num_allocations = 1;
+  options.layers = &layer;
+  options.num_layers = 1;
+  options.board = board;
+  kvstash_registration reg{};
+  ASSERT_EQ(kvstash_register(client_, &options, &reg), KVSTASH_OK) << kvstash_last_error(client_);
+
+  std::vector<int32_t> tokens(64);
+  std::iota(tokens.begin(), tokens.end(), 500);
+  std::vector<uint32_t> source = {0, 1, 2, 3}, destination = {20, 21, 22, 23};
+  std::vector<kvstash_chunk> chunks(2);
+  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 64, source.data(), 4, chunks.data()), KVSTASH_OK);
+  kvstash_board_signal save{};
+  kvstash_call* store = nullptr;
+  ASSERT_EQ(kvstash_store_on_stream(client_, reg.id, chunks.data(), 2, board, nullptr, 1, &save, &store),
+            KVSTASH_OK)
+      << kvstash_last_error(client_);
+  EXPECT_EQ(save.count, 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(kvstash_call_done(store), 0) << "the store ran before its gate";
+  kvstash_board_release(board, save.slot, save.sequence, 0);  // the engine's work is done
+  ASSERT_EQ(kvstash_call_wait(store, 10000), 1);
+  EXPECT_EQ(kvstash_call_status(store), KVSTASH_OK) << kvstash_call_error(store);
+  EXPECT_EQ(kvstash_board_released(board, &save, 1), 1);
+  kvstash_call_free(store);
+
+  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 64, destination.data(), 4, chunks.data()), KVSTASH_OK);
+  kvstash_board_signal load{};
+  kvstash_call* retrieve = nullptr;
+  ASSERT_EQ(kvstash_retrieve_on_stream(client_, reg.id, chunks.data(), 2, 0, 0, board, nullptr, 1, 2, &load,
+                                       &retrieve),
+            KVSTASH_OK)
+      << kvstash_last_error(client_);
+  ASSERT_EQ(kvstash_call_wait(retrieve, 10000), 1);
+  EXPECT_EQ(kvstash_call_status(retrieve), KVSTASH_OK) << kvstash_call_error(retrieve);
+  EXPECT_EQ(kvstash_board_released(board, &load, 0), 1);
+  EXPECT_EQ(kvstash_board_status(board, load.slot), 0u);
+  const uint8_t* base = memory_->data();
+  EXPECT_EQ(std::memcmp(base + 20 * kBlockBytes, base, 4 * kBlockBytes), 0);
+  kvstash_call_free(retrieve);
+  // A CPU-only board has no streams to wait on.
+  EXPECT_EQ(kvstash_board_wait(client_, board, nullptr, &load, 0), KVSTASH_INVALID_ARGUMENT);
+  // More slots than the board holds: refused before anything is sent.
+  kvstash_call* refused = nullptr;
+  EXPECT_EQ(kvstash_retrieve_on_stream(client_, reg.id, chunks.data(), 2, 0, 0, board, nullptr, 9, 3, &load,
+                                       &refused),
+            KVSTASH_INVALID_ARGUMENT);
+  EXPECT_EQ(refused, nullptr);
+  EXPECT_EQ(kvstash_unregister(client_, reg.id), KVSTASH_OK);
+  kvstash_board_destroy(board);
+}
+
 }  // namespace
 }  // namespace kvstash::testing

@@ -119,3 +119,21 @@ def _small_registration(client, model):
     kv = kvstash.host_tensor((2, 8, 8, 2, 8), np.float16)
     kv[...] = 1
     return client.register([kv], model=model)
+
+
+def test_a_completion_board_is_registered_and_readable_from_the_cpu(client):
+    import numpy as np
+
+    board = kvstash.CompletionBoard(client, slots=8)
+    kv = kvstash.host_tensor((2, 8, 8, 2, 8), np.float16)
+    reg = client.register([kv], model="board-model", board=board)
+    assert reg is not None
+    # Nothing signalled yet: slot 0 holds 0, below any sequence.
+    assert not board.released(0, 1, 1)
+    assert board.status(0) == 0
+    with pytest.raises(kvstash.InvalidArgument):
+        board.wait(0, 0, 1, 1)  # a CPU-only board has no streams
+    with pytest.raises(kvstash.InvalidArgument):
+        kvstash.CompletionBoard(client, slots=5000)
+    reg.unregister()
+    board.close()

@@ -27,6 +27,7 @@
 
 #include "kvstash/client_types.h"
 #include "kvstash/endpoint.h"
+#include "kvstash/gpu_completion.h"
 #include "kvstash/keys.h"
 #include "kvstash/status.h"
 
@@ -113,6 +114,41 @@ class Client {
   void Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
               bool prefetch, Done<Result<LookupResult>> done);
   void Release(uint64_t lease_id, Done<Result<uint32_t>> done);
+
+  // GPU-side completion on `board` (kvstash/gpu_completion.h), which the
+  // registration names. Both return once the request is queued; the CPU
+  // reply comes in GpuTransfer::outcomes as for Retrieve and Store. On an
+  // error reply, a timeout or a lost daemon, libkvstash releases the slots
+  // itself with the error in their status words, so no stream waits forever.
+  //
+  // Retrieve: with layer_ranges = 1 and a stream (cudaStream_t), the stream
+  // is made to wait for the data before this returns. With layer_ranges > 1
+  // the engine waits per range: board.WaitLayerRange(stream, signal, k)
+  // before it reads layers [LayerRangeBegin(L, R, k), LayerRangeBegin(L, R,
+  // k + 1)) of the registration's L layers. stream may be null (CPU: poll
+  // board.Released).
+  Result<GpuTransfer> RetrieveOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                       CompletionBoard& board, void* stream, uint32_t skip_tokens = 0,
+                                       uint64_t lease_id = 0, uint32_t layer_ranges = 1);
+  // Store: the daemon's gather waits until `stream` (cudaStream_t) reaches
+  // the point of this call, with no host sync in the engine; then
+  // board.WaitReusable(stream, signal) makes a stream wait until the blocks
+  // may be overwritten. A null stream leaves the gate to the caller
+  // (board.Release(signal.slot, signal.sequence, 0) from the CPU). A gate
+  // never released is released by kvstashd at the request's deadline or
+  // when the engine is judged gone; its chunks are reported Failed, never
+  // stored.
+  Result<GpuTransfer> StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                    CompletionBoard& board, void* stream);
+  // The same two completing through a callback; they return the request's
+  // slots, or an error (then `done` never runs and nothing was sent).
+  Result<BoardSignal> RetrieveOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                       CompletionBoard& board, void* stream, uint32_t skip_tokens,
+                                       uint64_t lease_id, uint32_t layer_ranges,
+                                       Done<Result<std::vector<ChunkOutcome>>> done);
+  Result<BoardSignal> StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+                                    CompletionBoard& board, void* stream,
+                                    Done<Result<std::vector<ChunkOutcome>>> done);
 
   // Empty model: everything. Returns the number of chunks dropped.
   std::future<Result<uint64_t>> Clear(const std::string& model = {},

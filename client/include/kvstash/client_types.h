@@ -73,6 +73,10 @@ struct RegisterOptions {
   uint32_t tp_size = 1;
   std::vector<Allocation> allocations;
   std::vector<LayerDesc> layers;
+  // A completion board (kvstash::CompletionBoard::shm()) for GPU-side
+  // completion of this registration's stores and retrieves; it must outlive
+  // the registration. Empty name: none.
+  HostShm board;
 };
 
 // One engine rank's registered KV memory, as the daemon laid it out.
@@ -117,6 +121,14 @@ struct ChunkOutcome {
 // disk, L3 the shared Redis / Valkey store.
 enum class TierLevel : uint8_t { kNone = 0, kL1 = 1, kL2 = 2, kL3 = 3 };
 const char* NameOf(TierLevel level);
+
+// Board slots [slot, slot + count) a request signals on, and the sequence
+// number that releases them (kvstash/gpu_completion.h).
+struct BoardSignal {
+  uint32_t slot = 0;
+  uint32_t count = 0;
+  uint32_t sequence = 0;
+};
 
 struct LookupResult {
   uint32_t hit_chunks = 0;

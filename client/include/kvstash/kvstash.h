@@ -163,6 +163,9 @@ typedef struct kvstash_register_options {
    * of its allocation. */
   const kvstash_cuda_layer* cuda_layers;
   size_t num_cuda_layers;
+  /* A completion board for GPU-side completion (kvstash_board_create); may
+   * be NULL. It must outlive the registration. */
+  const struct kvstash_board* board;
 } kvstash_register_options;
 
 typedef struct kvstash_registration {
@@ -378,6 +381,59 @@ KVSTASH_API int kvstash_completion_fd(kvstash_client* client);
  * free each call in one place only. */
 KVSTASH_API size_t kvstash_take_completed(kvstash_client* client, kvstash_call** calls,
                                           size_t max);
+
+/* ---- GPU-side completion (docs/protocol.md "GPU-side completion") ----
+ *
+ * A board is a small array of slots in shared memory that the engine's and
+ * the daemon's GPU streams write and wait on. A retrieve releases its slots
+ * (one per layer range) once the data is in engine memory; a store waits
+ * for the engine's stream and releases a slot once the blocks may be
+ * reused. A failed request still releases every slot, with its error in the
+ * slot's status word (0 = OK, else a kvstash_status), so no stream waits
+ * forever. Streams are cudaStream_t passed as void*.
+ *
+ * Before trusting the KV, an engine checks the call's outcomes (the CPU
+ * reply; every chunk KVSTASH_CHUNK_RETRIEVED) or, off the CPU path, every
+ * slot's status word once the last slot is released. */
+typedef struct kvstash_board kvstash_board;
+typedef struct kvstash_board_signal {
+  uint32_t slot;     /* first slot */
+  uint32_t count;    /* retrieve: layer ranges; store: 2 (gate, reusable) */
+  uint32_t sequence; /* the value that releases the slots */
+} kvstash_board_signal;
+
+/* slots: 1 to 4096. gpu >= 0 maps the board for that GPU's streams
+ * (KVSTASH_UNAVAILABLE without CUDA or stream memory operations); gpu < 0:
+ * CPU only. client: where kvstash_last_error records why (may be NULL). */
+KVSTASH_API kvstash_status kvstash_board_create(kvstash_client* client, uint32_t slots, int gpu,
+                                                kvstash_board** board);
+KVSTASH_API void kvstash_board_destroy(kvstash_board* board);
+/* Retrieve: returns once the request is queued; with layer_ranges = 1 and
+ * a stream, the stream already waits for the data. Layer range k covers
+ * layers [k * L / R, (k + 1) * L / R) of the registration's L layers. */
+KVSTASH_API kvstash_status kvstash_retrieve_on_stream(
+    kvstash_client* client, uint64_t registration_id, const kvstash_chunk* chunks, size_t num_chunks,
+    uint32_t skip_tokens, uint64_t lease_id, kvstash_board* board, void* stream,
+    uint32_t layer_ranges, uint64_t user_data, kvstash_board_signal* signal, kvstash_call** call);
+/* Store: the daemon's gather waits until `stream` gets past this point. A
+ * NULL stream leaves the gate to kvstash_board_release(board, slot, ...). */
+KVSTASH_API kvstash_status kvstash_store_on_stream(kvstash_client* client, uint64_t registration_id,
+                                                   const kvstash_chunk* chunks, size_t num_chunks,
+                                                   kvstash_board* board, void* stream,
+                                                   uint64_t user_data, kvstash_board_signal* signal,
+                                                   kvstash_call** call);
+/* Makes `stream` wait for slot signal->slot + k (a retrieve's layer range k;
+ * a store's k = 1: the blocks may be reused). */
+KVSTASH_API kvstash_status kvstash_board_wait(kvstash_client* client, const kvstash_board* board,
+                                              void* stream, const kvstash_board_signal* signal,
+                                              uint32_t k);
+/* CPU view: 1 once slot signal->slot + k is released; its status word. */
+KVSTASH_API int kvstash_board_released(const kvstash_board* board, const kvstash_board_signal* signal,
+                                       uint32_t k);
+KVSTASH_API uint32_t kvstash_board_status(const kvstash_board* board, uint32_t slot);
+/* Writes status, then sequence: releases whatever waits on the slot. */
+KVSTASH_API void kvstash_board_release(kvstash_board* board, uint32_t slot, uint32_t sequence,
+                                       uint32_t status);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -22,6 +22,8 @@ namespace kvstash::bench {
 struct CudaBenchConfig {
   std::vector<uint32_t> chunk_counts = {1, 4, 16, 64};
   int latency_samples = 1000;
+  std::vector<std::string> layouts;  // names of CudaBenchLayouts() to measure; empty: all
+  bool engine_visible = true;        // GPU-side completion rows (and the in-process baseline)
 };
 
 struct ThroughputRow {

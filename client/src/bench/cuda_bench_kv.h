@@ -20,15 +20,19 @@ struct CudaBenchLayout {
   uint32_t head_dim = 128;
   uint32_t block_tokens = 16;
   DType dtype = DType::kBF16;
+  uint32_t kv_count = 2;  // 1: an MLA latent of head_dim bytes-per-element entries
 };
 
-// Llama-3-8B (32 MiB chunks of 256 tokens) and Qwen2.5-0.5B (3 MiB).
+// Llama-3-8B (32 MiB chunks of 256 tokens), Llama-3-70B on one TP-8 rank
+// (10 MiB), DeepSeek-V3 MLA FP8 (656-byte entries, block 64: 10 MiB) and
+// Qwen2.5-0.5B (3 MiB).
 std::vector<CudaBenchLayout> CudaBenchLayouts();
 
 class CudaBenchKv {
  public:
   static Result<CudaBenchKv> Create(const CudaBenchLayout& layout, uint32_t num_blocks);
   std::vector<CudaLayer> Layers() const;
+  const LayerGeometry& geometry() const { return geometry_; }
 
  private:
   LayerGeometry geometry_;

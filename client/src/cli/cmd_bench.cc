@@ -38,6 +38,7 @@ struct BenchOptions {
   std::string dtype = "bf16";
   std::vector<uint32_t> cuda_chunk_counts = {1, 4, 16, 64};
   int cuda_latency_samples = 1000;
+  std::vector<std::string> cuda_layouts;
 };
 
 const std::map<std::string, DType>& DTypeNames() {
@@ -58,6 +59,7 @@ int RunCudaBenchCommand(const CommonOptions& common, const BenchOptions& options
   CudaBenchConfig config;
   config.chunk_counts = options.cuda_chunk_counts;
   config.latency_samples = options.cuda_latency_samples;
+  config.layouts = options.cuda_layouts;
   Result<CudaBenchResults> results = bench::RunCudaBench(**client, config);
   if (!results.ok()) return Fail("bench", results.status());
   std::cout << (common.json ? bench::CudaBenchJson(*results).dump(2) + "\n"
@@ -163,6 +165,10 @@ Command AddBenchCommand(CLI::App& app, SharedOptions common) {
       ->delimiter(',')
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  command->add_option("--layouts", options->cuda_layouts,
+                      "cuda: layouts to measure, comma-separated (llama-3-8b, llama-3-70b-tp8, "
+                      "deepseek-v3-mla-fp8, qwen2.5-0.5b; default all)")
+      ->delimiter(',');
   command->add_option("--latency-samples", options->cuda_latency_samples,
                       "cuda: requests per latency figure")
       ->check(CLI::Range(10, 1000000))

@@ -25,11 +25,20 @@ struct DriverApi {
   decltype(&::cuMemUnmap) MemUnmap = nullptr;
   decltype(&::cuMemSetAccess) MemSetAccess = nullptr;
   decltype(&::cuMemGetAllocationGranularity) MemGetAllocationGranularity = nullptr;
+  // Stream memory operations (GPU-side completion); null where the driver
+  // lacks them: StreamMemOps() then says so.
+  decltype(&::cuStreamWriteValue32) StreamWriteValue32 = nullptr;
+  decltype(&::cuStreamWaitValue32) StreamWaitValue32 = nullptr;
 };
 
 // Resolved on first use, once per process. Unavailable when there is no
 // driver or it lacks one of the entry points.
 Result<const DriverApi*> Driver();
+
+// The driver, where it has the stream memory operations of GPU-side
+// completion (cuStreamWriteValue32 / cuStreamWaitValue32); Unavailable,
+// naming what is missing, otherwise.
+Result<const DriverApi*> StreamMemOps();
 
 // "cuMemGetAddressRange failed: CUDA_ERROR_INVALID_VALUE" as a DeviceError.
 Status DriverStatus(CUresult result, const char* call);

@@ -1,0 +1,101 @@
+// Completion boards in the engine: the shared memory, the slot allocator and
+// the words' CPU and stream access.
+#include "kvstash/gpu_completion.h"
+
+#include <string>
+
+#include "board_gpu.h"
+#include "kvstash/completion_board.h"
+
+namespace kvstash {
+
+Result<std::unique_ptr<CompletionBoard>> CompletionBoard::Create(uint32_t slots, int gpu) {
+  if (slots == 0 || slots > kMaxBoardSlots) {
+    return Status::InvalidArgument("a completion board holds 1 to " + std::to_string(kMaxBoardSlots) +
+                                   " slots, not " + std::to_string(slots));
+  }
+  Result<HostKvMemory> memory = HostKvMemory::Create(uint64_t(slots) * kBoardSlotBytes);
+  if (!memory.ok()) return memory.status();
+  std::unique_ptr<CompletionBoard> board(new CompletionBoard(std::move(*memory), slots));
+  board->taken_.assign(slots, false);
+  if (gpu >= 0) {
+    Result<uint8_t*> mapped = client::MapBoardForGpu(board->memory_.data(), board->memory_.size(), gpu);
+    if (!mapped.ok()) return mapped.status();
+    board->gpu_ = gpu;
+    board->device_base_ = *mapped;
+  }
+  return board;
+}
+
+CompletionBoard::~CompletionBoard() {
+  if (device_base_ != nullptr) client::UnmapBoardForGpu(memory_.data());
+}
+
+Result<BoardSignal> CompletionBoard::Take(uint32_t count) {
+  if (count == 0 || count > slots_) {
+    return Status::InvalidArgument("a request takes 1 to " + std::to_string(slots_) +
+                                   " slots of this board, not " + std::to_string(count));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint32_t first = 0; first + count <= slots_; ++first) {
+    uint32_t run = 0;
+    while (run < count && !taken_[first + run]) ++run;
+    if (run < count) {
+      first += run;  // the next candidate starts past the taken slot
+      continue;
+    }
+    for (uint32_t k = 0; k < count; ++k) taken_[first + k] = true;
+    const uint32_t sequence = next_sequence_;
+    // Sequences compare as (int32_t)(value - sequence) >= 0: wrapping is
+    // fine, 0 is skipped (the daemon refuses it).
+    next_sequence_ = next_sequence_ + 1 == 0 ? 1 : next_sequence_ + 1;
+    return BoardSignal{first, count, sequence};
+  }
+  return Status::Exhausted("no " + std::to_string(count) + " adjacent free slots on a completion board of " +
+                           std::to_string(slots_) + "; wait for replies or create a larger board");
+}
+
+void CompletionBoard::Give(const BoardSignal& signal) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint32_t k = 0; k < signal.count && signal.slot + k < slots_; ++k) taken_[signal.slot + k] = false;
+}
+
+uint32_t CompletionBoard::value(uint32_t slot) const {
+  return slot < slots_ ? LoadBoardWord(memory_.data(), slot, kBoardValueOffset) : 0;
+}
+
+uint32_t CompletionBoard::status(uint32_t slot) const {
+  return slot < slots_ ? LoadBoardWord(memory_.data(), slot, kBoardStatusOffset) : 0;
+}
+
+bool CompletionBoard::Released(const BoardSignal& signal, uint32_t k) const {
+  return int32_t(value(signal.slot + k) - signal.sequence) >= 0;
+}
+
+void CompletionBoard::Release(uint32_t slot, uint32_t sequence, uint32_t status) {
+  if (slot >= slots_) return;
+  StoreBoardWord(memory_.data(), slot, kBoardStatusOffset, status);
+  StoreBoardWord(memory_.data(), slot, kBoardValueOffset, sequence);
+}
+
+Status CompletionBoard::WaitLayerRange(void* stream, const BoardSignal& signal, uint32_t k) const {
+  if (k >= signal.count) {
+    return Status::OutOfRange("layer range " + std::to_string(k) + " out of range [0, " +
+                              std::to_string(signal.count) + ") of this request");
+  }
+  if (device_base_ == nullptr) {
+    return Status::InvalidArgument("this completion board is CPU-only (created with gpu < 0)");
+  }
+  return client::StreamWaitWord(stream, device_base_ + uint64_t(signal.slot + k) * kBoardSlotBytes,
+                                signal.sequence);
+}
+
+Status CompletionBoard::SignalGate(void* stream, const BoardSignal& signal) const {
+  if (device_base_ == nullptr) {
+    return Status::InvalidArgument("this completion board is CPU-only (created with gpu < 0)");
+  }
+  return client::StreamWriteWord(stream, device_base_ + uint64_t(signal.slot) * kBoardSlotBytes,
+                                 signal.sequence);
+}
+
+}  // namespace kvstash

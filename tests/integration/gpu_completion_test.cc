@@ -1,0 +1,226 @@
+// GPU-side completion on the host backend: the board protocol (registration,
+// slot bounds, sequences, status words, release on failure and at the
+// deadline) with CPU writes in place of stream operations, so that it is
+// tested without a GPU. tests/gpu checks the same on CUDA streams.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "harness.h"
+#include "kvstash/completion_board.h"
+#include "kvstash/gpu_completion.h"
+
+namespace kvstash::testing {
+namespace {
+
+constexpr uint64_t kSeed = 0xb0a4d;
+using Clock = std::chrono::steady_clock;
+
+class GpuCompletion : public DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    if (HasFatalFailure()) return;
+    auto board = CompletionBoard::Create(16);
+    ASSERT_TRUE(board.ok()) << board.status().ToString();
+    board_ = std::move(*board);
+    RegisterOptions options = engine_->Registration("board-model");
+    options.board = board_->shm();
+    auto reg = client_->RegisterKV(options).get();
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    breg_ = *reg;
+  }
+  std::vector<ChunkBlocks> BoardChunks(const std::vector<int32_t>& tokens,
+                                       const std::vector<uint32_t>& blocks) {
+    auto chunks = PromptChunks(breg_, tokens.data(), tokens.size(), blocks.data(), blocks.size());
+    EXPECT_TRUE(chunks.ok()) << chunks.status().ToString();
+    return chunks.ok() ? *chunks : std::vector<ChunkBlocks>{};
+  }
+  // Polls slot k of `signal` from the CPU, as a waiting stream would.
+  bool WaitReleased(const BoardSignal& signal, uint32_t k,
+                    std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+    const auto until = Clock::now() + limit;
+    while (Clock::now() < until) {
+      if (board_->Released(signal, k)) return true;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return false;
+  }
+
+  std::unique_ptr<CompletionBoard> board_;
+  Registration breg_;
+};
+
+TEST_F(GpuCompletion, RetrieveReleasesItsSlotOnlyOnceEveryByteIsInPlace) {
+  const auto tokens = PromptTokens(1, 150, 0);
+  engine_->Fill(kSeed, tokens, Blocks(0, 10));
+  auto stored = client_->Store(breg_.id, BoardChunks(tokens, Blocks(0, 10))).get();
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  engine_->Poison(Blocks(100, 10));
+  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(100, 10)), *board_, nullptr);
+  ASSERT_TRUE(load.ok()) << load.status().ToString();
+  ASSERT_TRUE(WaitReleased(load->signal, 0));
+  // At the moment of release, before the reply is looked at.
+  EXPECT_EQ(engine_->CountMismatches(kSeed, tokens, Blocks(100, 10), 0, 150), 0u);
+  EXPECT_EQ(board_->status(load->signal.slot), 0u);
+  auto outcomes = load->outcomes.get();
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  for (const auto& o : *outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved);
+}
+
+TEST_F(GpuCompletion, LayerRangesAreReleasedOneByOneWithTheirLayers) {
+  const auto tokens = PromptTokens(2, 128, 0);
+  engine_->Fill(kSeed, tokens, Blocks(0, 8));
+  ASSERT_TRUE(client_->Store(breg_.id, BoardChunks(tokens, Blocks(0, 8))).get().ok());
+  engine_->Poison(Blocks(200, 8));
+  // 4 layers in 3 ranges: [0, 1), [1, 2), [2, 4).
+  EXPECT_EQ(LayerRangeBegin(4, 3, 1), 1u);
+  EXPECT_EQ(LayerRangeOf(4, 3, 3), 2u);
+  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(200, 8)), *board_, nullptr,
+                                        0, 0, /*layer_ranges=*/3);
+  ASSERT_TRUE(load.ok()) << load.status().ToString();
+  EXPECT_EQ(load->signal.count, 3u);
+  for (uint32_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE(WaitReleased(load->signal, k)) << "range " << k;
+    EXPECT_EQ(board_->status(load->signal.slot + k), 0u);
+    // A range released means every earlier one is too (stream order).
+    for (uint32_t j = 0; j < k; ++j) EXPECT_TRUE(board_->Released(load->signal, j));
+  }
+  EXPECT_EQ(engine_->CountMismatches(kSeed, tokens, Blocks(200, 8), 0, 128), 0u);
+  auto outcomes = load->outcomes.get();
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+}
+
+TEST_F(GpuCompletion, MoreLayerRangesThanLayersIsRefusedAndReleased) {
+  const auto tokens = PromptTokens(3, 64, 0);
+  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 4)), *board_, nullptr,
+                                        0, 0, /*layer_ranges=*/5);
+  ASSERT_TRUE(load.ok()) << load.status().ToString();
+  auto outcomes = load->outcomes.get();
+  ASSERT_FALSE(outcomes.ok());
+  EXPECT_EQ(outcomes.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outcomes.status().message().find("1 to 4"), std::string::npos) << outcomes.status().message();
+  for (uint32_t k = 0; k < 5; ++k) {
+    EXPECT_TRUE(board_->Released(load->signal, k));
+    EXPECT_EQ(board_->status(load->signal.slot + k), uint32_t(StatusCode::kInvalidArgument));
+  }
+}
+
+TEST_F(GpuCompletion, MissingChunksReleaseTheSlotWithNotFound) {
+  const auto tokens = PromptTokens(4, 128, 0);  // never stored
+  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 8)), *board_, nullptr);
+  ASSERT_TRUE(load.ok());
+  ASSERT_TRUE(WaitReleased(load->signal, 0));
+  EXPECT_EQ(board_->status(load->signal.slot), uint32_t(StatusCode::kNotFound));
+  auto outcomes = load->outcomes.get();
+  ASSERT_TRUE(outcomes.ok());
+  for (const auto& o : *outcomes) EXPECT_EQ(o.result, ChunkResult::kMissing);
+}
+
+TEST_F(GpuCompletion, PartlyMissingRetrieveCopiesWhatItHasAndSaysNotFound) {
+  const auto tokens = PromptTokens(5, 128, 0);
+  engine_->Fill(kSeed, tokens, Blocks(0, 8));
+  auto chunks = BoardChunks(tokens, Blocks(0, 8));
+  ASSERT_TRUE(client_->Store(breg_.id, {chunks[0]}).get().ok());
+  engine_->Poison(Blocks(50, 8));
+  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(50, 8)), *board_, nullptr);
+  ASSERT_TRUE(load.ok());
+  ASSERT_TRUE(WaitReleased(load->signal, 0));
+  EXPECT_EQ(board_->status(load->signal.slot), uint32_t(StatusCode::kNotFound));
+  EXPECT_EQ(engine_->CountMismatches(kSeed, tokens, Blocks(50, 8), 0, 64), 0u);
+  auto outcomes = load->outcomes.get();
+  ASSERT_TRUE(outcomes.ok());
+  EXPECT_EQ((*outcomes)[0].result, ChunkResult::kRetrieved);
+  EXPECT_EQ((*outcomes)[1].result, ChunkResult::kMissing);
+}
+
+TEST_F(GpuCompletion, ASlotPastTheRegisteredBoardIsRefusedWithItsBounds) {
+  // A larger board than the registered one: its slot 20 is past the 16.
+  auto other = CompletionBoard::Create(64);
+  ASSERT_TRUE(other.ok());
+  auto held = (*other)->Take(20);
+  ASSERT_TRUE(held.ok());
+  const auto tokens = PromptTokens(6, 64, 0);
+  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 4)), **other, nullptr);
+  ASSERT_TRUE(load.ok());
+  EXPECT_EQ(load->signal.slot, 20u);
+  auto outcomes = load->outcomes.get();
+  ASSERT_FALSE(outcomes.ok());
+  EXPECT_EQ(outcomes.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(outcomes.status().message().find("holds 16"), std::string::npos) << outcomes.status().message();
+  // libkvstash released the slot itself: nothing waits on it.
+  EXPECT_TRUE((*other)->Released(load->signal, 0));
+  EXPECT_EQ((*other)->status(20), uint32_t(StatusCode::kOutOfRange));
+}
+
+TEST_F(GpuCompletion, ARegistrationWithoutABoardRefusesSignals) {
+  const auto tokens = PromptTokens(7, 64, 0);
+  auto load = client_->RetrieveOnStream(reg_.id, Chunks(tokens, Blocks(0, 4)), *board_, nullptr);
+  ASSERT_TRUE(load.ok());
+  auto outcomes = load->outcomes.get();
+  ASSERT_FALSE(outcomes.ok());
+  EXPECT_EQ(outcomes.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outcomes.status().message().find("no completion board"), std::string::npos);
+  EXPECT_TRUE(board_->Released(load->signal, 0));
+}
+
+TEST_F(GpuCompletion, StoreGathersOnlyAfterTheEngineOpensTheGate) {
+  const auto tokens = PromptTokens(8, 128, 0);
+  engine_->Poison(Blocks(0, 8), 0x11);  // what the engine has before its writes land
+  auto save = client_->StoreOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 8)), *board_, nullptr);
+  ASSERT_TRUE(save.ok()) << save.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(board_->Released(save->signal, 1)) << "the blocks were read before the gate";
+  EXPECT_EQ(save->outcomes.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  // The engine's work lands, then its stream opens the gate.
+  engine_->Fill(kSeed, tokens, Blocks(0, 8));
+  board_->Release(save->signal.slot, save->signal.sequence, 0);
+  ASSERT_TRUE(WaitReleased(save->signal, 1));
+  EXPECT_EQ(board_->status(save->signal.slot + 1), 0u);
+  auto outcomes = save->outcomes.get();
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  for (const auto& o : *outcomes) EXPECT_EQ(o.result, ChunkResult::kStored);
+  engine_->Poison(Blocks(100, 8));
+  ASSERT_TRUE(client_->Retrieve(breg_.id, BoardChunks(tokens, Blocks(100, 8))).get().ok());
+  EXPECT_EQ(engine_->CountMismatches(kSeed, tokens, Blocks(100, 8), 0, 128), 0u);
+}
+
+TEST_F(GpuCompletion, AGateNeverOpenedIsReleasedAtTheDeadlineAndNothingIsStored) {
+  ClientOptions options;
+  options.socket = daemon_->socket();
+  options.request_timeout = std::chrono::milliseconds(300);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  RegisterOptions reg_options = engine_->Registration("gate-model");
+  reg_options.board = board_->shm();
+  auto reg = (*client)->RegisterKV(reg_options).get();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const auto tokens = PromptTokens(9, 64, 0);
+  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
+  ASSERT_TRUE(chunks.ok());
+  const auto start = Clock::now();
+  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  ASSERT_TRUE(save.ok());
+  auto outcomes = save->outcomes.get();
+  // Either the client's timeout or the daemon's per-chunk TimedOut.
+  if (outcomes.ok()) {
+    EXPECT_EQ((*outcomes)[0].result, ChunkResult::kFailed);
+    EXPECT_EQ((*outcomes)[0].error.code(), StatusCode::kTimedOut);
+  } else {
+    EXPECT_EQ(outcomes.status().code(), StatusCode::kTimedOut);
+  }
+  ASSERT_TRUE(WaitReleased(save->signal, 1, std::chrono::milliseconds(3000)));
+  EXPECT_EQ(board_->status(save->signal.slot + 1), uint32_t(StatusCode::kTimedOut));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+  // The daemon released its own wait on the gate, and published nothing.
+  const auto until = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < until && !(*client)->Lookup(reg->id, {(*chunks)[0].key}).get().ok()) {
+  }
+  auto hit = (*client)->Lookup(reg->id, {(*chunks)[0].key}).get();
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  EXPECT_EQ(hit->hit_chunks, 0u);
+}
+
+}  // namespace
+}  // namespace kvstash::testing
