@@ -192,4 +192,19 @@ std::vector<std::pair<std::string, std::string>> EffectiveConfig(const ServerCon
   return pairs;
 }
 
+std::vector<std::pair<std::string, ConfigValue>> EffectiveConfigValues(const ServerConfig& config) {
+  std::vector<std::pair<std::string, ConfigValue>> values;
+  for (const auto& [name, text] : EffectiveConfig(config)) {
+    const OptionSpec& option = *internal::FindOption(name);
+    ConfigValue value = text;
+    if (const auto* m = std::get_if<uint32_t ServerConfig::*>(&option.member); m && !option.octal) {
+      value = uint64_t{config.*(*m)};
+    } else if (const auto* d = std::get_if<double ServerConfig::*>(&option.member)) {
+      value = config.*(*d);
+    }
+    values.emplace_back(name, std::move(value));
+  }
+  return values;
+}
+
 }  // namespace kvstash::config

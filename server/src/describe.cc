@@ -1,8 +1,12 @@
 // The Describe and Stats JSON documents (also read by `kvstash describe` /
-// `kvstash stats` and the metrics endpoint).
+// `kvstash stats` and the metrics endpoint), their sections in the order an
+// operator reads them: the server, the pool and tiers, the registrations,
+// then counters and latency (ordered_json keeps the order written).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <string_view>
+#include <variant>
 
 #include "kvstash/version.h"
 #include "service.h"
@@ -11,7 +15,16 @@ namespace kvstash::server {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
+
+// The config's values typed as JSON: numbers as numbers, text as strings.
+json ConfigJson(const config::ServerConfig& config) {
+  json out = json::object();
+  for (const auto& [name, value] : config::EffectiveConfigValues(config)) {
+    std::visit([&, name = name](const auto& v) { out[name] = v; }, value);
+  }
+  return out;
+}
 
 std::string LayerRange(const std::vector<uint32_t>& layers) {
   // "0-31" for a contiguous run, "0,2,4" otherwise.
@@ -43,11 +56,30 @@ json GroupJson(const ChunkGroup& group) {
               {"size_bytes", group.size_bytes()}};
 }
 
+// The pool, then the tiers below it, L1 first.
+json TiersJson(const Backend& backend, const L1Pool& pool, const ChunkStore::Usage& usage) {
+  json l1_pool{{"capacity_bytes", pool.capacity_bytes()},
+               {"used_bytes", usage.used_bytes},
+               {"chunks", usage.chunks},
+               {"leases", usage.leases},
+               {"slab_bytes", pool.slab_bytes()},
+               {"slabs", pool.num_slabs()},
+               {"slabs_ready", pool.ready_slabs()},
+               {"slabs_failed", pool.failed_slabs()},
+               {"ready_bytes", pool.ready_bytes()}};
+  // The host backend touches its slabs; only the CUDA backend pins them.
+  const bool pinned = std::string_view(backend.name()) == "cuda";
+  json tiers = json::array();
+  tiers.push_back(json{{"name", "L1"},
+                       {"kind", pinned ? "pinned host memory" : "host memory"},
+                       {"pool", l1_pool}});
+  // Tiers below L1 (disk, Redis) append their entries here.
+  return tiers;
+}
+
 }  // namespace
 
 std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
-  json config = json::object();
-  for (const auto& [name, value] : config::EffectiveConfig(config_)) config[name] = value;
   const auto uptime =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count();
   json registrations = json::array();
@@ -72,17 +104,7 @@ std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
                                  {"scope", reg->scope},
                                  {"groups", groups}});
   }
-  const ChunkStore::Usage usage = store_->usage();
-  json pool{{"capacity_bytes", pool_->capacity_bytes()},
-            {"used_bytes", usage.used_bytes},
-            {"chunks", usage.chunks},
-            {"leases", usage.leases},
-            {"slab_bytes", pool_->slab_bytes()},
-            {"slabs", pool_->num_slabs()},
-            {"slabs_ready", pool_->ready_slabs()},
-            {"slabs_failed", pool_->failed_slabs()},
-            {"ready_bytes", pool_->ready_bytes()}};
-  json backend = json::object();
+  nlohmann::json backend = nlohmann::json::object();
   backend_->Describe(backend);
   json doc{{"server",
             {{"version", KVSTASH_VERSION},
@@ -91,14 +113,14 @@ std::string Service::DescribeJson(const PeerId& viewer, bool admin) const {
              {"backend", backend_->name()},
              {"devices", backend_->num_devices()},
              {"uptime_ms", uptime}}},
-           {"backend", backend},
-           {"config", config},
-           {"tiers", json::array({json{{"name", "L1"}, {"kind", "pinned host memory"}, {"pool", pool}}})},
+           {"backend", json(backend)},
+           {"tiers", TiersJson(*backend_, *pool_, store_->usage())},
            {"registrations", registrations},
            // Registrations of other connections, which a non-admin sees only
            // counted (docs/protocol.md "Trust").
            {"other_registrations", others},
-           {"viewer_is_admin", admin}};
+           {"viewer_is_admin", admin},
+           {"config", ConfigJson(config_)}};
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
 }
 
@@ -136,14 +158,18 @@ std::string Service::StatsJson() const {
   for (const Stats::Counter& c : snapshot.counters) counters[c.name] = c.value;
   json gauges = json::object();
   for (const Gauge& g : snapshot.gauges) gauges[g.name] = g.value;
+  // The figures of the tiers below L1, by tier name; none while no tier is
+  // configured.
+  json tiers = json::object();
   json latency = json::object();
   for (size_t k = 0; k < snapshot.latency.size(); ++k) {
     const LatencyHistogram::Snapshot& s = snapshot.latency[k];
     if (s.count == 0) continue;
+    // p50 and p99 are the upper bounds of the histogram's buckets.
     latency[RequestKindName(RequestKind(k))] = json{{"count", s.count},
                                                     {"mean_us", s.sum_us / s.count},
-                                                    {"p50_us_le", s.Percentile(0.50)},
-                                                    {"p99_us_le", s.Percentile(0.99)}};
+                                                    {"p50_us", s.Percentile(0.50)},
+                                                    {"p99_us", s.Percentile(0.99)}};
   }
   json registrations = json::array();
   for (const StatsSnapshot::Registration& reg : snapshot.registrations) {
@@ -159,11 +185,12 @@ std::string Service::StatsJson() const {
   const uint64_t capacity = gauges["l1_capacity_bytes"];
   json derived{{"lookup_hit_rate", keys ? double(hits) / double(keys) : 0.0},
                {"l1_used_fraction", capacity ? double(used) / double(capacity) : 0.0}};
-  return json{{"counters", counters},
-              {"gauges", gauges},
-              {"latency", latency},
+  return json{{"gauges", gauges},
+              {"tiers", tiers},
               {"per_registration", registrations},
-              {"derived", derived}}
+              {"counters", counters},
+              {"derived", derived},
+              {"latency", latency}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -260,6 +260,18 @@ TEST_F(ServerConfigTest, EffectiveConfigListsTableOrderWithModeInOctal) {
   EXPECT_EQ(by_name.at("l1-gb"), "4");
 }
 
+TEST_F(ServerConfigTest, EffectiveConfigValuesAreTypedNumbersOrText) {
+  const ServerConfig config = ParseOk({"--l1-gb", "0.5", "--chunk-tokens", "64"});
+  std::map<std::string, ConfigValue> by_name;
+  for (const auto& [name, value] : EffectiveConfigValues(config)) by_name[name] = value;
+  EXPECT_EQ(by_name.size(), EffectiveConfig(config).size());
+  EXPECT_EQ(by_name.at("chunk-tokens"), ConfigValue(uint64_t{64}));
+  EXPECT_EQ(by_name.at("l1-gb"), ConfigValue(0.5));
+  EXPECT_EQ(by_name.at("backend"), ConfigValue(std::string("auto")));
+  // A file mode keeps its octal spelling.
+  EXPECT_EQ(by_name.at("socket-mode"), ConfigValue(std::string("0660")));
+}
+
 TEST_F(ServerConfigTest, EffectiveConfigWrittenAsFileReadsBackTheSame) {
   const ServerConfig changed = ParseOk({"--l1-gb", "0.3", "--socket-mode", "0600", "--backend",
                                         "host", "--socket", "ipc:///tmp/a b.sock"});

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "kvstash/status.h"
@@ -80,5 +81,12 @@ ParseOutcome ParseServerConfig(int argc, const char* const* argv);
 // The effective configuration as (name, value) pairs in table order, for
 // `kvstash describe` and the startup log. Passwords show as "(set)".
 std::vector<std::pair<std::string, std::string>> EffectiveConfig(const ServerConfig& config);
+
+// An option's value as its type: unsigned and floating-point numbers, or
+// text (strings, choices, file modes as "0660", passwords as "(set)").
+using ConfigValue = std::variant<uint64_t, double, std::string>;
+
+// EffectiveConfig() with typed values, for `kvstash describe --json`.
+std::vector<std::pair<std::string, ConfigValue>> EffectiveConfigValues(const ServerConfig& config);
 
 }  // namespace kvstash::config
