@@ -21,10 +21,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
   // Resolve the driver entry points now: a driver too old fails at startup.
   Result<const cuda::DriverApi*> driver = cuda::Driver();
   if (!driver.ok()) return driver.status();
-  const TransferMode mode =
-      config.transfer_mode == "direct" ? TransferMode::kDirect : TransferMode::kDma;
-  const CompletionWait wait =
-      config.completion_wait == "poll" ? CompletionWait::kPoll : CompletionWait::kBlock;
+  const TransferMode mode = config.transfer_mode;
+  const CompletionWait wait = config.completion_wait;
   std::unique_ptr<CudaBackend> backend(new CudaBackend(mode, wait));
   // Each direction gets half of the device's ring.
   const uint64_t staging_per_lane = (uint64_t(config.staging_mb) << 20) / 2;
@@ -152,7 +150,7 @@ void CudaBackend::Describe(nlohmann::json& out) const {
                        {"plan_bytes", plans}});  // on the GPU, and as much pinned
   }
   out["transfer_mode"] = NameOf(mode_);
-  out["completion_wait"] = wait_ == CompletionWait::kPoll ? "poll" : "block";
+  out["completion_wait"] = NameOf(wait_);
   // What kvstashd allocated on GPUs: staging and plans (its CUDA contexts
   // come on top).
   out["gpu_memory_bytes"] = gpu_bytes;

@@ -20,8 +20,6 @@ constexpr uint64_t kSubBatchBytes = 8 << 20;
 
 }  // namespace
 
-const char* NameOf(TransferMode mode) { return mode == TransferMode::kDma ? "dma" : "direct"; }
-
 Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& options,
                                                            const PinnedRanges& pinned) {
   std::unique_ptr<CudaCopyLane> lane(new CudaCopyLane(options, pinned));
