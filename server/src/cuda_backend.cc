@@ -72,21 +72,9 @@ Result<std::shared_ptr<MappedAllocation>> CudaBackend::Open(const AllocationSpec
         "the cuda backend takes CUDA IPC handles, not POSIX shared memory; register GPU memory "
         "(kvstash/cuda_memory.h), or start kvstashd with --backend host");
   }
-  int device = -1;
-  for (const Device& d : devices_) {
-    if (d.uuid == spec.gpu_uuid) device = d.ordinal;
-  }
-  if (device < 0) {
-    std::string seen;
-    for (const Device& d : devices_) {
-      seen += (seen.empty() ? "" : ", ") + cuda::UuidText(d.uuid) + " (device " +
-              std::to_string(d.ordinal) + ")";
-    }
-    return Status::NotFound("GPU " + cuda::UuidText(spec.gpu_uuid) +
-                            " is not visible to kvstashd, which sees " + seen +
-                            "; check CUDA_VISIBLE_DEVICES and that engine and daemon share the host");
-  }
-  return OpenIpcAllocation(spec, device, ipc_open_);
+  Result<int> device = cuda::DeviceWithUuid(spec.gpu_uuid, "kvstashd");
+  if (!device.ok()) return device.status();
+  return OpenIpcAllocation(spec, *device, ipc_open_);
 }
 
 SlabHooks CudaBackend::slab_hooks() {
