@@ -96,16 +96,9 @@ struct ChunkBlocks {
   std::vector<uint32_t> block_ids;
 };
 
-// Values equal the wire's ChunkResult (checked at compile time in decode.cc).
-enum class ChunkResult : uint8_t {
-  kStored = 0,
-  kAlreadyPresent = 1,
-  kSkippedNoRoom = 2,
-  kRetrieved = 3,
-  kMissing = 4,
-  kFailed = 5,
-};
-const char* NameOf(ChunkResult result);
+// ChunkResult (kStored, kAlreadyPresent, kSkippedNoRoom, kRetrieved,
+// kMissing, kFailed) and its NameOf() are generated from the wire schema
+// into kvstash/wire_enums.h.
 
 struct ChunkOutcome {
   ChunkResult result = ChunkResult::kFailed;

@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "kvstash/endpoint.h"
 #include "kvstash/status.h"
 
 namespace kvstash::config {
@@ -31,7 +32,7 @@ inline const char* NameOf(TransferMode mode) { return kTransferModeNames[size_t(
 inline const char* NameOf(CompletionWait wait) { return kCompletionWaitNames[size_t(wait)]; }
 
 struct ServerConfig {
-  std::string socket = "ipc:///run/kvstash/kvstash.sock";
+  std::string socket = kDefaultSocket;
   uint32_t socket_mode = 0660;            // file mode of an ipc:// socket
   BackendKind backend = BackendKind::kAuto;
   double l1_gb = 4.0;                     // L1 pinned pool size
