@@ -88,7 +88,7 @@ std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
 
 ChunkStore::StoreTicket ChunkStore::BeginStore(ScopeId scope, const ChunkKey& key,
                                                uint64_t chunk_bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ScopedKey id{scope, key};
   auto found = index_.find(id);
   if (found != index_.end()) {
@@ -107,19 +107,19 @@ ChunkStore::StoreTicket ChunkStore::BeginStore(ScopeId scope, const ChunkKey& ke
 }
 
 void ChunkStore::CommitStore(Entry* entry, uint32_t num_tokens) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   entry->num_tokens = num_tokens;
   entry->writing = false;
   UnpinLocked(entry);
 }
 
 void ChunkStore::AbortStore(Entry* entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   EraseLocked(entry);
 }
 
 std::optional<ChunkStore::ReadTicket> ChunkStore::BeginRead(ScopeId scope, const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto found = index_.find(ScopedKey{scope, key});
   if (found == index_.end() || found->second->writing) return std::nullopt;
   Entry* e = found->second.get();
@@ -129,7 +129,7 @@ std::optional<ChunkStore::ReadTicket> ChunkStore::BeginRead(ScopeId scope, const
 }
 
 void ChunkStore::EndRead(Entry* entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   --entry->readers;
   UnpinLocked(entry);
 }
@@ -138,7 +138,7 @@ ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<Chu
                                             uint32_t chunk_tokens,
                                             std::chrono::milliseconds lease_time,
                                             const std::string& owner) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   LookupResult result;
   uint64_t& held = leases_of_[owner];
   if (limits_.per_owner != 0 && held >= limits_.per_owner) {
@@ -203,7 +203,7 @@ void ChunkStore::EndLeaseLocked(Lease& lease) {
 }
 
 std::optional<uint32_t> ChunkStore::Release(uint64_t lease_id, const std::string& owner) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto found = leases_.find(lease_id);
   if (found == leases_.end() || found->second.owner != owner) return std::nullopt;
   const uint32_t chunks = uint32_t(found->second.entries.size());
@@ -216,7 +216,7 @@ std::optional<uint32_t> ChunkStore::Release(uint64_t lease_id, const std::string
 
 void ChunkStore::ExpireLeases(Clock::time_point now) {
   // Earliest first: the frontend's tick does work only for leases that end.
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   while (!by_expiry_.empty() && by_expiry_.begin()->first <= now) {
     auto found = leases_.find(by_expiry_.begin()->second);
     by_expiry_.erase(by_expiry_.begin());
@@ -228,7 +228,7 @@ void ChunkStore::ExpireLeases(Clock::time_point now) {
 }
 
 uint64_t ChunkStore::Clear(const std::function<bool(ScopeId)>& matches) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   uint64_t cleared = 0;
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
@@ -242,7 +242,7 @@ uint64_t ChunkStore::Clear(const std::function<bool(ScopeId)>& matches) {
 }
 
 ChunkStore::Usage ChunkStore::usage() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return Usage{index_.size(), leases_.size(), pool_.used_bytes(), pool_.capacity_bytes(),
                leased_bytes_};
 }

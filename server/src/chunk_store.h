@@ -34,6 +34,7 @@
 #include "chunk_key_hash.h"
 #include "kvstash/keys.h"
 #include "kvstash/status.h"
+#include "kvstash/thread_annotations.h"
 #include "l1_pool.h"
 #include "stats.h"
 
@@ -128,25 +129,25 @@ class ChunkStore {
   using Index = std::unordered_map<ScopedKey, std::unique_ptr<Entry>, ScopedKeyHash>;
 
   bool Evictable(const Entry& e) const;
-  void EraseLocked(Entry* entry);
-  std::optional<L1Pool::Slot> AllocateLocked(uint64_t chunk_bytes);
-  void TouchLocked(Entry* entry);
-  void EndLeaseLocked(Lease& lease);
+  void EraseLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
+  std::optional<L1Pool::Slot> AllocateLocked(uint64_t chunk_bytes) KVSTASH_REQUIRES(mutex_);
+  void TouchLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
+  void EndLeaseLocked(Lease& lease) KVSTASH_REQUIRES(mutex_);
   // Pins and unpins: an entry leaves the LRU list while it is not evictable.
-  void PinLocked(Entry* entry);
-  void UnpinLocked(Entry* entry);
+  void PinLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
+  void UnpinLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
 
   L1Pool& pool_;
   Stats& stats_;
-  mutable std::mutex mutex_;
-  Index index_;                                           // GUARDED_BY(mutex_)
-  std::list<Entry*> lru_;                                 // GUARDED_BY(mutex_); front = oldest
-  std::unordered_map<uint64_t, Lease> leases_;            // GUARDED_BY(mutex_)
-  std::set<std::pair<Clock::time_point, uint64_t>> by_expiry_;  // GUARDED_BY(mutex_)
-  std::unordered_map<std::string, uint64_t> leases_of_;   // GUARDED_BY(mutex_)
-  uint64_t leased_bytes_ = 0;                             // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  Index index_ KVSTASH_GUARDED_BY(mutex_);
+  std::list<Entry*> lru_ KVSTASH_GUARDED_BY(mutex_);                                 // front = oldest
+  std::unordered_map<uint64_t, Lease> leases_ KVSTASH_GUARDED_BY(mutex_);
+  std::set<std::pair<Clock::time_point, uint64_t>> by_expiry_ KVSTASH_GUARDED_BY(mutex_);
+  std::unordered_map<std::string, uint64_t> leases_of_ KVSTASH_GUARDED_BY(mutex_);
+  uint64_t leased_bytes_ KVSTASH_GUARDED_BY(mutex_) = 0;
   const LeaseLimits limits_;
-  std::mt19937_64 random_ids_;                            // GUARDED_BY(mutex_)
+  std::mt19937_64 random_ids_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvstash::server
