@@ -1,11 +1,10 @@
 // Backend selection.
 #include "backend_factory.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <thread>
 
+#include "daemon_logger.h"
 #include "host_backend.h"
 #if KVSTASH_HAVE_CUDA
 #include "cuda_backend.h"
@@ -33,9 +32,7 @@ Result<std::unique_ptr<Backend>> CreateBackend(const config::ServerConfig& confi
   // auto: a machine without a usable GPU (or driver) runs the host backend;
   // any other failure of a GPU that is there is reported.
   if (config.backend == BackendKind::kAuto && cuda.status().code() == StatusCode::kUnavailable) {
-    auto logger = spdlog::get("kvstashd");
-    (logger ? logger : spdlog::default_logger())
-        ->info("backend auto: {}; using the host backend", cuda.status().message());
+    Logger()->info("backend auto: {}; using the host backend", cuda.status().message());
     return MakeHostBackend(config);
   }
   return Status(cuda.status().code(),
