@@ -16,14 +16,7 @@ Service::Reply Service::Lookup(const Request& r, const LookupRequest& m) {
   ChunkStore::LookupResult hit = store_->Lookup(reg.scope, m.keys, reg.layout.chunk_tokens(),
                                                 std::chrono::milliseconds(lease_ms), r.peer.id);
   if (!hit.refused.ok()) return hit.refused;
-  Stats::Add(stats_.lookup_requests);
-  Stats::Add(stats_.lookup_keys, m.keys.size());
-  Stats::Add(stats_.lookup_hit_chunks, hit.hit_chunks);
-  Stats::Add(stats_.lookup_miss_chunks, m.keys.size() - hit.hit_chunks);
-  Stats::Add(stats_.lookup_hit_tokens, hit.hit_tokens);
-  Stats::Add(reg.stats.lookup_hit_chunks, hit.hit_chunks);
-  Stats::Add(reg.stats.lookup_miss_chunks, m.keys.size() - hit.hit_chunks);
-  Stats::Add(reg.stats.lookup_hit_tokens, hit.hit_tokens);
+  stats_.LookupAnswered(reg.stats, m.keys.size(), hit.hit_chunks, hit.hit_tokens);
   return std::optional<ReplyBody>(
       LookupReply{hit.hit_chunks, hit.hit_tokens, hit.lease_id, hit.lease_id ? lease_ms : 0});
 }
