@@ -2,6 +2,9 @@
 # FlatBuffers schema SCHEMA, so that their values are defined once (in the
 # schema) and vocab/ needs no FlatBuffers headers.
 #   cmake -DSCHEMA=... -DOUTPUT=... -DENUMS="ErrorCode:StatusCode;DType:DType" -P this
+# Each enum also gets k<Name>Count, the number of its values: mirrors of an
+# enum (the C API's constants) assert it, so a value added to the schema
+# fails their build until they have it too.
 file(READ "${SCHEMA}" schema)
 set(body "")
 foreach(pair IN LISTS ENUMS)
@@ -28,15 +31,17 @@ foreach(pair IN LISTS ENUMS)
   string(REGEX MATCHALL "[A-Za-z0-9_]+ *= *[0-9]+" entries "${members}")
   set(enum_lines "")
   set(name_lines "")
+  list(LENGTH entries count)
   foreach(entry IN LISTS entries)
     string(REGEX MATCH "([A-Za-z0-9_]+) *= *([0-9]+)" _ "${entry}")
     string(APPEND enum_lines "  k${CMAKE_MATCH_1} = ${CMAKE_MATCH_2},\n")
     string(APPEND name_lines "    case ${cpp_name}::k${CMAKE_MATCH_1}: return \"${CMAKE_MATCH_1}\";\n")
   endforeach()
-  string(APPEND body "enum class ${cpp_name} : ${cpp_type} {\n${enum_lines}};\n\n")
+  string(APPEND body "enum class ${cpp_name} : ${cpp_type} {\n${enum_lines}};\n")
+  string(APPEND body "inline constexpr size_t k${cpp_name}Count = ${count};\n\n")
   string(APPEND body "inline const char* NameOf(${cpp_name} value) {\n  switch (value) {\n${name_lines}  }\n  return \"Unknown\";\n}\n\n")
 endforeach()
-set(content "// Generated from ${SCHEMA} by GenerateWireEnums.cmake. Do not edit.\n#pragma once\n\n#include <cstdint>\n\nnamespace kvstash {\n\n${body}}  // namespace kvstash\n")
+set(content "// Generated from ${SCHEMA} by GenerateWireEnums.cmake. Do not edit.\n#pragma once\n\n#include <cstddef>\n#include <cstdint>\n\nnamespace kvstash {\n\n${body}}  // namespace kvstash\n")
 if(EXISTS "${OUTPUT}")
   file(READ "${OUTPUT}" old)
   if(old STREQUAL content)

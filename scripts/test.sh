@@ -11,6 +11,11 @@ ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j "$(nproc)" "$
 # Skipped tests' reasons (ctest keeps them in its log), whatever the outcome.
 python3 scripts/ctest_skip_reasons.py "$build_dir"
 [ "$status" -eq 0 ] || exit "$status"
+# The clang build of the server and client libraries that checks the
+# thread-safety annotations (KVSTASH_THREAD_SAFETY=0 skips it).
+if [ "${KVSTASH_THREAD_SAFETY:-1}" != 0 ]; then
+  bash scripts/thread_safety.sh
+fi
 # Then the request fuzzer: its own clang build, the regression corpus, and
 # KVSTASH_FUZZ_SECONDS of fuzzing (0 skips it).
 fuzz_seconds=${KVSTASH_FUZZ_SECONDS:-60}

@@ -18,6 +18,7 @@
 #include "c_api_internal.h"
 #include "kvstash/client.h"
 #include "kvstash/cuda_memory.h"
+#include "kvstash/endpoint.h"
 
 namespace kvstash::capi {
 
@@ -52,6 +53,18 @@ KVSTASH_SAME(KVSTASH_CHUNK_RETRIEVED, kvstash::ChunkResult::kRetrieved);
 KVSTASH_SAME(KVSTASH_CHUNK_MISSING, kvstash::ChunkResult::kMissing);
 KVSTASH_SAME(KVSTASH_CHUNK_FAILED, kvstash::ChunkResult::kFailed);
 #undef KVSTASH_SAME
+// Each enum's last C value is its count less one: a value added to the
+// schema fails here until kvstash.h has it.
+static_assert(kvstash::kStatusCodeCount == KVSTASH_CANCELLED + 1, "kvstash_status lacks a code");
+static_assert(kvstash::kDTypeCount == KVSTASH_DTYPE_F32 + 1, "KVSTASH_DTYPE_* lacks a type");
+static_assert(kvstash::kChunkResultCount == KVSTASH_CHUNK_FAILED + 1,
+              "KVSTASH_CHUNK_* lacks a result");
+
+constexpr bool SameText(const char* a, const char* b) {
+  return *a == *b && (*a == '\0' || SameText(a + 1, b + 1));
+}
+static_assert(SameText(KVSTASH_DEFAULT_SOCKET, kvstash::kDefaultSocket),
+              "KVSTASH_DEFAULT_SOCKET differs from kDefaultSocket");
 
 kvstash::ChunkKey ToKey(const kvstash_key& key) {
   kvstash::ChunkKey out;

@@ -7,15 +7,8 @@ namespace kvstash::client {
 
 namespace {
 
-#define KVSTASH_SAME_VALUE(client, wire_value) \
-  static_assert(uint8_t(ChunkResult::client) == uint8_t(wire::ChunkResult::wire_value))
-KVSTASH_SAME_VALUE(kStored, Stored);
-KVSTASH_SAME_VALUE(kAlreadyPresent, AlreadyPresent);
-KVSTASH_SAME_VALUE(kSkippedNoRoom, SkippedNoRoom);
-KVSTASH_SAME_VALUE(kRetrieved, Retrieved);
-KVSTASH_SAME_VALUE(kMissing, Missing);
-KVSTASH_SAME_VALUE(kFailed, Failed);
-#undef KVSTASH_SAME_VALUE
+// ChunkResult and wire::ChunkResult are both generated from the schema.
+static_assert(kChunkResultCount == size_t(wire::ChunkResult::MAX) + 1);
 
 // The body as T, or MalformedMessage naming what came instead.
 template <typename T>
@@ -231,14 +224,6 @@ uint64_t PeekRequestId(const void* data, size_t size) {
 }  // namespace kvstash::client
 
 namespace kvstash {
-
-const char* NameOf(ChunkResult result) {
-  return wire::EnumNameChunkResult(wire::ChunkResult(uint8_t(result)));
-}
-
-const char* NameOf(TierLevel level) {
-  return wire::EnumNameTierLevel(wire::TierLevel(uint8_t(level)));
-}
 
 uint32_t LookupResult::CountIn(TierLevel level) const {
   uint32_t n = 0;

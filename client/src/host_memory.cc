@@ -39,7 +39,9 @@ Result<HostKvMemory> HostKvMemory::Create(uint64_t size_bytes, mode_t mode) {
   if (size_bytes == 0) return Status::InvalidArgument("shared memory size must be positive");
   auto opened = OpenUnique(mode);
   if (!opened.ok()) return opened.status();
-  auto [name, fd] = std::move(opened.value());
+  // Named, not structured bindings: C++17 lambdas cannot capture those.
+  std::string name = std::move(opened->first);
+  const int fd = opened->second;
   auto fail = [&](const std::string& what) {
     const int error = errno;
     ::close(fd);

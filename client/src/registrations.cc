@@ -8,7 +8,7 @@ namespace kvstash::client {
 
 Registration Registrations::Add(Registration registration, RegisterOptions options,
                                 const BootId& boot) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   const uint64_t daemon_id = registration.id;
   // A later boot may hand out an id the engine already holds for another
   // registration: give the new one a private id instead.
@@ -20,19 +20,19 @@ Registration Registrations::Add(Registration registration, RegisterOptions optio
 }
 
 void Registrations::Remove(uint64_t engine_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   entries_.erase(engine_id);
 }
 
 uint64_t Registrations::WireId(uint64_t engine_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   return it == entries_.end() ? engine_id : it->second.daemon_id;
 }
 
 std::optional<Result<uint64_t>> Registrations::Resolve(uint64_t engine_id,
                                                        const BootId& boot) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   if (it == entries_.end()) return std::nullopt;
   if (it->second.boot == boot) return Result<uint64_t>(it->second.daemon_id);
@@ -44,7 +44,7 @@ std::optional<Result<uint64_t>> Registrations::Resolve(uint64_t engine_id,
 }
 
 std::vector<Registrations::Stale> Registrations::StaleFor(const BootId& boot) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<Stale> stale;
   for (const auto& [engine_id, entry] : entries_) {
     if (entry.boot != boot && !entry.retired) stale.push_back({engine_id, entry.options});
@@ -55,7 +55,7 @@ std::vector<Registrations::Stale> Registrations::StaleFor(const BootId& boot) co
 std::optional<uint64_t> Registrations::Rebound(uint64_t engine_id,
                                                const Result<Registration>& again,
                                                const BootId& boot) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   if (it == entries_.end()) return again.ok() ? std::optional<uint64_t>(again->id) : std::nullopt;
   Entry& entry = it->second;

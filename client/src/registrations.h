@@ -13,6 +13,7 @@
 
 #include "kvstash/client_types.h"
 #include "kvstash/status.h"
+#include "kvstash/thread_annotations.h"
 
 namespace kvstash::client {
 
@@ -58,9 +59,9 @@ class Registrations {
     Status last_error;  // why it is not registered on a later boot
     bool retired = false;  // never registered again (configuration changed)
   };
-  mutable std::mutex mutex_;
-  std::unordered_map<uint64_t, Entry> entries_;  // GUARDED_BY(mutex_), by engine id
-  uint64_t next_private_id_ = 1ull << 63;        // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::unordered_map<uint64_t, Entry> entries_ KVSTASH_GUARDED_BY(mutex_);  // by engine id
+  uint64_t next_private_id_ KVSTASH_GUARDED_BY(mutex_) = 1ull << 63;
 };
 
 }  // namespace kvstash::client

@@ -18,7 +18,7 @@ SubmissionQueue::~SubmissionQueue() {
 
 bool SubmissionQueue::Push(Request& request) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (closed_) return false;
     queue_.push_back(std::move(request));
   }
@@ -28,7 +28,7 @@ bool SubmissionQueue::Push(Request& request) {
 
 void SubmissionQueue::Close() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     closed_ = true;
   }
   Wake();
@@ -40,14 +40,14 @@ std::vector<Request> SubmissionQueue::Drain() {
   // the poll again, so none is missed.
   while (::read(event_fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<Request> taken;
   taken.swap(queue_);
   return taken;
 }
 
 bool SubmissionQueue::closed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return closed_;
 }
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kvstash/thread_annotations.h"
 #include "request.h"
 
 namespace kvstash::client {
@@ -33,9 +34,9 @@ class SubmissionQueue {
   void Wake();
 
   int event_fd_ = -1;
-  mutable std::mutex mutex_;
-  std::vector<Request> queue_;  // GUARDED_BY(mutex_)
-  bool closed_ = false;         // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::vector<Request> queue_ KVSTASH_GUARDED_BY(mutex_);
+  bool closed_ KVSTASH_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace kvstash::client

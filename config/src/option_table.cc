@@ -73,10 +73,16 @@ OptionSpec SecretOption(std::string name, std::string env, std::string ServerCon
   return spec;
 }
 
-OptionSpec EnumOption(std::string name, std::string env, std::string ServerConfig::*member,
-                      std::vector<std::string> choices, std::string help) {
-  OptionSpec spec = StringOption(std::move(name), std::move(env), member, std::move(help));
-  spec.choices = std::move(choices);
+// A choice: `names` spells its values, in enum order for an enum member.
+template <typename E, size_t N>
+OptionSpec EnumOption(std::string name, std::string env, E ServerConfig::*member,
+                      const char* const (&names)[N], std::string help) {
+  OptionSpec spec;
+  spec.name = std::move(name);
+  spec.env = std::move(env);
+  spec.member = member;
+  spec.help = std::move(help);
+  spec.choices.assign(names, names + N);
   return spec;
 }
 
@@ -89,7 +95,7 @@ std::vector<OptionSpec> BuildTable() {
                    "ZeroMQ endpoint the daemon binds: ipc://PATH, or tcp://HOST:PORT"),
       ModeOption("socket-mode", "KVSTASH_SOCKET_MODE", &C::socket_mode,
                  "File mode of an ipc:// socket, octal; engines need read and write"),
-      EnumOption("backend", "KVSTASH_BACKEND", &C::backend, {"auto", "host", "cuda"},
+      EnumOption("backend", "KVSTASH_BACKEND", &C::backend, kBackendKindNames,
                  "Memory backend: cuda (CUDA IPC), host (POSIX shared memory, no GPU), "
                  "or auto (cuda when a GPU is visible)"),
       FloatOption("l1-gb", "KVSTASH_L1_GB", &C::l1_gb, 0.001, 65536,
@@ -137,13 +143,13 @@ std::vector<OptionSpec> BuildTable() {
                  "Threads for host-side copies; 0 = one per core"),
       UintOption("pin-threads", "KVSTASH_PIN_THREADS", &C::pin_threads, 0, kMaxThreads,
                  "Threads pinning the pool in the background; 0 = one per core"),
-      EnumOption("transfer-mode", "KVSTASH_TRANSFER_MODE", &C::transfer_mode, {"dma", "direct"},
+      EnumOption("transfer-mode", "KVSTASH_TRANSFER_MODE", &C::transfer_mode, kTransferModeNames,
                  "CUDA backend: dma (gather into GPU staging, copy engines) or direct "
                  "(kernels access pinned host memory)"),
       UintOption("staging-mb", "KVSTASH_STAGING_MB", &C::staging_mb, 1, 65536,
                  "GPU staging ring per device in MiB (dma mode)"),
       EnumOption("completion-wait", "KVSTASH_COMPLETION_WAIT", &C::completion_wait,
-                 {"block", "poll"},
+                 kCompletionWaitNames,
                  "CUDA backend: how a copy lane waits for the GPU: block (sleep on a "
                  "blocking-sync event until the driver wakes the thread) or poll (sleep through "
                  "the shortest possible copy time, then check every few microseconds)"),
@@ -280,6 +286,18 @@ Status ParseString(const OptionSpec& option, std::string_view text, std::string*
   return Status::Ok();
 }
 
+// Sets an enum member from its name (one of option.choices).
+template <typename E>
+Status ParseChoice(const OptionSpec& option, std::string_view text, E* out) {
+  std::string name;
+  Status status = ParseString(option, text, &name);
+  if (!status.ok()) return status;
+  for (size_t i = 0; i < option.choices.size(); ++i) {
+    if (option.choices[i] == name) *out = E(i);
+  }
+  return Status::Ok();
+}
+
 // std::visit helper: one lambda per member type.
 template <typename... F>
 struct Overloaded : F... {
@@ -310,6 +328,7 @@ std::string FormatValue(const OptionSpec& option, const ServerConfig& config) {
           [&](uint32_t ServerConfig::*m) { return FormatUint(config.*m, option.octal); },
           [&](double ServerConfig::*m) { return FormatDouble(config.*m); },
           [&](std::string ServerConfig::*m) { return config.*m; },
+          [&](auto m) { return option.choices[size_t(config.*m)]; },  // an enum
       },
       option.member);
 }
@@ -320,6 +339,7 @@ Status SetFromText(const OptionSpec& option, std::string_view text, ServerConfig
           [&](uint32_t ServerConfig::*m) { return ParseUint(option, text, &(config->*m)); },
           [&](double ServerConfig::*m) { return ParseDouble(option, text, &(config->*m)); },
           [&](std::string ServerConfig::*m) { return ParseString(option, text, &(config->*m)); },
+          [&](auto m) { return ParseChoice(option, text, &(config->*m)); },  // an enum
       },
       option.member);
 }
@@ -336,8 +356,13 @@ std::string TypeName(const OptionSpec& option) {
   return text + "}";
 }
 
+bool IsNumber(const OptionSpec& option) {
+  return std::holds_alternative<uint32_t ServerConfig::*>(option.member) ||
+         std::holds_alternative<double ServerConfig::*>(option.member);
+}
+
 std::string LimitsText(const OptionSpec& option) {
-  if (!std::holds_alternative<std::string ServerConfig::*>(option.member)) {
+  if (IsNumber(option)) {
     return "[" + FormatNumber(option, option.min) + ", " + FormatNumber(option, option.max) + "]";
   }
   std::string text;

@@ -18,7 +18,8 @@ namespace kvstash::config::internal {
 // The ServerConfig member an option sets. The member's type is the option's
 // type; its default initializer is the option's default.
 using Member = std::variant<uint32_t ServerConfig::*, double ServerConfig::*,
-                            std::string ServerConfig::*>;
+                            std::string ServerConfig::*, BackendKind ServerConfig::*,
+                            TransferMode ServerConfig::*, CompletionWait ServerConfig::*>;
 
 struct OptionSpec {
   std::string name;  // "l1-gb": the flag is --l1-gb, the config-file key l1-gb
@@ -28,8 +29,8 @@ struct OptionSpec {
   // Numbers: inclusive bounds. Unused for strings.
   double min = 0;
   double max = 0;
-  // Strings: the allowed values (an enumeration); empty allows any
-  // non-empty text.
+  // Strings: the allowed values; empty allows any non-empty text. Enums:
+  // their names, in enum order.
   std::vector<std::string> choices;
   // Unsigned values read and shown in octal (file modes: "0660").
   bool octal = false;
@@ -40,6 +41,9 @@ struct OptionSpec {
 
   std::string flag() const { return "--" + name; }
 };
+
+// A number (uint32_t or double member), rather than text or a choice.
+bool IsNumber(const OptionSpec& option);
 
 // The table, in the order --help and EffectiveConfig() list it.
 const std::vector<OptionSpec>& OptionTable();

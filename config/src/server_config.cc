@@ -90,7 +90,7 @@ std::string ConfigFileText(const ServerConfig& config) {
   std::string text;
   for (const OptionSpec& option : OptionTable()) {
     const std::string value = internal::FormatValue(option, config);
-    const bool quote = std::holds_alternative<std::string ServerConfig::*>(option.member);
+    const bool quote = !internal::IsNumber(option);
     text += option.name + " = " + (quote ? "\"" + value + "\"" : value) + "\n";
   }
   return text;
@@ -127,7 +127,7 @@ ParseOutcome ParseServerConfig(int argc, const char* const* argv) {
   for (size_t i = 0; i < table.size(); ++i) {
     const OptionSpec& option = table[i];
     std::string help = option.help;
-    if (!std::holds_alternative<std::string ServerConfig::*>(option.member)) {
+    if (internal::IsNumber(option)) {
       help += ". Range " + internal::LimitsText(option);
     }
     cli_options[i] = app.add_option(option.flag(), texts[i], help)
@@ -190,6 +190,21 @@ std::vector<std::pair<std::string, std::string>> EffectiveConfig(const ServerCon
     pairs.emplace_back(option.name, std::move(value));
   }
   return pairs;
+}
+
+std::vector<std::pair<std::string, ConfigValue>> EffectiveConfigValues(const ServerConfig& config) {
+  std::vector<std::pair<std::string, ConfigValue>> values;
+  for (const auto& [name, text] : EffectiveConfig(config)) {
+    const OptionSpec& option = *internal::FindOption(name);
+    ConfigValue value = text;
+    if (const auto* m = std::get_if<uint32_t ServerConfig::*>(&option.member); m && !option.octal) {
+      value = uint64_t{config.*(*m)};
+    } else if (const auto* d = std::get_if<double ServerConfig::*>(&option.member)) {
+      value = config.*(*d);
+    }
+    values.emplace_back(name, std::move(value));
+  }
+  return values;
 }
 
 }  // namespace kvstash::config

@@ -41,7 +41,7 @@ Result<GpuUuid> DeviceUuid(int device) {
   return uuid;
 }
 
-Result<int> DeviceWithUuid(const GpuUuid& uuid) {
+Result<int> DeviceWithUuid(const GpuUuid& uuid, const std::string& viewer) {
   Result<int> count = DeviceCount();
   if (!count.ok()) return count.status();
   std::string seen;
@@ -51,7 +51,7 @@ Result<int> DeviceWithUuid(const GpuUuid& uuid) {
     if (*found == uuid) return device;
     seen += (seen.empty() ? "" : ", ") + UuidText(*found) + " (device " + std::to_string(device) + ")";
   }
-  return Status::NotFound("GPU " + UuidText(uuid) + " is not visible to this process, which sees " +
+  return Status::NotFound("GPU " + UuidText(uuid) + " is not visible to " + viewer + ", which sees " +
                           seen + "; check CUDA_VISIBLE_DEVICES and that engine and daemon share the host");
 }
 

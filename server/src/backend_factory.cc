@@ -1,11 +1,10 @@
 // Backend selection.
 #include "backend_factory.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <thread>
 
+#include "daemon_logger.h"
 #include "host_backend.h"
 #if KVSTASH_HAVE_CUDA
 #include "cuda_backend.h"
@@ -25,28 +24,24 @@ std::unique_ptr<Backend> MakeHostBackend(const config::ServerConfig& config) {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> CreateBackend(const config::ServerConfig& config) {
-  if (config.backend == "host") return MakeHostBackend(config);
-  if (config.backend != "auto" && config.backend != "cuda") {
-    return Status::InvalidArgument("unknown backend \"" + config.backend + "\"");
-  }
+  using config::BackendKind;
+  if (config.backend == BackendKind::kHost) return MakeHostBackend(config);
 #if KVSTASH_HAVE_CUDA
   Result<std::unique_ptr<Backend>> cuda = CudaBackend::Create(config);
   if (cuda.ok()) return cuda;
   // auto: a machine without a usable GPU (or driver) runs the host backend;
   // any other failure of a GPU that is there is reported.
-  if (config.backend == "auto" && cuda.status().code() == StatusCode::kUnavailable) {
-    auto logger = spdlog::get("kvstashd");
-    (logger ? logger : spdlog::default_logger())
-        ->info("backend auto: {}; using the host backend", cuda.status().message());
+  if (config.backend == BackendKind::kAuto && cuda.status().code() == StatusCode::kUnavailable) {
+    Logger()->info("backend auto: {}; using the host backend", cuda.status().message());
     return MakeHostBackend(config);
   }
   return Status(cuda.status().code(),
-                "--backend " + config.backend + ": " + cuda.status().message() +
+                "--backend " + std::string(NameOf(config.backend)) + ": " + cuda.status().message() +
                     (cuda.status().code() == StatusCode::kUnavailable
                          ? "; on a machine without a GPU use --backend host"
                          : ""));
 #else
-  if (config.backend == "auto") return MakeHostBackend(config);
+  if (config.backend == BackendKind::kAuto) return MakeHostBackend(config);
   return Status::Unavailable(
       "--backend cuda: this kvstashd was built without CUDA; use --backend host, or build with "
       "nvcc on the PATH (KVSTASH_WITH_CUDA=ON)");

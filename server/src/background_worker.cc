@@ -7,7 +7,7 @@ BackgroundWorker::BackgroundWorker() : thread_([this] { Loop(); }) {}
 
 BackgroundWorker::~BackgroundWorker() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -16,7 +16,7 @@ BackgroundWorker::~BackgroundWorker() {
 
 void BackgroundWorker::Post(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     tasks_.push_back(std::move(task));
   }
   wake_.notify_one();
@@ -26,8 +26,8 @@ void BackgroundWorker::Loop() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      MutexLock lock(mutex_);
+      wake_.wait(lock.native(), [this]() KVSTASH_REQUIRES(mutex_) { return stopping_ || !tasks_.empty(); });
       if (tasks_.empty()) return;  // stopping, and everything queued ran
       task = std::move(tasks_.front());
       tasks_.pop_front();

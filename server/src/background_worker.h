@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "kvstash/thread_annotations.h"
+
 namespace kvstash::server {
 
 class BackgroundWorker {
@@ -25,10 +27,10 @@ class BackgroundWorker {
 
  private:
   void Loop();
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> tasks_;  // GUARDED_BY(mutex_)
-  bool stopping_ = false;                     // GUARDED_BY(mutex_)
+  std::deque<std::function<void()>> tasks_ KVSTASH_GUARDED_BY(mutex_);
+  bool stopping_ KVSTASH_GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
 

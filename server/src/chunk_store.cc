@@ -40,7 +40,7 @@ bool ChunkStore::Evictable(const Entry& e) const {
 }
 
 void ChunkStore::SetWriteBehind(WriteBehind mode, FlushHook hook) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   write_behind_ = hook ? mode : WriteBehind::kNone;
   flush_hook_ = std::move(hook);
 }
@@ -56,7 +56,7 @@ void ChunkStore::RunFlushes(std::vector<Flush> flushes) {
 }
 
 void ChunkStore::EndFlush(Entry* entry, bool written) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   entry->flushing = false;
   // Not written (the tier is full or failing): it may go all the same, or
   // L1 would fill with chunks that can never leave.
@@ -128,7 +128,7 @@ ChunkStore::StoreTicket ChunkStore::BeginStore(ScopeId scope, const ChunkKey& ke
   std::vector<Flush> flushes;
   StoreTicket ticket;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     ticket = BeginStoreLocked(scope, key, chunk_bytes);
     flushes.swap(pending_flushes_);
   }
@@ -158,7 +158,7 @@ ChunkStore::StoreTicket ChunkStore::BeginStoreLocked(ScopeId scope, const ChunkK
 void ChunkStore::CommitStore(Entry* entry, uint32_t num_tokens, bool clean) {
   std::vector<Flush> flushes;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     entry->num_tokens = num_tokens;
     entry->writing = false;
     entry->clean = clean || write_behind_ == WriteBehind::kNone;
@@ -172,12 +172,12 @@ void ChunkStore::CommitStore(Entry* entry, uint32_t num_tokens, bool clean) {
 }
 
 void ChunkStore::AbortStore(Entry* entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   EraseLocked(entry);
 }
 
 std::optional<ChunkStore::ReadTicket> ChunkStore::BeginRead(ScopeId scope, const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto found = index_.find(ScopedKey{scope, key});
   if (found == index_.end() || found->second->writing) return std::nullopt;
   Entry* e = found->second.get();
@@ -187,13 +187,13 @@ std::optional<ChunkStore::ReadTicket> ChunkStore::BeginRead(ScopeId scope, const
 }
 
 void ChunkStore::EndRead(Entry* entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   --entry->readers;
   UnpinLocked(entry);
 }
 
 bool ChunkStore::Ready(ScopeId scope, const ChunkKey& key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto found = index_.find(ScopedKey{scope, key});
   return found != index_.end() && !found->second->writing;
 }
@@ -202,7 +202,7 @@ ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<Chu
                                             uint32_t chunk_tokens,
                                             std::chrono::milliseconds lease_time,
                                             const std::string& owner) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   LookupResult result;
   uint64_t& held = leases_of_[owner];
   if (limits_.per_owner != 0 && held >= limits_.per_owner) {
@@ -270,7 +270,7 @@ uint64_t ChunkStore::AttachLower(uint64_t lease_id, const std::string& owner,
                                  std::chrono::milliseconds lease_time, uint32_t chunks,
                                  std::function<void()> on_end) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (lease_id == 0) {
       Lease lease;
       lease.expires = Clock::now() + lease_time;
@@ -309,7 +309,7 @@ std::optional<uint32_t> ChunkStore::Release(uint64_t lease_id, const std::string
   std::vector<std::function<void()>> after;
   uint32_t chunks = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto found = leases_.find(lease_id);
     if (found == leases_.end() || found->second.owner != owner) return std::nullopt;
     chunks = uint32_t(found->second.entries.size()) + found->second.lower_chunks;
@@ -326,7 +326,7 @@ void ChunkStore::ExpireLeases(Clock::time_point now) {
   // Earliest first: the frontend's tick does work only for leases that end.
   std::vector<std::function<void()>> after;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     while (!by_expiry_.empty() && by_expiry_.begin()->first <= now) {
       auto found = leases_.find(by_expiry_.begin()->second);
       by_expiry_.erase(by_expiry_.begin());
@@ -340,7 +340,7 @@ void ChunkStore::ExpireLeases(Clock::time_point now) {
 }
 
 uint64_t ChunkStore::Clear(const std::function<bool(ScopeId)>& matches) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   uint64_t cleared = 0;
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
@@ -354,7 +354,7 @@ uint64_t ChunkStore::Clear(const std::function<bool(ScopeId)>& matches) {
 }
 
 ChunkStore::Usage ChunkStore::usage() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return Usage{index_.size(), leases_.size(), pool_.used_bytes(), pool_.capacity_bytes(),
                leased_bytes_};
 }

@@ -44,6 +44,7 @@
 #include "chunk_key_hash.h"
 #include "kvstash/keys.h"
 #include "kvstash/status.h"
+#include "kvstash/thread_annotations.h"
 #include "l1_pool.h"
 #include "stats.h"
 
@@ -169,39 +170,39 @@ class ChunkStore {
   using Index = std::unordered_map<ScopedKey, std::unique_ptr<Entry>, ScopedKeyHash>;
 
   bool Evictable(const Entry& e) const;
-  StoreTicket BeginStoreLocked(ScopeId scope, const ChunkKey& key, uint64_t chunk_bytes);
-  void EraseLocked(Entry* entry);
-  std::optional<L1Pool::Slot> AllocateLocked(uint64_t chunk_bytes);
-  void TouchLocked(Entry* entry);
+  StoreTicket BeginStoreLocked(ScopeId scope, const ChunkKey& key, uint64_t chunk_bytes) KVSTASH_REQUIRES(mutex_);
+  void EraseLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
+  std::optional<L1Pool::Slot> AllocateLocked(uint64_t chunk_bytes) KVSTASH_REQUIRES(mutex_);
+  void TouchLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
   // Appends what must run once the lock is released to `after`.
-  void EndLeaseLocked(Lease& lease, std::vector<std::function<void()>>* after);
-  uint64_t NewLeaseIdLocked();
+  void EndLeaseLocked(Lease& lease, std::vector<std::function<void()>>* after) KVSTASH_REQUIRES(mutex_);
+  uint64_t NewLeaseIdLocked() KVSTASH_REQUIRES(mutex_);
   // Pins and unpins: an entry leaves the LRU list while it is not evictable.
   // `oldest`: back at the front of the list (first to go), not the end.
-  void PinLocked(Entry* entry);
-  void UnpinLocked(Entry* entry, bool oldest = false);
+  void PinLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
+  void UnpinLocked(Entry* entry, bool oldest = false) KVSTASH_REQUIRES(mutex_);
   // Eviction's choice of `e`: true when it was erased; false when it must
   // first be written below L1 (queued on pending_flushes_ and pinned, when
   // `may_flush`; otherwise left for a later call).
-  bool EvictLocked(Entry* e, bool may_flush);
-  Flush FlushOfLocked(Entry* e);
+  bool EvictLocked(Entry* e, bool may_flush) KVSTASH_REQUIRES(mutex_);
+  Flush FlushOfLocked(Entry* e) KVSTASH_REQUIRES(mutex_);
   // Hands pending_flushes_ to the hook; called without the lock.
   void RunFlushes(std::vector<Flush> flushes);
 
   L1Pool& pool_;
   Stats& stats_;
-  mutable std::mutex mutex_;
-  Index index_;                                           // GUARDED_BY(mutex_)
-  std::list<Entry*> lru_;                                 // GUARDED_BY(mutex_); front = oldest
-  std::unordered_map<uint64_t, Lease> leases_;            // GUARDED_BY(mutex_)
-  std::set<std::pair<Clock::time_point, uint64_t>> by_expiry_;  // GUARDED_BY(mutex_)
-  std::unordered_map<std::string, uint64_t> leases_of_;   // GUARDED_BY(mutex_)
-  uint64_t leased_bytes_ = 0;                             // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  Index index_ KVSTASH_GUARDED_BY(mutex_);
+  std::list<Entry*> lru_ KVSTASH_GUARDED_BY(mutex_);                                 // front = oldest
+  std::unordered_map<uint64_t, Lease> leases_ KVSTASH_GUARDED_BY(mutex_);
+  std::set<std::pair<Clock::time_point, uint64_t>> by_expiry_ KVSTASH_GUARDED_BY(mutex_);
+  std::unordered_map<std::string, uint64_t> leases_of_ KVSTASH_GUARDED_BY(mutex_);
+  uint64_t leased_bytes_ KVSTASH_GUARDED_BY(mutex_) = 0;
   const LeaseLimits limits_;
   WriteBehind write_behind_ = WriteBehind::kNone;  // set before any store
   FlushHook flush_hook_;
-  std::vector<Flush> pending_flushes_;                    // GUARDED_BY(mutex_)
-  std::mt19937_64 random_ids_;                            // GUARDED_BY(mutex_)
+  std::vector<Flush> pending_flushes_ KVSTASH_GUARDED_BY(mutex_);
+  std::mt19937_64 random_ids_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvstash::server

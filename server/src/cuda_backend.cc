@@ -21,10 +21,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
   // Resolve the driver entry points now: a driver too old fails at startup.
   Result<const cuda::DriverApi*> driver = cuda::Driver();
   if (!driver.ok()) return driver.status();
-  const TransferMode mode =
-      config.transfer_mode == "direct" ? TransferMode::kDirect : TransferMode::kDma;
-  const CompletionWait wait =
-      config.completion_wait == "poll" ? CompletionWait::kPoll : CompletionWait::kBlock;
+  const TransferMode mode = config.transfer_mode;
+  const CompletionWait wait = config.completion_wait;
   std::unique_ptr<CudaBackend> backend(new CudaBackend(mode, wait));
   // Each direction gets half of the device's ring.
   const uint64_t staging_per_lane = (uint64_t(config.staging_mb) << 20) / 2;
@@ -74,21 +72,9 @@ Result<std::shared_ptr<MappedAllocation>> CudaBackend::Open(const AllocationSpec
         "the cuda backend takes CUDA IPC handles, not POSIX shared memory; register GPU memory "
         "(kvstash/cuda_memory.h), or start kvstashd with --backend host");
   }
-  int device = -1;
-  for (const Device& d : devices_) {
-    if (d.uuid == spec.gpu_uuid) device = d.ordinal;
-  }
-  if (device < 0) {
-    std::string seen;
-    for (const Device& d : devices_) {
-      seen += (seen.empty() ? "" : ", ") + cuda::UuidText(d.uuid) + " (device " +
-              std::to_string(d.ordinal) + ")";
-    }
-    return Status::NotFound("GPU " + cuda::UuidText(spec.gpu_uuid) +
-                            " is not visible to kvstashd, which sees " + seen +
-                            "; check CUDA_VISIBLE_DEVICES and that engine and daemon share the host");
-  }
-  return OpenIpcAllocation(spec, device, ipc_open_);
+  Result<int> device = cuda::DeviceWithUuid(spec.gpu_uuid, "kvstashd");
+  if (!device.ok()) return device.status();
+  return OpenIpcAllocation(spec, *device, ipc_open_);
 }
 
 SlabHooks CudaBackend::slab_hooks() {
@@ -167,7 +153,7 @@ void CudaBackend::Describe(nlohmann::json& out) const {
                        {"plan_bytes", plans}});  // on the GPU, and as much pinned
   }
   out["transfer_mode"] = NameOf(mode_);
-  out["completion_wait"] = wait_ == CompletionWait::kPoll ? "poll" : "block";
+  out["completion_wait"] = NameOf(wait_);
   // What kvstashd allocated on GPUs: staging and plans (its CUDA contexts
   // come on top).
   out["gpu_memory_bytes"] = gpu_bytes;

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "daemon_logger.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/cuda/driver_api.h"
 
@@ -20,8 +21,6 @@ namespace {
 constexpr uint64_t kSubBatchBytes = 8 << 20;
 
 }  // namespace
-
-const char* NameOf(TransferMode mode) { return mode == TransferMode::kDma ? "dma" : "direct"; }
 
 Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& options,
                                                            const PinnedRanges& pinned) {
@@ -137,8 +136,8 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
     const double measured = double(bytes) / (double(gpu_ms) * 1e6);
     bytes_per_ns_ = std::min(std::max(bytes_per_ns_, measured), 1000.0);
   }
-  auto logger = spdlog::get("kvstashd");
-  if (logger && logger->should_log(spdlog::level::debug)) {
+  auto logger = Logger();
+  if (logger->should_log(spdlog::level::debug)) {
     const auto us = [&](auto t) {
       return std::chrono::duration_cast<std::chrono::microseconds>(t - start).count();
     };

@@ -28,16 +28,15 @@
 #include "backend.h"
 #include "cuda_copy_plan.h"
 #include "cuda_lane_trace.h"
+#include "kvstash/config/server_config.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
 #include "pinned_ranges.h"
 
 namespace kvstash::server {
 
-enum class TransferMode { kDma, kDirect };
-const char* NameOf(TransferMode mode);
-
-enum class CompletionWait { kBlock, kPoll };
+using config::CompletionWait;  // parsed once, in the config
+using config::TransferMode;
 
 class CudaCopyLane {
  public:

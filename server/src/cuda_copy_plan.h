@@ -36,7 +36,6 @@ class CopyPlan {
   kernels::DeviceGroupCopy Group(size_t g) const;
   // Chunks [begin, begin + count) of the last plan built.
   kernels::DeviceChunkBatch Slice(size_t begin, size_t count) const;
-  uint64_t host_bytes() const { return host_.size(); }      // pinned
   uint64_t device_bytes() const { return device_.size(); }  // GPU memory
 
  private:

@@ -129,7 +129,7 @@ Status Daemon::Run() {
       Logger()->warn("cannot set mode {:o} on {}", impl_->config.socket_mode, path);
     }
     Logger()->info("kvstashd serving at {} ({} backend, L1 {:.2f} GiB)", impl_->config.socket,
-                   impl_->config.backend, impl_->config.l1_gb);
+                   NameOf(impl_->config.backend), impl_->config.l1_gb);
     status = impl_->Serve(router);
   } catch (const zmq::error_t& e) {
     status = Status::Unavailable("ZeroMQ error on " + impl_->config.socket + ": " + e.what());

@@ -1,8 +1,12 @@
 // The Describe and Stats JSON documents (also read by `kvstash describe` /
-// `kvstash stats` and the metrics endpoint).
+// `kvstash stats` and the metrics endpoint), their sections in the order an
+// operator reads them: the server, the pool and tiers, the registrations,
+// then counters and latency (ordered_json keeps the order written).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <string_view>
+#include <variant>
 
 #include "kvstash/version.h"
 #include "introspection.h"
@@ -11,7 +15,16 @@ namespace kvstash::server {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
+
+// The config's values typed as JSON: numbers as numbers, text as strings.
+json ConfigJson(const config::ServerConfig& config) {
+  json out = json::object();
+  for (const auto& [name, value] : config::EffectiveConfigValues(config)) {
+    std::visit([&, name = name](const auto& v) { out[name] = v; }, value);
+  }
+  return out;
+}
 
 std::string LayerRange(const std::vector<uint32_t>& layers) {
   // "0-31" for a contiguous run, "0,2,4" otherwise.
@@ -44,7 +57,7 @@ json GroupJson(const ChunkGroup& group) {
 }
 
 // Per tier below L1: usage, counters, operation latency.
-json TiersJson(const std::vector<TierSnapshot>& tiers) {
+json TierStatsJson(const std::vector<TierSnapshot>& tiers) {
   json out = json::object();
   for (const TierSnapshot& t : tiers) {
     json counters = json::object();
@@ -54,8 +67,8 @@ json TiersJson(const std::vector<TierSnapshot>& tiers) {
       if (s->count == 0) continue;
       latency[op] = json{{"count", s->count},
                          {"mean_us", s->sum_us / s->count},
-                         {"p50_us_le", s->Percentile(0.50)},
-                         {"p99_us_le", s->Percentile(0.99)}};
+                         {"p50_us", s->Percentile(0.50)},
+                         {"p99_us", s->Percentile(0.99)}};
     }
     out[t.level] = json{{"tier", t.name},
                         {"capacity_bytes", t.capacity_bytes},
@@ -67,11 +80,33 @@ json TiersJson(const std::vector<TierSnapshot>& tiers) {
   return out;
 }
 
+// The pool, then the tiers below it, L1 first.
+json TiersJson(const Backend& backend, const L1Pool& pool, const ChunkStore::Usage& usage,
+               const TierChain& below) {
+  json l1_pool{{"capacity_bytes", pool.capacity_bytes()},
+               {"used_bytes", usage.used_bytes},
+               {"chunks", usage.chunks},
+               {"leases", usage.leases},
+               {"slab_bytes", pool.slab_bytes()},
+               {"slabs", pool.num_slabs()},
+               {"slabs_ready", pool.ready_slabs()},
+               {"slabs_failed", pool.failed_slabs()},
+               {"ready_bytes", pool.ready_bytes()}};
+  // The host backend touches its slabs; only the CUDA backend pins them.
+  const bool pinned = std::string_view(backend.name()) == "cuda";
+  json tiers = json::array();
+  tiers.push_back(json{{"name", "L1"},
+                       {"kind", pinned ? "pinned host memory" : "host memory"},
+                       {"pool", l1_pool}});
+  nlohmann::json lower = nlohmann::json::array();
+  below.Describe(lower);  // L2, L3
+  for (const nlohmann::json& tier : lower) tiers.push_back(json(tier));
+  return tiers;
+}
+
 }  // namespace
 
 std::string Introspection::DescribeJson(const PeerId& viewer, bool admin) const {
-  json config = json::object();
-  for (const auto& [name, value] : config::EffectiveConfig(config_)) config[name] = value;
   const auto uptime =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count();
   json registrations = json::array();
@@ -96,20 +131,8 @@ std::string Introspection::DescribeJson(const PeerId& viewer, bool admin) const 
                                  {"scope", reg->scope},
                                  {"groups", groups}});
   }
-  const ChunkStore::Usage usage = store_->usage();
-  json pool{{"capacity_bytes", pool_->capacity_bytes()},
-            {"used_bytes", usage.used_bytes},
-            {"chunks", usage.chunks},
-            {"leases", usage.leases},
-            {"slab_bytes", pool_->slab_bytes()},
-            {"slabs", pool_->num_slabs()},
-            {"slabs_ready", pool_->ready_slabs()},
-            {"slabs_failed", pool_->failed_slabs()},
-            {"ready_bytes", pool_->ready_bytes()}};
-  json backend = json::object();
+  nlohmann::json backend = nlohmann::json::object();
   backend_->Describe(backend);
-  json tiers = json::array({json{{"name", "L1"}, {"kind", "pinned host memory"}, {"pool", pool}}});
-  tiers_->Describe(tiers);  // L2, L3
   json doc{{"server",
             {{"version", KVSTASH_VERSION},
              {"protocol_version", proto::kProtocolVersion},
@@ -117,14 +140,14 @@ std::string Introspection::DescribeJson(const PeerId& viewer, bool admin) const 
              {"backend", backend_->name()},
              {"devices", backend_->num_devices()},
              {"uptime_ms", uptime}}},
-           {"backend", backend},
-           {"config", config},
-           {"tiers", tiers},
+           {"backend", json(backend)},
+           {"tiers", TiersJson(*backend_, *pool_, store_->usage(), *tiers_)},
            {"registrations", registrations},
            // Registrations of other connections, which a non-admin sees only
            // counted (docs/protocol.md "Trust").
            {"other_registrations", others},
-           {"viewer_is_admin", admin}};
+           {"viewer_is_admin", admin},
+           {"config", ConfigJson(config_)}};
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);  // never throws on bad UTF-8
 }
 
@@ -163,14 +186,18 @@ std::string Introspection::StatsJson() const {
   for (const Stats::Counter& c : snapshot.counters) counters[c.name] = c.value;
   json gauges = json::object();
   for (const Gauge& g : snapshot.gauges) gauges[g.name] = g.value;
+  // The figures of the tiers below L1, by tier name; none while no tier is
+  // configured.
+  json tiers = TierStatsJson(snapshot.tiers);
   json latency = json::object();
   for (size_t k = 0; k < snapshot.latency.size(); ++k) {
     const LatencyHistogram::Snapshot& s = snapshot.latency[k];
     if (s.count == 0) continue;
+    // p50 and p99 are the upper bounds of the histogram's buckets.
     latency[RequestKindName(RequestKind(k))] = json{{"count", s.count},
                                                     {"mean_us", s.sum_us / s.count},
-                                                    {"p50_us_le", s.Percentile(0.50)},
-                                                    {"p99_us_le", s.Percentile(0.99)}};
+                                                    {"p50_us", s.Percentile(0.50)},
+                                                    {"p99_us", s.Percentile(0.99)}};
   }
   json registrations = json::array();
   for (const StatsSnapshot::Registration& reg : snapshot.registrations) {
@@ -179,7 +206,6 @@ std::string Introspection::StatsJson() const {
     registrations.push_back(
         json{{"id", reg.id}, {"model", reg.model}, {"tp_rank", reg.tp_rank}, {"counters", reg_counters}});
   }
-  json tiers = TiersJson(snapshot.tiers);
   // Rates are derived from counters, never stored.
   const uint64_t keys = counters["lookup_keys"];
   const uint64_t hits = counters["lookup_hit_chunks"];
@@ -187,12 +213,12 @@ std::string Introspection::StatsJson() const {
   const uint64_t capacity = gauges["l1_capacity_bytes"];
   json derived{{"lookup_hit_rate", keys ? double(hits) / double(keys) : 0.0},
                {"l1_used_fraction", capacity ? double(used) / double(capacity) : 0.0}};
-  return json{{"counters", counters},
-              {"gauges", gauges},
-              {"latency", latency},
-              {"per_registration", registrations},
+  return json{{"gauges", gauges},
               {"tiers", tiers},
-              {"derived", derived}}
+              {"per_registration", registrations},
+              {"counters", counters},
+              {"derived", derived},
+              {"latency", latency}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -8,12 +8,12 @@
 namespace kvstash::server {
 
 void FaultInjectionBackend::AddRule(FaultRule rule) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   rules_.push_back(ActiveRule{std::move(rule), 0});
 }
 
 void FaultInjectionBackend::ClearRules() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   rules_.clear();
 }
 
@@ -22,7 +22,7 @@ uint64_t FaultInjectionBackend::copies(Direction direction) const {
 }
 
 std::optional<FaultRule> FaultInjectionBackend::Match(Direction direction) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::optional<FaultRule> fired;
   for (ActiveRule& active : rules_) {
     if (active.rule.direction && *active.rule.direction != direction) continue;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "kvstash/thread_annotations.h"
 
 namespace kvstash::server {
 
@@ -71,8 +72,8 @@ class FaultInjectionBackend : public Backend {
   std::optional<FaultRule> Match(Direction direction);
 
   std::unique_ptr<Backend> real_;
-  mutable std::mutex mutex_;
-  std::vector<ActiveRule> rules_;  // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::vector<ActiveRule> rules_ KVSTASH_GUARDED_BY(mutex_);
   std::atomic<uint64_t> store_copies_{0};
   std::atomic<uint64_t> retrieve_copies_{0};
 };

@@ -74,16 +74,9 @@ LookupReply Leases::Finish(Registration& reg, const LookupRequest& m, const Foun
     l2 += t == uint8_t(TierLevel::kL2);
     l3 += t == uint8_t(TierLevel::kL3);
   }
-  Stats::Add(stats_.lookup_requests);
-  Stats::Add(stats_.lookup_keys, m.keys.size());
-  Stats::Add(stats_.lookup_hit_chunks, hits);
-  Stats::Add(stats_.lookup_miss_chunks, m.keys.size() - hits);
-  Stats::Add(stats_.lookup_hit_tokens, found.hit_tokens);
+  stats_.LookupAnswered(reg.stats, m.keys.size(), hits, found.hit_tokens);
   Stats::Add(stats_.lookup_hit_chunks_l2, l2);
   Stats::Add(stats_.lookup_hit_chunks_l3, l3);
-  Stats::Add(reg.stats.lookup_hit_chunks, hits);
-  Stats::Add(reg.stats.lookup_miss_chunks, m.keys.size() - hits);
-  Stats::Add(reg.stats.lookup_hit_tokens, found.hit_tokens);
   LookupReply reply{hits, found.hit_tokens, found.lease_id, found.lease_id ? lease_ms : 0,
                     found.tiers, 0};
   if (l2 + l3 == 0) return reply;

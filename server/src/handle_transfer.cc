@@ -224,12 +224,7 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
       if (copied.ok() && !missed[k]) {
         store_->CommitStore(entry, outcome.num_tokens);
         outcome.result = ChunkResult::kStored;
-        Stats::Add(stats_.store_chunks_stored);
-        Stats::Add(stats_.store_tokens, outcome.num_tokens);
-        Stats::Add(stats_.store_bytes, chunk_bytes);
-        Stats::Add(reg->stats.store_chunks);
-        Stats::Add(reg->stats.store_tokens, outcome.num_tokens);
-        Stats::Add(reg->stats.store_bytes, chunk_bytes);
+        stats_.ChunkStored(reg->stats, outcome.num_tokens, chunk_bytes);
       } else {
         store_->AbortStore(entry);  // a partly written slot is never published
         outcome = ChunkOutcome{ChunkResult::kFailed, 0, missed[k] ? TimedOutChunk() : copied};
@@ -359,12 +354,7 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
       ChunkOutcome& outcome = reply->chunks[index];
       if (copied.ok() && !missed[k]) {
         outcome.result = ChunkResult::kRetrieved;
-        Stats::Add(stats_.retrieve_chunks);
-        Stats::Add(stats_.retrieve_tokens, outcome.num_tokens);
-        Stats::Add(stats_.retrieve_bytes, chunk_bytes);
-        Stats::Add(reg->stats.retrieve_chunks);
-        Stats::Add(reg->stats.retrieve_tokens, outcome.num_tokens);
-        Stats::Add(reg->stats.retrieve_bytes, chunk_bytes);
+        stats_.ChunkRetrieved(reg->stats, outcome.num_tokens, chunk_bytes);
       } else {
         outcome = ChunkOutcome{ChunkResult::kFailed, 0, missed[k] ? TimedOutChunk() : copied};
         Stats::Add(missed[k] ? stats_.chunks_timed_out : stats_.retrieve_chunks_failed);

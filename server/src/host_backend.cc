@@ -83,17 +83,17 @@ Status CheckShmName(const std::string& name) {
 }  // namespace
 
 void ShmNames::Add(const uint8_t* base, uint64_t bytes, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   by_base_[reinterpret_cast<uintptr_t>(base)] = {bytes, name};
 }
 
 void ShmNames::Remove(const uint8_t* base) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   by_base_.erase(reinterpret_cast<uintptr_t>(base));
 }
 
 std::string ShmNames::Find(uintptr_t address) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = by_base_.upper_bound(address);
   if (it == by_base_.begin()) return "";
   --it;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend.h"
+#include "kvstash/thread_annotations.h"
 #include "thread_pool.h"
 
 namespace kvstash::server {
@@ -28,8 +29,8 @@ class ShmNames {
   std::string Find(uintptr_t address) const;
 
  private:
-  mutable std::mutex mutex_;
-  std::map<uintptr_t, std::pair<uint64_t, std::string>> by_base_;  // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::map<uintptr_t, std::pair<uint64_t, std::string>> by_base_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 class HostBackend : public Backend {

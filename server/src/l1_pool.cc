@@ -105,7 +105,6 @@ std::optional<L1Pool::Slot> L1Pool::Allocate(uint64_t slot_bytes) {
   if (slab.free_slots.empty()) with_room.pop_back();
   ++slab.used;
   used_bytes_ += slot_bytes;
-  ++used_slots_;
   return Slot{slab_index, index, slab.data + uint64_t(index) * slot_bytes};
 }
 
@@ -116,7 +115,6 @@ void L1Pool::Free(const Slot& slot) {
   slab.free_slots.push_back(slot.index);
   --slab.used;
   used_bytes_ -= slab.slot_bytes;
-  --used_slots_;
   if (slab.used == 0) {
     // An empty slab goes back to the free set, for any slot size.
     with_room.erase(std::find(with_room.begin(), with_room.end(), slot.slab));

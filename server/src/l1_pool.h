@@ -52,7 +52,6 @@ class L1Pool {
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   uint64_t slab_bytes() const { return slab_bytes_; }
   uint64_t used_bytes() const { return used_bytes_; }
-  uint64_t used_slots() const { return used_slots_; }
   uint32_t num_slabs() const { return uint32_t(slabs_.size()); }
   uint32_t ready_slabs() const { return ready_slabs_.load(std::memory_order_acquire); }
   uint32_t failed_slabs() const { return failed_slabs_.load(std::memory_order_acquire); }
@@ -79,7 +78,6 @@ class L1Pool {
   std::vector<std::unique_ptr<Slab>> slabs_;
   std::map<uint64_t, std::vector<uint32_t>> slabs_with_room_;  // slot size -> slabs
   uint64_t used_bytes_ = 0;
-  uint64_t used_slots_ = 0;
   std::atomic<uint32_t> ready_slabs_{0};
   std::atomic<uint32_t> failed_slabs_{0};
   std::atomic<bool> stopping_{false};

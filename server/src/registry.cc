@@ -6,14 +6,14 @@
 namespace kvstash::server {
 
 void Registration::BeginWork() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ++in_flight_;
 }
 
 void Registration::EndWork() {
   std::vector<std::function<void()>> ready;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (--in_flight_ == 0) ready.swap(drained_);
   }
   for (auto& then : ready) then();
@@ -21,7 +21,7 @@ void Registration::EndWork() {
 
 void Registration::WhenDrained(std::function<void()> then) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (in_flight_ > 0) {
       drained_.push_back(std::move(then));
       return;
@@ -44,7 +44,7 @@ Result<std::shared_ptr<MappedAllocation>> Registry::OpenShared(const AllocationS
   if (spec.kind == AllocationSpec::Kind::kHostShm) return backend_.Open(spec);
   const std::string identity = spec.identity();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto found = open_.find(identity);
     if (found != open_.end()) {
       if (auto existing = found->second.lock()) {
@@ -60,7 +60,7 @@ Result<std::shared_ptr<MappedAllocation>> Registry::OpenShared(const AllocationS
   // Opening may be slow (CUDA IPC): do it outside the lock.
   Result<std::shared_ptr<MappedAllocation>> opened = backend_.Open(spec);
   if (!opened.ok()) return opened;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   open_[identity] = *opened;
   return opened;
 }
@@ -140,7 +140,7 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
   registration->layout = std::move(*layout);
   registration->request = std::move(request);
 
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto [scope, inserted] = scope_ids_.emplace(registration->namespace_id, ScopeId(scopes_.size()));
   if (inserted) {
     scopes_.push_back(ScopeName{registration->request.model, registration->request.tenant_salt,
@@ -157,13 +157,13 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
 }
 
 std::shared_ptr<Registration> Registry::Find(uint64_t id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto found = registrations_.find(id);
   return found == registrations_.end() ? nullptr : found->second;
 }
 
 std::shared_ptr<Registration> Registry::Remove(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto found = registrations_.find(id);
   if (found == registrations_.end()) return nullptr;
   std::shared_ptr<Registration> removed = std::move(found->second);
@@ -176,18 +176,18 @@ std::shared_ptr<Registration> Registry::Remove(uint64_t id) {
 }
 
 size_t Registry::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return registrations_.size();
 }
 
 size_t Registry::CountOwnedBy(const PeerId& owner) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto found = owned_.find(owner);
   return found == owned_.end() ? 0 : found->second;
 }
 
 std::vector<std::shared_ptr<Registration>> Registry::List() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<std::shared_ptr<Registration>> out;
   for (const auto& [id, registration] : registrations_) out.push_back(registration);
   return out;
@@ -195,7 +195,7 @@ std::vector<std::shared_ptr<Registration>> Registry::List() const {
 
 std::function<bool(ScopeId)> Registry::ScopeMatcher(const std::string& model,
                                                     const std::string& tenant_salt) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<bool> matches(scopes_.size());
   for (size_t i = 0; i < scopes_.size(); ++i) {
     matches[i] = model.empty() ||
@@ -207,7 +207,7 @@ std::function<bool(ScopeId)> Registry::ScopeMatcher(const std::string& model,
 std::function<bool(ScopeId)> Registry::OwnedScopeMatcher(const PeerId& owner,
                                                          const std::string& model,
                                                          const std::string& tenant_salt) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<bool> matches(scopes_.size());
   for (const auto& [id, reg] : registrations_) {
     if (reg->owner != owner) continue;

@@ -24,6 +24,7 @@
 #include "completion_board.h"
 #include "kvstash/chunk_layout.h"
 #include "kvstash/keys.h"
+#include "kvstash/thread_annotations.h"
 #include "stats.h"
 
 namespace kvstash::server {
@@ -71,9 +72,9 @@ class Registration {
   void WhenDrained(std::function<void()> then);
 
  private:
-  std::mutex mutex_;
-  uint64_t in_flight_ = 0;                      // GUARDED_BY(mutex_)
-  std::vector<std::function<void()>> drained_;  // GUARDED_BY(mutex_)
+  Mutex mutex_;
+  uint64_t in_flight_ KVSTASH_GUARDED_BY(mutex_) = 0;
+  std::vector<std::function<void()>> drained_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 class Registry {
@@ -109,13 +110,13 @@ class Registry {
   Backend& backend_;
   const uint32_t chunk_tokens_;
   const uint64_t max_chunk_bytes_;
-  mutable std::mutex mutex_;
-  std::mt19937_64 random_ids_;                                            // GUARDED_BY(mutex_)
-  std::map<PeerId, size_t> owned_;                                        // GUARDED_BY(mutex_)
-  std::map<uint64_t, std::shared_ptr<Registration>> registrations_;      // GUARDED_BY(mutex_)
-  std::map<std::string, std::weak_ptr<MappedAllocation>> open_;         // GUARDED_BY(mutex_)
-  std::map<ChunkKey, ScopeId> scope_ids_;                                 // GUARDED_BY(mutex_)
-  std::vector<ScopeName> scopes_;                                         // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::mt19937_64 random_ids_ KVSTASH_GUARDED_BY(mutex_);
+  std::map<PeerId, size_t> owned_ KVSTASH_GUARDED_BY(mutex_);
+  std::map<uint64_t, std::shared_ptr<Registration>> registrations_ KVSTASH_GUARDED_BY(mutex_);
+  std::map<std::string, std::weak_ptr<MappedAllocation>> open_ KVSTASH_GUARDED_BY(mutex_);
+  std::map<ChunkKey, ScopeId> scope_ids_ KVSTASH_GUARDED_BY(mutex_);
+  std::vector<ScopeName> scopes_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvstash::server

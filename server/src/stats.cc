@@ -28,4 +28,34 @@ std::vector<Stats::Counter> RegistrationStats::ReadCounters() const {
 
 #undef KVSTASH_READ_COUNTER
 
+void Stats::ChunkStored(RegistrationStats& registration, uint64_t tokens, uint64_t bytes) {
+  Add(store_chunks_stored);
+  Add(store_tokens, tokens);
+  Add(store_bytes, bytes);
+  Add(registration.store_chunks);
+  Add(registration.store_tokens, tokens);
+  Add(registration.store_bytes, bytes);
+}
+
+void Stats::ChunkRetrieved(RegistrationStats& registration, uint64_t tokens, uint64_t bytes) {
+  Add(retrieve_chunks);
+  Add(retrieve_tokens, tokens);
+  Add(retrieve_bytes, bytes);
+  Add(registration.retrieve_chunks);
+  Add(registration.retrieve_tokens, tokens);
+  Add(registration.retrieve_bytes, bytes);
+}
+
+void Stats::LookupAnswered(RegistrationStats& registration, uint64_t keys, uint64_t hit_chunks,
+                           uint64_t hit_tokens) {
+  Add(lookup_requests);
+  Add(lookup_keys, keys);
+  Add(lookup_hit_chunks, hit_chunks);
+  Add(lookup_miss_chunks, keys - hit_chunks);
+  Add(lookup_hit_tokens, hit_tokens);
+  Add(registration.lookup_hit_chunks, hit_chunks);
+  Add(registration.lookup_miss_chunks, keys - hit_chunks);
+  Add(registration.lookup_hit_tokens, hit_tokens);
+}
+
 }  // namespace kvstash::server

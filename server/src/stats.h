@@ -78,6 +78,8 @@ enum class RequestKind : uint8_t {
 };
 const char* RequestKindName(RequestKind kind);
 
+class RegistrationStats;
+
 
 class Stats {
  public:
@@ -89,6 +91,12 @@ class Stats {
   static void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
     counter.fetch_add(n, std::memory_order_relaxed);
   }
+  // One call per event: each counts it globally and for its registration
+  // together.
+  void ChunkStored(RegistrationStats& registration, uint64_t tokens, uint64_t bytes);
+  void ChunkRetrieved(RegistrationStats& registration, uint64_t tokens, uint64_t bytes);
+  void LookupAnswered(RegistrationStats& registration, uint64_t keys, uint64_t hit_chunks,
+                      uint64_t hit_tokens);
   LatencyHistogram& latency(RequestKind kind) { return latency_[size_t(kind)]; }
   const LatencyHistogram& latency(RequestKind kind) const { return latency_[size_t(kind)]; }
 

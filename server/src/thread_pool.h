@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "kvstash/thread_annotations.h"
+
 namespace kvstash::server {
 
 class ThreadPool {
@@ -27,10 +29,10 @@ class ThreadPool {
 
  private:
   void WorkerLoop();
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> tasks_;  // GUARDED_BY(mutex_)
-  bool stopping_ = false;                     // GUARDED_BY(mutex_)
+  std::deque<std::function<void()>> tasks_ KVSTASH_GUARDED_BY(mutex_);
+  bool stopping_ KVSTASH_GUARDED_BY(mutex_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -33,9 +33,6 @@
 
 namespace kvstash::server {
 
-// Where a lookup found each chunk of its prefix (the wire's TierLevel).
-enum class TierLevel : uint8_t { kNone = 0, kL1 = 1, kL2 = 2, kL3 = 3 };
-
 class TierChain {
  public:
   // No tier configured: a chain that holds nothing (enabled() false).

@@ -77,7 +77,6 @@ RequestKind KindOf(const RequestBody& body);
 Result<RequestBody> DecodeRequest(const wire::Envelope& envelope, const DecodeLimits& limits);
 
 // ---- Replies ----
-enum class ChunkResult : uint8_t { kStored, kAlreadyPresent, kSkippedNoRoom, kRetrieved, kMissing, kFailed };
 struct ChunkOutcome {
   ChunkResult result = ChunkResult::kFailed;
   uint32_t num_tokens = 0;

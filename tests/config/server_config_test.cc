@@ -102,7 +102,7 @@ TEST_F(ServerConfigTest, FlagsSetEveryKindOfOption) {
                "--log-level", "debug"});
   EXPECT_EQ(config.socket, "ipc:///tmp/k.sock");
   EXPECT_EQ(config.socket_mode, 0600u);
-  EXPECT_EQ(config.backend, "host");
+  EXPECT_EQ(config.backend, BackendKind::kHost);
   EXPECT_EQ(config.l1_gb, 0.5);
   EXPECT_EQ(config.chunk_tokens, 128u);
   EXPECT_EQ(config.metrics_port, 9464u);
@@ -126,7 +126,7 @@ TEST_F(ServerConfigTest, EnvironmentVariablesSetOptions) {
   SetEnv("KVSTASH_METRICS_BIND", "0.0.0.0");
   const ServerConfig config = ParseOk({});
   EXPECT_EQ(config.l1_gb, 16.0);
-  EXPECT_EQ(config.backend, "cuda");
+  EXPECT_EQ(config.backend, BackendKind::kCuda);
   EXPECT_EQ(config.socket_mode, 0666u);
   EXPECT_EQ(config.metrics_bind, "0.0.0.0");
 }
@@ -146,7 +146,7 @@ TEST_F(ServerConfigTest, ConfigFileSetsOptions) {
   const ServerConfig config = ParseOk({"--config", path});
   EXPECT_EQ(config.l1_gb, 32.0);
   EXPECT_EQ(config.socket, "tcp://127.0.0.1:5555");
-  EXPECT_EQ(config.transfer_mode, "direct");
+  EXPECT_EQ(config.transfer_mode, TransferMode::kDirect);
   EXPECT_EQ(config.socket_mode, 0600u);
 }
 
@@ -260,6 +260,18 @@ TEST_F(ServerConfigTest, EffectiveConfigListsTableOrderWithModeInOctal) {
   EXPECT_EQ(by_name.at("l1-gb"), "4");
 }
 
+TEST_F(ServerConfigTest, EffectiveConfigValuesAreTypedNumbersOrText) {
+  const ServerConfig config = ParseOk({"--l1-gb", "0.5", "--chunk-tokens", "64"});
+  std::map<std::string, ConfigValue> by_name;
+  for (const auto& [name, value] : EffectiveConfigValues(config)) by_name[name] = value;
+  EXPECT_EQ(by_name.size(), EffectiveConfig(config).size());
+  EXPECT_EQ(by_name.at("chunk-tokens"), ConfigValue(uint64_t{64}));
+  EXPECT_EQ(by_name.at("l1-gb"), ConfigValue(0.5));
+  EXPECT_EQ(by_name.at("backend"), ConfigValue(std::string("auto")));
+  // A file mode keeps its octal spelling.
+  EXPECT_EQ(by_name.at("socket-mode"), ConfigValue(std::string("0660")));
+}
+
 TEST_F(ServerConfigTest, EffectiveConfigWrittenAsFileReadsBackTheSame) {
   const ServerConfig changed = ParseOk({"--l1-gb", "0.3", "--socket-mode", "0600", "--backend",
                                         "host", "--socket", "ipc:///tmp/a b.sock"});
@@ -283,7 +295,7 @@ TEST_F(ServerConfigTest, PrintConfigWritesTheEffectiveConfigAsAConfigFile) {
   unsetenv("KVSTASH_BACKEND");
   const ServerConfig reread = ParseOk({"--config", WriteFile(outcome.output)});
   EXPECT_EQ(reread.l1_gb, 8.0);
-  EXPECT_EQ(reread.backend, "host");
+  EXPECT_EQ(reread.backend, BackendKind::kHost);
 }
 
 TEST_F(ServerConfigTest, PrintConfigReportsBadValuesInstead) {

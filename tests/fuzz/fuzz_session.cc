@@ -30,7 +30,7 @@ server::Peer FuzzPeer() {
 
 config::ServerConfig HarnessConfig() {
   config::ServerConfig config;
-  config.backend = "host";
+  config.backend = config::BackendKind::kHost;
   config.l1_gb = 8.0 / 1024;  // 8 MiB
   config.l1_slice_mb = 1;
   config.chunk_tokens = kChunkTokens;

@@ -18,7 +18,7 @@ TEST_F(Lifecycle, DescribeShowsRegistrationsGroupsAndCapacity) {
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   const auto doc = nlohmann::json::parse(*text);
   EXPECT_EQ(doc["server"]["backend"], "host");
-  EXPECT_EQ(doc["config"]["chunk-tokens"], "64") << doc["config"].dump();
+  EXPECT_EQ(doc["config"]["chunk-tokens"], 64) << doc["config"].dump();
   const auto& pool = doc["tiers"][0]["pool"];
   EXPECT_EQ(pool["capacity_bytes"].get<uint64_t>(), 32ull << 20);
   ASSERT_EQ(doc["registrations"].size(), 1u);

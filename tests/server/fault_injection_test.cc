@@ -36,7 +36,7 @@ class FaultInjection : public ::testing::Test {
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     engine_.emplace(std::move(*engine));
     config::ServerConfig config;
-    config.backend = "host";
+    config.backend = config::BackendKind::kHost;
     config.l1_gb = 32.0 / 1024;
     config.l1_slice_mb = 4;
     config.chunk_tokens = 64;

@@ -29,14 +29,10 @@
 #include "kvstash/endpoint.h"
 #include "kvstash/gpu_completion.h"
 #include "kvstash/keys.h"
+#include "kvstash/log_sink.h"
 #include "kvstash/status.h"
 
 namespace kvstash {
-
-enum class LogLevel { kDebug, kInfo, kWarn, kError };
-
-// Receives the library's log lines. Called from the client's I/O thread.
-using LogSink = std::function<void(LogLevel, std::string_view)>;
 
 struct ClientOptions {
   // Empty: $KVSTASH_SOCKET, then kDefaultSocket. A plain path means that ipc

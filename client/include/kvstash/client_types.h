@@ -100,16 +100,9 @@ struct ChunkBlocks {
   std::vector<uint32_t> block_ids;
 };
 
-// Values equal the wire's ChunkResult (checked at compile time in decode.cc).
-enum class ChunkResult : uint8_t {
-  kStored = 0,
-  kAlreadyPresent = 1,
-  kSkippedNoRoom = 2,
-  kRetrieved = 3,
-  kMissing = 4,
-  kFailed = 5,
-};
-const char* NameOf(ChunkResult result);
+// ChunkResult (kStored, kAlreadyPresent, kSkippedNoRoom, kRetrieved,
+// kMissing, kFailed) and its NameOf() are generated from the wire schema
+// into kvstash/wire_enums.h.
 
 struct ChunkOutcome {
   ChunkResult result = ChunkResult::kFailed;
@@ -117,10 +110,9 @@ struct ChunkOutcome {
   Status error;             // set with kFailed
 };
 
-// Where the daemon found a chunk: L1 its pinned host memory, L2 its local
-// disk, L3 the shared Redis / Valkey store.
-enum class TierLevel : uint8_t { kNone = 0, kL1 = 1, kL2 = 2, kL3 = 3 };
-const char* NameOf(TierLevel level);
+// Where the daemon found a chunk (TierLevel, generated from the schema into
+// kvstash/wire_enums.h): L1 its pinned host memory, L2 its local disk, L3 the
+// shared Redis / Valkey store.
 
 // Board slots [slot, slot + count) a request signals on, and the sequence
 // number that releases them (kvstash/gpu_completion.h).

@@ -34,9 +34,10 @@ json Reorder(const json& document, const Sections& sections,
 
 json AsIs(const std::string&, const json& value) { return value; }
 
-// {"Store": {"count", "mean_us", "p50_us_le", "p99_us_le"}, ...} as rows of
+// {"Store": {"count", "mean_us", "p50_us", "p99_us"}, ...} as rows of
 // plainly named columns (the daemon's percentiles are the upper bounds of
-// its histogram buckets, which the section title says).
+// its histogram buckets, which the section title says; earlier daemons
+// named them p50_us_le and p99_us_le).
 json LatencyRows(const json& latency) {
   if (!latency.is_object()) return latency;
   json rows = json::array();
@@ -83,6 +84,7 @@ json DescribeView(const json& describe) {
 json StatsView(const json& stats) {
   return Reorder(stats,
                  {{"gauges", "pool and tiers"},
+                  {"tiers", "tiers below L1"},
                   {"per_registration", "registrations"},
                   {"counters", "counters"},
                   {"derived", "rates"},

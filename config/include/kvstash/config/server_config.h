@@ -5,19 +5,36 @@
 // from that table.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "kvstash/endpoint.h"
 #include "kvstash/status.h"
 
 namespace kvstash::config {
 
+// The choice options, parsed once from text into these and passed down
+// typed. Their spellings, in enum order, are the only ones flags, config
+// files, KVSTASH_* variables and `kvstash describe` use.
+enum class BackendKind : uint8_t { kAuto, kHost, kCuda };
+inline constexpr const char* kBackendKindNames[] = {"auto", "host", "cuda"};
+enum class TransferMode : uint8_t { kDma, kDirect };
+inline constexpr const char* kTransferModeNames[] = {"dma", "direct"};
+enum class CompletionWait : uint8_t { kBlock, kPoll };
+inline constexpr const char* kCompletionWaitNames[] = {"block", "poll"};
+
+inline const char* NameOf(BackendKind kind) { return kBackendKindNames[size_t(kind)]; }
+inline const char* NameOf(TransferMode mode) { return kTransferModeNames[size_t(mode)]; }
+inline const char* NameOf(CompletionWait wait) { return kCompletionWaitNames[size_t(wait)]; }
+
 struct ServerConfig {
-  std::string socket = "ipc:///run/kvstash/kvstash.sock";
+  std::string socket = kDefaultSocket;
   uint32_t socket_mode = 0660;            // file mode of an ipc:// socket
-  std::string backend = "auto";           // auto | host | cuda
+  BackendKind backend = BackendKind::kAuto;
   double l1_gb = 4.0;                     // L1 pinned pool size
   double l1_share = 0;                    // > 0: pool = this share of MemAvailable, not l1_gb
   uint32_t l1_slice_mb = 256;             // pinning and slab unit; no slot straddles one
@@ -35,9 +52,9 @@ struct ServerConfig {
   uint32_t max_lease_ms = 600000;         // longest lease a Lookup may ask for
   uint32_t copy_threads = 0;              // host copies; 0 = auto
   uint32_t pin_threads = 0;               // background pinning; 0 = auto
-  std::string transfer_mode = "dma";      // dma | direct (CUDA backend)
+  TransferMode transfer_mode = TransferMode::kDma;  // CUDA backend
   uint32_t staging_mb = 256;              // GPU staging ring per device (dma mode)
-  std::string completion_wait = "block";  // block | poll (CUDA backend)
+  CompletionWait completion_wait = CompletionWait::kBlock;  // CUDA backend
   uint32_t busy_poll_us = 50;             // the spin window (kvstash/adaptive_spin.h); 0 = never
   std::string l2_path;                    // L2 directory; empty = no L2
   double l2_gb = 64.0;                    // L2 capacity
@@ -81,5 +98,12 @@ ParseOutcome ParseServerConfig(int argc, const char* const* argv);
 // The effective configuration as (name, value) pairs in table order, for
 // `kvstash describe` and the startup log. Passwords show as "(set)".
 std::vector<std::pair<std::string, std::string>> EffectiveConfig(const ServerConfig& config);
+
+// An option's value as its type: unsigned and floating-point numbers, or
+// text (strings, choices, file modes as "0660", passwords as "(set)").
+using ConfigValue = std::variant<uint64_t, double, std::string>;
+
+// EffectiveConfig() with typed values, for `kvstash describe --json`.
+std::vector<std::pair<std::string, ConfigValue>> EffectiveConfigValues(const ServerConfig& config);
 
 }  // namespace kvstash::config

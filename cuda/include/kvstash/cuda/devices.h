@@ -22,7 +22,7 @@ Result<int> DeviceCount();
 Result<GpuUuid> DeviceUuid(int device);
 
 // The ordinal of the visible device with this UUID; NotFound naming the
-// devices this process sees otherwise.
-Result<int> DeviceWithUuid(const GpuUuid& uuid);
+// devices `viewer` (this process, named so in the message) sees otherwise.
+Result<int> DeviceWithUuid(const GpuUuid& uuid, const std::string& viewer = "this process");
 
 }  // namespace kvstash::cuda
