@@ -66,7 +66,9 @@ struct CopyDeadlines {
 };
 
 // GPU-side completion of one Copy call (one request's job): the board slots
-// it releases and, for a store, the engine's gate it waits on. A backend
+// it releases and, for a store, the engine's gate. A store reaches Copy only
+// once the transfer worker saw its gate open (from the CPU: no stream of the
+// daemon waits on a value an engine controls). A backend
 // writes each slot's value word in stream order after the copy unit it
 // signals (host: by the CPU, after the copies, in order); status words are
 // written by the CPU before anything is enqueued (`status`) and again on
@@ -80,13 +82,14 @@ struct CopySignal {
   // slice of group g's layers in range k. Empty: one range of every layer.
   std::vector<uint32_t> range_slots;
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> ranges;
-  // Store: the engine's stream writes `sequence` into gate_slot; the gather
-  // starts after it. done_slot is released once the engine's blocks are read.
+  // Store: the engine's stream writes `sequence` into gate_slot; the copy
+  // starts after the worker sees it. done_slot is released once the
+  // engine's blocks are read.
   std::optional<uint32_t> gate_slot;
   std::optional<uint32_t> done_slot;
   // Whether to stop waiting for the gate: the request's deadline passed or
-  // the registration went away. The backend then writes the gate itself,
-  // copies nothing, and marks every chunk missed.
+  // the registration went away. The worker then copies nothing, marks every
+  // chunk missed and releases done_slot with TimedOut.
   std::function<bool()> give_up;
 };
 

@@ -107,17 +107,16 @@ std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
   // case) the front is the one. Chunks still to be written below L1 are sent
   // there (at most kFlushAhead per call) and passed over.
   constexpr size_t kFlushAhead = 8;
-  const size_t flushes_before = pending_flushes_.size();
-  auto may_flush = [&] { return pending_flushes_.size() - flushes_before < kFlushAhead; };
+  const size_t flush_limit = pending_flushes_.size() + kFlushAhead;
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
-    if (e->bytes == chunk_bytes && EvictLocked(e, may_flush())) return pool_.Allocate(chunk_bytes);
+    if (e->bytes == chunk_bytes && EvictLocked(e, pending_flushes_.size() < flush_limit)) return pool_.Allocate(chunk_bytes);
   }
   // Otherwise free whole slabs of other sizes, oldest chunks first, until one
   // slab empties and can serve this size.
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
-    if (!EvictLocked(e, may_flush())) continue;
+    if (!EvictLocked(e, pending_flushes_.size() < flush_limit)) continue;
     if (auto slot = pool_.Allocate(chunk_bytes)) return slot;
   }
   return std::nullopt;

@@ -97,10 +97,8 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), started_.get(), 0));
   const std::vector<Range> ranges = Ranges(groups, signal);
   Status copied = Status::Ok();
-  // The engine's stream writes the gate once its blocks are complete; the
-  // first gather waits for it (Launch). Not earlier: a plan that grows frees
-  // its old arena (cudaFree synchronizes), which must not wait on the gate.
-  gate_ = signal != nullptr && signal->gate_slot ? signal : nullptr;
+  // A gated store reaches the lane only once its gate is open (the transfer
+  // worker checks it from the CPU): no stream here waits on an engine.
   if (copied.ok()) {
     copied = options_.mode == TransferMode::kDirect
                  ? CopyDirect(ranges, chunks, signal)
@@ -118,13 +116,7 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
   // Whatever was enqueued finishes before the plan, the ring or a slot is
   // touched again, also after a failed launch.
   const uint64_t bytes = chunks.size() * FlatChunkBytes(groups);
-  bool forced = false;
-  const Status drained = signal != nullptr && signal->gate_slot ? DrainGated(*signal, &forced)
-                                                                : Drain(bytes, start);
-  if (forced) {  // the gate was never set: what the gather read is not the engine's KV
-    deadlines.missed.assign(all_chunks.size(), 1);
-    return Status::Ok();
-  }
+  const Status drained = Drain(bytes, start);
   if (!copied.ok() || !drained.ok()) return copied.ok() ? drained : copied;
   const auto woke = std::chrono::steady_clock::now();
   float gpu_ms = 0;
@@ -304,16 +296,6 @@ Status CudaCopyLane::Launch(const CopyPlan& plan, size_t num_groups, size_t begi
                             size_t step) {
   const kernels::DeviceChunkBatch batch = plan.Slice(begin, count);
   cudaStream_t stream = kernel_stream_.get();
-  if (gate_ != nullptr) {
-    const CopySignal* gate = gate_;
-    gate_ = nullptr;
-    Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
-    if (!api.ok()) return api.status();
-    KVSTASH_RETURN_IF_ERROR(cuda::DriverStatus(
-        (*api)->StreamWaitValue32(stream, gate->board->device_value(*gate->gate_slot), gate->sequence,
-                                  CU_STREAM_WAIT_VALUE_GEQ),
-        "cuStreamWaitValue32"));
-  }
   KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, step, LaneTrace::Stage::kKernel, true));
   for (size_t g = 0; g < num_groups; ++g) {
     KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore
@@ -360,32 +342,6 @@ Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
     first = last;
   }
   return trace_.Mark(stream, step, LaneTrace::Stage::kCopy, false);
-}
-
-Status CudaCopyLane::DrainGated(const CopySignal& signal, bool* forced) {
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(kernels_done_.get(), kernel_stream_.get()));
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), kernels_done_.get(), 0));
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_.get(), copy_stream_.get()));
-  for (;;) {
-    const cudaError_t state = cudaEventQuery(done_.get());
-    if (state != cudaErrorNotReady) return cuda::CudaStatus(state, "cudaEventQuery");
-    if (!*forced && signal.give_up()) {
-      // Nothing will set the gate: release our own stream, and what it
-      // gathers is thrown away (every chunk missed, never published).
-      const std::optional<uint32_t> value = signal.board->Value(*signal.gate_slot);
-      if (!value || int32_t(*value - signal.sequence) < 0) {
-        const bool written = signal.board->WriteValue(*signal.gate_slot, signal.sequence);
-        *forced = true;
-        if (auto logger = spdlog::get("kvstashd")) {
-          logger->warn("a store's gate (board {} slot {}) was not opened by its deadline: released "
-                       "by kvstashd (written: {}, value now {}), its chunks are not stored",
-                       signal.board->name(), *signal.gate_slot, written,
-                       signal.board->Value(*signal.gate_slot).value_or(0));
-        }
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(10));
-  }
 }
 
 Status CudaCopyLane::Drain(uint64_t bytes, std::chrono::steady_clock::time_point start) {

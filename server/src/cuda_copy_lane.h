@@ -57,11 +57,10 @@ class CudaCopyLane {
   // Chunks past their deadline are left out before anything is enqueued;
   // in dma mode each sub-batch is checked again before it is enqueued, and
   // once one is past, it and the rest are left out (deadlines.missed).
-  // With a signal (may be null): a store's kernels wait on the engine's
-  // gate (cuStreamWaitValue32) and its done slot is written after the last
-  // gather; a retrieve copies layer range by layer range and writes each
-  // range's slot after that range's scatter (cuStreamWriteValue32). A gate
-  // the engine never sets is written by this thread at signal->give_up().
+  // With a signal (may be null): a store's done slot is written after the
+  // last gather (its gate was open before the store reached the lane); a
+  // retrieve copies layer range by layer range and writes each range's
+  // slot after that range's scatter (cuStreamWriteValue32).
   Status Copy(const std::vector<GroupAddresses>& groups,
               const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
               const CopySignal* signal);
@@ -106,9 +105,6 @@ class CudaCopyLane {
                    const std::vector<std::pair<uint64_t, uint64_t>>& windows);
   // Waits, sleeping, for everything enqueued on both streams since `start`.
   Status Drain(uint64_t bytes, std::chrono::steady_clock::time_point start);
-  // Drain for a store behind an engine's gate: polls, and writes the gate
-  // itself once signal.give_up() (then *forced is set).
-  Status DrainGated(const CopySignal& signal, bool* forced);
   // Sleeps through the shortest time the copy can take, then polls done_.
   Status Poll(uint64_t bytes, std::chrono::steady_clock::time_point start);
 
@@ -127,8 +123,7 @@ class CudaCopyLane {
   double bytes_per_ns_ = 40;
   cuda::DeviceBuffer staging_;   // dma mode only
   CopyPlan plan_;
-  std::vector<std::unique_ptr<CopyPlan>> range_plans_;
-  const CopySignal* gate_ = nullptr;  // a store's gate, waited on before its first gather  // ranges 1.. of a layer-wise retrieve
+  std::vector<std::unique_ptr<CopyPlan>> range_plans_;  // ranges 1.. of a layer-wise retrieve
   LaneTrace trace_;
   size_t traced_steps_ = 0;
   std::atomic<uint64_t> plan_bytes_{0};

@@ -163,20 +163,6 @@ Status HostBackend::Copy(Direction direction, int /*device*/,
                          const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
                          const CopySignal* signal) {
   deadlines.missed.assign(chunks.size(), 0);
-  // A store waits for the engine's gate, as a GPU stream would; one the
-  // engine never sets is released here at the deadline or when the engine
-  // is gone, and nothing is copied.
-  if (signal != nullptr && signal->gate_slot) {
-    while (signal->board->Value(*signal->gate_slot).value_or(signal->sequence) -
-               signal->sequence > 0x7fffffffu) {  // (int32_t)(value - sequence) < 0
-      if (signal->give_up()) {
-        signal->board->Release(*signal->gate_slot, signal->sequence, 0);
-        deadlines.missed.assign(chunks.size(), 1);
-        return Status::Ok();
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-  }
   // One task per (layer, chunk): a single large chunk spreads over every
   // thread, and so do many small ones. A one-layer slice of a group is the
   // same group with the layer's flat offset.

@@ -1,8 +1,10 @@
 // Lanes, batching and completion.
 #include "transfer_worker.h"
 
-#include <algorithm>
 #include <sched.h>
+#include <sys/prctl.h>
+
+#include <algorithm>
 
 namespace kvstash::server {
 
@@ -50,14 +52,36 @@ void TransferWorker::Lane::PollForJob() const {
   }
 }
 
+namespace {
+
+// How often a lane looks at the gates of the stores it holds.
+constexpr auto kGateCheck = std::chrono::microseconds(10);
+
+bool GateOpen(const CopySignal& signal, bool* unreadable) {
+  const std::optional<uint32_t> value = signal.board->Value(*signal.gate_slot);
+  *unreadable = !value;
+  return value && int32_t(*value - signal.sequence) >= 0;  // sequences wrap
+}
+
+}  // namespace
+
 void TransferWorker::Lane::Loop() {
+  // Gate checks sleep 10 us at a time: not 50 us more (the default slack).
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  bool stopping = false;
   for (;;) {
     std::vector<TransferJob> batch;
-    if (taken_ > 0) PollForJob();  // not before the first job: an idle daemon sleeps
+    if (taken_ > 0 && gated_.empty()) PollForJob();  // not before the first job: an idle daemon sleeps
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued is done
+      const auto queued = [this] { return stopping_ || !queue_.empty(); };
+      if (gated_.empty()) {
+        wake_.wait(lock, queued);
+      } else {
+        wake_.wait_for(lock, kGateCheck, queued);
+      }
+      stopping = stopping_;
+      if (queue_.empty() && gated_.empty() && stopping) return;  // everything queued is done
       for (auto& job : queue_) batch.push_back(std::move(job));
       queue_.clear();
     }
@@ -65,7 +89,37 @@ void TransferWorker::Lane::Loop() {
     if (trace_) {
       for (const TransferJob& job : batch) trace_->Mark(job.request_id, TraceStage::kLanePickup);
     }
-    RunBatch(batch);
+    std::vector<TransferJob> ready;
+    for (TransferJob& job : batch) {
+      (job.signal && job.signal->gate_slot ? gated_ : ready).push_back(std::move(job));
+    }
+    TakeOpenGates(ready, stopping);
+    if (!ready.empty()) RunBatch(ready);
+  }
+}
+
+void TransferWorker::Lane::TakeOpenGates(std::vector<TransferJob>& ready, bool stopping) {
+  for (size_t i = 0; i < gated_.size();) {
+    TransferJob& job = gated_[i];
+    bool unreadable = false;
+    const bool open = GateOpen(*job.signal, &unreadable);
+    if (!open && !unreadable && !stopping && !job.signal->give_up()) {
+      ++i;
+      continue;
+    }
+    if (open) {
+      ready.push_back(std::move(job));
+    } else {
+      // Never copied: what the engine's blocks hold is not known to be its
+      // KV. The store's slots report TimedOut (or the board's fault).
+      const std::vector<uint8_t> missed(job.chunks.size(), 1);
+      const Status why = unreadable ? Status::DeviceError("the completion board could not be read")
+                                    : Status::TimedOut("the store's gate was never opened");
+      ReleaseOnFailure(*job.signal, why, missed);
+      job.complete(unreadable ? why : Status::Ok(), missed);
+      job.registration->EndWork();
+    }
+    gated_.erase(gated_.begin() + long(i));
   }
 }
 

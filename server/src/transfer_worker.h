@@ -64,6 +64,12 @@ class TransferWorker {
     // Polls on the core until a job is queued or busy_poll_ has passed.
     void PollForJob() const;
     void RunBatch(std::vector<TransferJob>& jobs);
+    // Moves the gated stores whose gate the engine's stream opened into
+    // `ready`; a store whose gate can no longer open (deadline passed,
+    // engine gone, board unreadable, the daemon stopping) is finished:
+    // nothing stored, every chunk missed, its "blocks reusable" slot
+    // released with TimedOut.
+    void TakeOpenGates(std::vector<TransferJob>& ready, bool stopping);
     // Releases every slot of a failed or partly missed job, with its error.
     static void ReleaseOnFailure(const CopySignal& signal, const Status& status,
                                  const std::vector<uint8_t>& missed);
@@ -77,6 +83,12 @@ class TransferWorker {
     std::mutex mutex_;
     std::condition_variable wake_;
     std::deque<TransferJob> queue_;  // GUARDED_BY(mutex_)
+    // Stores waiting for the engine's stream to open their gate; lane
+    // thread only. The lane checks the gate word from the CPU and starts
+    // the copy once it is open: no stream of the daemon ever waits on a
+    // value an engine controls, so a gate never opened can stall nothing
+    // but its own store.
+    std::vector<TransferJob> gated_;
     bool stopping_ = false;          // GUARDED_BY(mutex_)
     std::thread thread_;
   };

@@ -186,6 +186,28 @@ TEST_F(GpuCompletion, StoreGathersOnlyAfterTheEngineOpensTheGate) {
   EXPECT_EQ(engine_->CountMismatches(kSeed, tokens, Blocks(100, 8), 0, 128), 0u);
 }
 
+TEST_F(GpuCompletion, AStoreWaitingForItsGateHoldsUpNoOtherStore) {
+  const auto gated_tokens = PromptTokens(10, 64, 0);
+  auto save = client_->StoreOnStream(breg_.id, BoardChunks(gated_tokens, Blocks(0, 4)), *board_, nullptr);
+  ASSERT_TRUE(save.ok()) << save.status().ToString();
+  // Another store of the same lane, ungated, completes while the first waits.
+  const auto tokens = PromptTokens(11, 64, 0);
+  engine_->Fill(kSeed, tokens, Blocks(8, 4));
+  auto other = client_->Store(breg_.id, BoardChunks(tokens, Blocks(8, 4)));
+  ASSERT_EQ(other.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "an ungated store waited behind a gated one";
+  auto stored = other.get();
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  for (const auto& o : *stored) EXPECT_EQ(o.result, ChunkResult::kStored);
+  EXPECT_FALSE(board_->Released(save->signal, 1));
+  // Then the gate opens and the first store completes.
+  engine_->Fill(kSeed, gated_tokens, Blocks(0, 4));
+  board_->Release(save->signal.slot, save->signal.sequence, 0);
+  auto outcomes = save->outcomes.get();
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  for (const auto& o : *outcomes) EXPECT_EQ(o.result, ChunkResult::kStored);
+}
+
 TEST_F(GpuCompletion, AGateNeverOpenedIsReleasedAtTheDeadlineAndNothingIsStored) {
   ClientOptions options;
   options.socket = daemon_->socket();
