@@ -34,7 +34,7 @@ done
 start_daemon() {
   socket=ipc:///tmp/kvstash-bench-$1.sock
   "$bin/kvstashd" --backend cuda --transfer-mode "$2" --completion-wait "$3" --socket "$socket" \
-    --l1-gb 8 --log-level "$4" --busy-poll-us "${5:-0}" >"/tmp/kvstashd-$1.log" 2>&1 &
+    --l1-gb 8 --log-level "$4" ${5:+--busy-poll-us "$5"} >"/tmp/kvstashd-$1.log" 2>&1 &
   daemon=$!
   for _ in $(seq 100); do "$bin/kvstash" ping --socket "$socket" >/dev/null 2>&1 && break; sleep 0.1; done
 }
@@ -43,15 +43,16 @@ stop_daemon() {
   wait "$daemon" || { echo "kvstashd exited with $?"; tail -20 "/tmp/kvstashd-$1.log"; }
 }
 
-# MODE WAIT [BUSY_POLL_US]; busy polling applies to kvstashd and the bench's client.
+# MODE WAIT [BUSY_POLL_US]; the spin window applies to kvstashd and the bench's
+# client (default: theirs, 50 us).
 for config in "dma block" "direct block" "dma poll 200" "direct poll 200"; do
   set -- $config
-  busy=${3:-0}
-  name=$1-$2-busy$busy
+  busy=${3:-}
+  name=$1-$2-busy${busy:-default}
   start_daemon "$name" "$1" "$2" warn "$busy"
-  echo "== kvstash bench --backend cuda ($1 mode, completion wait $2, busy poll $busy us)"
+  echo "== kvstash bench --backend cuda ($1 mode, completion wait $2, spin window ${busy:-default} us)"
   timeout 150 "$bin/kvstash" bench --backend cuda --socket "$socket" --timeout-ms 60000 \
-    --busy-poll-us "$busy" >"$out/bench-$name.txt" 2>&1
+    ${busy:+--busy-poll-us "$busy"} >"$out/bench-$name.txt" 2>&1
   grep -v '^short of target' "$out/bench-$name.txt"
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
   grep AnonHugePages /proc/meminfo

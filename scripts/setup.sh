@@ -16,6 +16,7 @@ packages=(
   redis-server redis-tools  # the L3 tests start their own redis-server (and a cluster via redis-cli)
   python3 python3-yaml python3-prometheus-client
   clang-14 libclang-rt-14-dev llvm-14   # scripts/fuzz.sh: libFuzzer, sanitizers, symbolizer
+  clang-format-14                       # scripts/format.sh --check (scripts/test.sh)
   python3-venv  # scripts/test_python.sh: the CI venv (pip install ., pytest, vLLM)
 )
 

@@ -11,6 +11,8 @@ ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j "$(nproc)" "$
 # Skipped tests' reasons (ctest keeps them in its log), whatever the outcome.
 python3 scripts/ctest_skip_reasons.py "$build_dir"
 [ "$status" -eq 0 ] || exit "$status"
+# The code follows .clang-format.
+bash scripts/format.sh --check
 # The clang build of the server and client libraries that checks the
 # thread-safety annotations (KVSTASH_THREAD_SAFETY=0 skips it).
 if [ "${KVSTASH_THREAD_SAFETY:-1}" != 0 ]; then

@@ -61,7 +61,8 @@ struct CallerTrace {
     std::FILE* file = std::fopen(path.c_str(), "w");
     if (file == nullptr) return;
     for (const Call& call : calls) {
-      std::fprintf(file, "%s %lld %lld\n", call.label, (long long)call.start_ns, (long long)call.woke_ns);
+      std::fprintf(file, "%s %lld %lld\n", call.label, (long long)call.start_ns,
+                   (long long)call.woke_ns);
     }
     std::fclose(file);
   }
@@ -71,7 +72,8 @@ struct CallerTrace {
 // leases per client are bounded). `call` and `after` are one request each;
 // the trace names the timed ones `label`.
 template <typename Call, typename After>
-std::vector<double> Time(CallerTrace& trace, const char* label, int samples, Call call, After after) {
+std::vector<double> Time(CallerTrace& trace, const char* label, int samples, Call call,
+                         After after) {
   for (int i = 0; i < samples / 10 + 10; ++i) {  // warm up
     call();
     if (trace.on) trace.calls.push_back({"-", 0, 0});
@@ -132,7 +134,9 @@ std::string Stat(const char* name, const std::vector<double>& us) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N]\n");
+    std::fprintf(
+        stderr,
+        "usage: kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N]\n");
     return 2;
   }
   int samples = 2000;
@@ -182,7 +186,8 @@ int main(int argc, char** argv) {
     return tokens;
   };
   const std::vector<int32_t> tokens = prompt(7);
-  auto chunks = kvstash::PromptChunks(*reg, tokens.data(), tokens.size(), table.data(), table.size());
+  auto chunks =
+      kvstash::PromptChunks(*reg, tokens.data(), tokens.size(), table.data(), table.size());
   if (!chunks.ok()) return Fail(chunks.status());
   auto stored = c.Store(reg->id, *chunks).get();
   if (!stored.ok()) return Fail(stored.status());
@@ -205,7 +210,8 @@ int main(int argc, char** argv) {
     // then so that the pool never fills.
     for (int round = 0; round < profile_rounds; ++round) {
       const std::vector<int32_t> fresh = prompt(1000 + round * 64 * int(chunk_tokens));
-      auto batch = kvstash::PromptChunks(*reg, fresh.data(), fresh.size(), table.data(), table.size());
+      auto batch =
+          kvstash::PromptChunks(*reg, fresh.data(), fresh.size(), table.data(), table.size());
       ok &= batch.ok();
       if (!batch.ok()) break;
       ok &= c.Store(reg->id, *batch).get().ok();
@@ -248,13 +254,14 @@ int main(int argc, char** argv) {
   if (!raw_ping.ok()) return Fail(raw_ping.status());
   auto raw_lookup = kvstash::bench::ZmqRoundTripsUs(kLookupFrameBytes, samples);
   if (!raw_lookup.ok()) return Fail(raw_lookup.status());
-  std::printf("{%s, %s, %s, %s, %s, %s, \"lookup64_over_raw\": %.2f, \"ping_over_raw\": %.2f, "
-              "\"samples\": %d}\n",
-              Stat("ping", ping).c_str(), Stat("lookup64", lookup).c_str(),
-              Stat("retrieve1", retrieve1).c_str(), Stat("retrieve64", retrieve64).c_str(),
-              Stat("raw_zmq_ping_frame", *raw_ping).c_str(),
-              Stat("raw_zmq_lookup_frame", *raw_lookup).c_str(),
-              Percentile(lookup, 0.5) / Percentile(*raw_lookup, 0.5),
-              Percentile(ping, 0.5) / Percentile(*raw_ping, 0.5), samples);
+  std::printf(
+      "{%s, %s, %s, %s, %s, %s, \"lookup64_over_raw\": %.2f, \"ping_over_raw\": %.2f, "
+      "\"samples\": %d}\n",
+      Stat("ping", ping).c_str(), Stat("lookup64", lookup).c_str(),
+      Stat("retrieve1", retrieve1).c_str(), Stat("retrieve64", retrieve64).c_str(),
+      Stat("raw_zmq_ping_frame", *raw_ping).c_str(),
+      Stat("raw_zmq_lookup_frame", *raw_lookup).c_str(),
+      Percentile(lookup, 0.5) / Percentile(*raw_lookup, 0.5),
+      Percentile(ping, 0.5) / Percentile(*raw_ping, 0.5), samples);
   return 0;
 }

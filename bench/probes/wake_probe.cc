@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <string>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -35,7 +35,10 @@ struct CondVarChannel : Channel {
   std::condition_variable cv;
   bool ready = false;
   void Signal() override {
-    { std::lock_guard<std::mutex> lock(mutex); ready = true; }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ready = true;
+    }
     cv.notify_one();
   }
   void Wait() override {
@@ -48,8 +51,14 @@ struct CondVarChannel : Channel {
 struct EventFdChannel : Channel {
   int fd = eventfd(0, EFD_CLOEXEC);
   ~EventFdChannel() override { close(fd); }
-  void Signal() override { uint64_t one = 1; if (write(fd, &one, 8) != 8) std::abort(); }
-  void Wait() override { uint64_t n; if (read(fd, &n, 8) != 8) std::abort(); }
+  void Signal() override {
+    uint64_t one = 1;
+    if (write(fd, &one, 8) != 8) std::abort();
+  }
+  void Wait() override {
+    uint64_t n;
+    if (read(fd, &n, 8) != 8) std::abort();
+  }
 };
 
 struct SpinChannel : Channel {

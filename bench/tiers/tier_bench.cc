@@ -40,7 +40,9 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kBlock = 4096;
 
-double Seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 ChunkId Id(uint64_t i) {
   ChunkId id;
@@ -72,8 +74,9 @@ void Uncache(const std::string& path) {
 // ---------------------------------------------------------------- index
 
 void BenchIndex(const std::string& dir, uint32_t chunks, uint64_t chunk) {
-  std::printf("\n== L2 index rebuild: %u chunk files of %.1f MiB (%.1f GiB of L2, payloads sparse)\n", chunks,
-              double(chunk) / kMiB, double(chunks) * chunk / (1ull << 30));
+  std::printf(
+      "\n== L2 index rebuild: %u chunk files of %.1f MiB (%.1f GiB of L2, payloads sparse)\n",
+      chunks, double(chunk) / kMiB, double(chunks) * chunk / (1ull << 30));
   const std::string tier_dir = dir + "/index";
   {
     // Files in the tier's own format: put one small real chunk to create
@@ -108,7 +111,8 @@ void BenchIndex(const std::string& dir, uint32_t chunks, uint64_t chunk) {
       for (uint32_t i = 0; i < chunks; ++i) {
         ChunkId id = Id(1000000 + i);
         const std::string key = ToHex(id.key);
-        Uncache(tier_dir + "/" + key.substr(0, 2) + "/" + ToHex(id.scope.data(), 32) + "-" + key + ".kvc");
+        Uncache(tier_dir + "/" + key.substr(0, 2) + "/" + ToHex(id.scope.data(), 32) + "-" + key +
+                ".kvc");
       }
     }
     DiskTierOptions options;
@@ -119,7 +123,8 @@ void BenchIndex(const std::string& dir, uint32_t chunks, uint64_t chunk) {
     const double s = Seconds(start);
     if (!tier.ok()) Die(tier.status().ToString());
     std::printf("rebuild (%s page cache): %llu chunks, %.1f GiB indexed in %.3f s (%.0f files/s)\n",
-                warm ? "warm" : "cold", static_cast<unsigned long long>((*tier)->rebuild_report().chunks),
+                warm ? "warm" : "cold",
+                static_cast<unsigned long long>((*tier)->rebuild_report().chunks),
                 (*tier)->rebuild_report().bytes / double(1ull << 30), s, chunks / s);
   }
   std::system(("rm -rf '" + tier_dir + "'").c_str());
@@ -132,8 +137,8 @@ pid_t StartRedis(int port) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     const std::string p = std::to_string(port);
-    ::execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning", nullptr);
+    ::execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save",
+             "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning", nullptr);
     ::_exit(127);
   }
   for (int i = 0; i < 200; ++i) {
@@ -159,18 +164,23 @@ int main(int argc, char** argv) {
   double chunk_mb = 8, value_mb = 32, index_chunk_mb = 1;
   uint32_t count = 128, threads = 4, depth = 8, values = 32, index_chunks = 65536, repeats = 3;
   std::string redis, only;
-  app.add_option("--dir", dir, "Directory on the disk to measure (a scratch folder is made inside)");
+  app.add_option("--dir", dir,
+                 "Directory on the disk to measure (a scratch folder is made inside)");
   app.add_option("--chunk-mb", chunk_mb, "L2 chunk size in MiB");
   app.add_option("--chunks", count, "L2 chunks written and read");
-  app.add_option("--threads", threads, "L2 thread-pool threads; L3 I/O threads and raw connections");
-  app.add_option("--depth", depth, "L2 io_uring chunks in flight per ring (2 rings; raw: 2 x depth)");
-  app.add_option("--redis", redis, "HOST:PORT of the Redis to measure; default: a private redis-server");
+  app.add_option("--threads", threads,
+                 "L2 thread-pool threads; L3 I/O threads and raw connections");
+  app.add_option("--depth", depth,
+                 "L2 io_uring chunks in flight per ring (2 rings; raw: 2 x depth)");
+  app.add_option("--redis", redis,
+                 "HOST:PORT of the Redis to measure; default: a private redis-server");
   app.add_option("--value-mb", value_mb, "L3 value size in MiB");
   app.add_option("--values", values, "L3 values written and read");
   app.add_option("--index-chunks", index_chunks, "chunk files for the index rebuild");
   app.add_option("--index-chunk-mb", index_chunk_mb, "their (sparse) payload size in MiB");
   app.add_option("--only", only, "l2, index or l3");
-  app.add_option("--repeat", repeats, "L2 and L3 runs, interleaved; the best of each figure is shown");
+  app.add_option("--repeat", repeats,
+                 "L2 and L3 runs, interleaved; the best of each figure is shown");
   CLI11_PARSE(app, argc, argv);
 
   char scratch[4096];
@@ -188,7 +198,8 @@ int main(int argc, char** argv) {
     if (!limits.ok()) Die(limits.status().ToString());
     std::printf("\n== %s", kvstash::bench::DiskLimitsText(*limits).c_str());
   }
-  if (only.empty() || only == "index") BenchIndex(scratch, index_chunks, uint64_t(index_chunk_mb * kMiB));
+  if (only.empty() || only == "index")
+    BenchIndex(scratch, index_chunks, uint64_t(index_chunk_mb * kMiB));
   if (only.empty() || only == "l3") {
     pid_t own = -1;
     if (redis.empty()) {

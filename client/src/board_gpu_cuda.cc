@@ -28,8 +28,8 @@ Status StreamWaitWord(void* stream, uint8_t* device_word, uint32_t value) {
   Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
   if (!api.ok()) return api.status();
   return cuda::DriverStatus((*api)->StreamWaitValue32(static_cast<CUstream>(stream),
-                                                      reinterpret_cast<CUdeviceptr>(device_word), value,
-                                                      CU_STREAM_WAIT_VALUE_GEQ),
+                                                      reinterpret_cast<CUdeviceptr>(device_word),
+                                                      value, CU_STREAM_WAIT_VALUE_GEQ),
                             "cuStreamWaitValue32");
 }
 
@@ -38,9 +38,10 @@ Status StreamWriteWord(void* stream, uint8_t* device_word, uint32_t value) {
   if (!api.ok()) return api.status();
   // Default flags: ordered after every earlier write of the stream (the
   // engine's KV), so the daemon's gather sees them.
-  return cuda::DriverStatus((*api)->StreamWriteValue32(static_cast<CUstream>(stream),
-                                                       reinterpret_cast<CUdeviceptr>(device_word), value, 0),
-                            "cuStreamWriteValue32");
+  return cuda::DriverStatus(
+      (*api)->StreamWriteValue32(static_cast<CUstream>(stream),
+                                 reinterpret_cast<CUdeviceptr>(device_word), value, 0),
+      "cuStreamWriteValue32");
 }
 
 }  // namespace kvstash::client

@@ -5,7 +5,8 @@ namespace kvstash::client {
 
 namespace {
 Status NoCuda() {
-  return Status::Unavailable("libkvstash was built without CUDA: completion boards are CPU-only here");
+  return Status::Unavailable(
+      "libkvstash was built without CUDA: completion boards are CPU-only here");
 }
 }  // namespace
 

@@ -19,8 +19,8 @@
 #include <map>
 #include <mutex>
 
-#include "kvstash/adaptive_spin.h"
 #include "c_api_internal.h"
+#include "kvstash/adaptive_spin.h"
 
 struct kvstash_call {
   std::shared_ptr<kvstash::capi::CompletionQueue> queue;
@@ -189,8 +189,8 @@ kvstash_status kvstash_store_submit(kvstash_client* client, uint64_t registratio
 
 kvstash_status kvstash_retrieve_submit(kvstash_client* client, uint64_t registration_id,
                                        const kvstash_chunk* chunks, size_t num_chunks,
-                                       uint32_t skip_tokens, uint64_t lease_id,
-                                       uint64_t user_data, kvstash_call** call) {
+                                       uint32_t skip_tokens, uint64_t lease_id, uint64_t user_data,
+                                       kvstash_call** call) {
   if (client != nullptr && num_chunks > 0 && chunks == nullptr) {
     return client->Finish(Status::InvalidArgument("kvstash_retrieve_submit: chunks is NULL"));
   }
@@ -209,9 +209,8 @@ kvstash_status kvstash_lookup_submit(kvstash_client* client, uint64_t registrati
 }
 
 kvstash_status kvstash_lookup_ex_submit(kvstash_client* client, uint64_t registration_id,
-                                        const kvstash_key* keys, size_t num_keys,
-                                        uint32_t lease_ms, uint32_t flags, uint64_t user_data,
-                                        kvstash_call** call) {
+                                        const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
+                                        uint32_t flags, uint64_t user_data, kvstash_call** call) {
   if (client != nullptr && num_keys > 0 && keys == nullptr) {
     return client->Finish(Status::InvalidArgument("kvstash_lookup_submit: keys is NULL"));
   }
@@ -227,8 +226,8 @@ kvstash_status kvstash_lookup_ex_submit(kvstash_client* client, uint64_t registr
   });
 }
 
-kvstash_status kvstash_release_submit(kvstash_client* client, uint64_t lease_id,
-                                      uint64_t user_data, kvstash_call** call) {
+kvstash_status kvstash_release_submit(kvstash_client* client, uint64_t lease_id, uint64_t user_data,
+                                      kvstash_call** call) {
   return Start(client, user_data, call, [&](kvstash::Client& c, kvstash_call* pending) {
     c.Release(lease_id, [pending](kvstash::Result<uint32_t> result) {
       if (result.ok()) pending->lookup.hit_chunks = *result;
@@ -247,8 +246,8 @@ int kvstash_call_wait(kvstash_call* call, uint32_t timeout_ms) {
   if (timeout_ms > 0) {
     // A reply that comes within the spin window needs no wake-up of this
     // thread (docs/deployment.md "Spinning").
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::microseconds(kvstash::kDefaultSpinWindowUs);
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(kvstash::kDefaultSpinWindowUs);
     while (!done() && std::chrono::steady_clock::now() < until) {
 #if defined(__x86_64__)
       __builtin_ia32_pause();
@@ -288,8 +287,7 @@ size_t kvstash_call_outcomes(const kvstash_call* call, kvstash_chunk_outcome* ou
   return call->num_chunks;
 }
 
-kvstash_status kvstash_call_lookup_result(const kvstash_call* call,
-                                          kvstash_lookup_result* result) {
+kvstash_status kvstash_call_lookup_result(const kvstash_call* call, kvstash_lookup_result* result) {
   if (call == nullptr || result == nullptr) return KVSTASH_INVALID_ARGUMENT;
   if (!kvstash_call_done(call)) return KVSTASH_UNAVAILABLE;
   *result = call->lookup;
@@ -322,20 +320,23 @@ template <typename Send>
 kvstash_status StartOnStream(kvstash_client* client, const kvstash_chunk* chunks, size_t num_chunks,
                              kvstash_board* board, kvstash_board_signal* signal, uint64_t user_data,
                              kvstash_call** call, const char* what, Send send) {
-  if (client != nullptr && ((num_chunks > 0 && chunks == nullptr) || board == nullptr || signal == nullptr)) {
-    return client->Finish(Status::InvalidArgument(std::string(what) + ": chunks, board or signal is NULL"));
+  if (client != nullptr &&
+      ((num_chunks > 0 && chunks == nullptr) || board == nullptr || signal == nullptr)) {
+    return client->Finish(
+        Status::InvalidArgument(std::string(what) + ": chunks, board or signal is NULL"));
   }
   Status refused;
-  const kvstash_status started = Start(client, user_data, call, [&](kvstash::Client& c, kvstash_call* pending) {
-    pending->num_chunks = num_chunks;
-    kvstash::Result<kvstash::BoardSignal> sent = send(c, *board->board, OutcomesDone(pending));
-    if (!sent.ok()) {
-      refused = sent.status();
-      Complete(pending, refused);
-      return;
-    }
-    *signal = kvstash_board_signal{sent->slot, sent->count, sent->sequence};
-  });
+  const kvstash_status started =
+      Start(client, user_data, call, [&](kvstash::Client& c, kvstash_call* pending) {
+        pending->num_chunks = num_chunks;
+        kvstash::Result<kvstash::BoardSignal> sent = send(c, *board->board, OutcomesDone(pending));
+        if (!sent.ok()) {
+          refused = sent.status();
+          Complete(pending, refused);
+          return;
+        }
+        *signal = kvstash_board_signal{sent->slot, sent->count, sent->sequence};
+      });
   if (started != KVSTASH_OK || refused.ok()) return started;
   kvstash_call_free(*call);
   *call = nullptr;
@@ -348,16 +349,16 @@ extern "C" {
 
 kvstash_status kvstash_retrieve_on_stream(kvstash_client* client, uint64_t registration_id,
                                           const kvstash_chunk* chunks, size_t num_chunks,
-                                          uint32_t skip_tokens, uint64_t lease_id, kvstash_board* board,
-                                          void* stream, uint32_t layer_ranges, uint64_t user_data,
-                                          kvstash_board_signal* signal, kvstash_call** call) {
-  return StartOnStream(client, chunks, num_chunks, board, signal, user_data, call,
-                       "kvstash_retrieve_on_stream",
-                       [&](kvstash::Client& c, kvstash::CompletionBoard& b, auto done) {
-                         return c.RetrieveOnStream(registration_id, ToChunks(chunks, num_chunks), b,
-                                                   stream, skip_tokens, lease_id, layer_ranges,
-                                                   std::move(done));
-                       });
+                                          uint32_t skip_tokens, uint64_t lease_id,
+                                          kvstash_board* board, void* stream, uint32_t layer_ranges,
+                                          uint64_t user_data, kvstash_board_signal* signal,
+                                          kvstash_call** call) {
+  return StartOnStream(
+      client, chunks, num_chunks, board, signal, user_data, call, "kvstash_retrieve_on_stream",
+      [&](kvstash::Client& c, kvstash::CompletionBoard& b, auto done) {
+        return c.RetrieveOnStream(registration_id, ToChunks(chunks, num_chunks), b, stream,
+                                  skip_tokens, lease_id, layer_ranges, std::move(done));
+      });
 }
 
 kvstash_status kvstash_store_on_stream(kvstash_client* client, uint64_t registration_id,
@@ -367,8 +368,8 @@ kvstash_status kvstash_store_on_stream(kvstash_client* client, uint64_t registra
   return StartOnStream(client, chunks, num_chunks, board, signal, user_data, call,
                        "kvstash_store_on_stream",
                        [&](kvstash::Client& c, kvstash::CompletionBoard& b, auto done) {
-                         return c.StoreOnStream(registration_id, ToChunks(chunks, num_chunks), b, stream,
-                                                std::move(done));
+                         return c.StoreOnStream(registration_id, ToChunks(chunks, num_chunks), b,
+                                                stream, std::move(done));
                        });
 }
 

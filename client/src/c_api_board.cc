@@ -10,11 +10,13 @@ HostShm BoardShm(const kvstash_board* board) { return board->board->shm(); }
 
 extern "C" {
 
-kvstash_status kvstash_board_create(kvstash_client* client, uint32_t slots, int gpu, kvstash_board** board) {
+kvstash_status kvstash_board_create(kvstash_client* client, uint32_t slots, int gpu,
+                                    kvstash_board** board) {
   auto finish = [client](const kvstash::Status& status) {
     return client ? client->Finish(status) : kvstash::capi::ToC(status.code());
   };
-  if (board == nullptr) return finish(kvstash::Status::InvalidArgument("the kvstash_board** is NULL"));
+  if (board == nullptr)
+    return finish(kvstash::Status::InvalidArgument("the kvstash_board** is NULL"));
   *board = nullptr;
   try {
     auto created = kvstash::CompletionBoard::Create(slots, gpu);
@@ -33,11 +35,13 @@ kvstash_status kvstash_board_wait(kvstash_client* client, const kvstash_board* b
   const kvstash::Status status =
       board == nullptr || signal == nullptr
           ? kvstash::Status::InvalidArgument("kvstash_board_wait: board or signal is NULL")
-          : board->board->WaitLayerRange(stream, {signal->slot, signal->count, signal->sequence}, k);
+          : board->board->WaitLayerRange(stream, {signal->slot, signal->count, signal->sequence},
+                                         k);
   return client ? client->Finish(status) : kvstash::capi::ToC(status.code());
 }
 
-int kvstash_board_released(const kvstash_board* board, const kvstash_board_signal* signal, uint32_t k) {
+int kvstash_board_released(const kvstash_board* board, const kvstash_board_signal* signal,
+                           uint32_t k) {
   if (board == nullptr || signal == nullptr || k >= signal->count) return 0;
   return board->board->Released({signal->slot, signal->count, signal->sequence}, k) ? 1 : 0;
 }
@@ -46,7 +50,8 @@ uint32_t kvstash_board_status(const kvstash_board* board, uint32_t slot) {
   return board == nullptr ? 0 : board->board->status(slot);
 }
 
-void kvstash_board_release(kvstash_board* board, uint32_t slot, uint32_t sequence, uint32_t status) {
+void kvstash_board_release(kvstash_board* board, uint32_t slot, uint32_t sequence,
+                           uint32_t status) {
   if (board != nullptr) board->board->Release(slot, sequence, status);
 }
 

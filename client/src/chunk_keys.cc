@@ -8,8 +8,7 @@ namespace kvstash {
 
 std::vector<ChunkKey> ChunkKeys(const Registration& registration, const int32_t* tokens,
                                 size_t num_tokens) {
-  return ChainChunkKeys(registration.namespace_id, tokens, num_tokens,
-                        registration.chunk_tokens);
+  return ChainChunkKeys(registration.namespace_id, tokens, num_tokens, registration.chunk_tokens);
 }
 
 Result<std::vector<ChunkBlocks>> PromptChunks(const Registration& registration,

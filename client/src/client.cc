@@ -32,15 +32,14 @@ class Client::Impl {
     request.deadline = client::Clock::now() + request.timeout;
     request.registration_id = registration_id;
     request.wire_registration_id = wire_id(registration_id);
-    const client::Header header{
-        request.id,
-        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     request.deadline.time_since_epoch())
-                     .count()),
-        request.wire_registration_id};
+    const client::Header header{request.id,
+                                uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             request.deadline.time_since_epoch())
+                                             .count()),
+                                request.wire_registration_id};
     request.bytes = encode(header);
-    request.on_reply = [done = std::move(done), decode = std::move(decode)](
-                           Result<client::Reply> reply) {
+    request.on_reply = [done = std::move(done),
+                        decode = std::move(decode)](Result<client::Reply> reply) {
       done(reply.ok() ? R(decode(*reply)) : R(reply.status()));
     };
     transport_->Submit(std::move(request));
@@ -78,7 +77,6 @@ class Client::Impl {
   std::unique_ptr<client::Transport> transport_;
 };
 
-
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   client::SessionOptions session{ClientEndpoint(options.socket), options.request_timeout,
                                  std::move(options.client_name), std::move(options.log),
@@ -115,9 +113,7 @@ std::future<Status> Client::UnregisterKV(uint64_t registration_id) {
   Impl* impl = impl_.get();
   return impl_->Call<Status>(
       "UnregisterKV", registration_id,
-      [&](const client::Header& h) {
-        return client::EncodeUnregisterKV(h, h.registration_id);
-      },
+      [&](const client::Header& h) { return client::EncodeUnregisterKV(h, h.registration_id); },
       [impl, registration_id](const client::Reply& reply) {
         Status status = client::DecodeUnregisterKV(*reply.envelope);
         if (status.ok()) impl->registrations().Remove(registration_id);
@@ -150,9 +146,7 @@ void Client::Store(uint64_t registration_id, const std::vector<ChunkBlocks>& chu
   const size_t n = chunks.size();
   impl_->Call<R>(
       "Store", registration_id,
-      [&](const client::Header& h) {
-        return client::EncodeStore(h, h.registration_id, chunks);
-      },
+      [&](const client::Header& h) { return client::EncodeStore(h, h.registration_id, chunks); },
       [n](const client::Reply& reply) { return client::DecodeStore(*reply.envelope, n); },
       std::move(done));
 }
@@ -176,8 +170,7 @@ void Client::Retrieve(uint64_t registration_id, const std::vector<ChunkBlocks>& 
   impl_->Call<R>(
       "Retrieve", registration_id,
       [&](const client::Header& h) {
-        return client::EncodeRetrieve(h, h.registration_id, chunks, skip_tokens,
-                                      lease_id);
+        return client::EncodeRetrieve(h, h.registration_id, chunks, skip_tokens, lease_id);
       },
       [n](const client::Reply& reply) { return client::DecodeRetrieve(*reply.envelope, n); },
       std::move(done));
@@ -254,15 +247,18 @@ Result<BoardSignal> Client::RetrieveOnStream(uint64_t registration_id,
   return asked;
 }
 
-Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id,
+                                          const std::vector<ChunkBlocks>& chunks,
                                           CompletionBoard& board, void* stream) {
   auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
-  Result<BoardSignal> signal = StoreOnStream(registration_id, chunks, board, stream, std::move(done));
+  Result<BoardSignal> signal =
+      StoreOnStream(registration_id, chunks, board, stream, std::move(done));
   if (!signal.ok()) return signal.status();
   return GpuTransfer{*signal, std::move(future)};
 }
 
-Result<BoardSignal> Client::StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+Result<BoardSignal> Client::StoreOnStream(uint64_t registration_id,
+                                          const std::vector<ChunkBlocks>& chunks,
                                           CompletionBoard& board, void* stream,
                                           Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
@@ -296,13 +292,13 @@ std::future<Result<LookupResult>> Client::Lookup(uint64_t registration_id,
   return std::move(future);
 }
 
-void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys,
-                    uint32_t lease_ms, Done<Result<LookupResult>> done) {
+void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
+                    Done<Result<LookupResult>> done) {
   Lookup(registration_id, keys, lease_ms, false, std::move(done));
 }
 
-void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys,
-                    uint32_t lease_ms, bool prefetch, Done<Result<LookupResult>> done) {
+void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
+                    bool prefetch, Done<Result<LookupResult>> done) {
   if (Status count = impl_->CheckCount("Lookup", keys.size()); !count.ok()) return done(count);
   impl_->Call<Result<LookupResult>>(
       "Lookup", registration_id,
@@ -329,7 +325,8 @@ void Client::Release(uint64_t lease_id, Done<Result<uint32_t>> done) {
 std::future<Result<uint64_t>> Client::Clear(const std::string& model,
                                             const std::string& tenant_salt) {
   return impl_->Call<Result<uint64_t>>(
-      "Clear", 0, [&](const client::Header& h) { return client::EncodeClear(h, model, tenant_salt); },
+      "Clear", 0,
+      [&](const client::Header& h) { return client::EncodeClear(h, model, tenant_salt); },
       [](const client::Reply& reply) { return client::DecodeClear(*reply.envelope); });
 }
 

@@ -40,13 +40,15 @@ const char* MemoryTypeName(cudaMemoryType type) {
 
 // Why memory that CUDA reports as device memory cannot go through legacy IPC.
 std::string NotShareable(const cuda::DriverApi& driver, const void* p, const std::string& where) {
-  std::string cause = "memory that legacy CUDA IPC cannot share (a stream-ordered pool from "
-                      "cudaMallocAsync or cudaMemPool?)";
+  std::string cause =
+      "memory that legacy CUDA IPC cannot share (a stream-ordered pool from "
+      "cudaMallocAsync or cudaMemPool?)";
   CUmemGenericAllocationHandle handle = 0;
   if (driver.MemRetainAllocationHandle(&handle, const_cast<void*>(p)) == CUDA_SUCCESS) {
     driver.MemRelease(handle);
-    cause = "memory from the CUDA virtual memory API (cuMemCreate + cuMemMap), which is how "
-            "PyTorch's expandable segments allocate";
+    cause =
+        "memory from the CUDA virtual memory API (cuMemCreate + cuMemMap), which is how "
+        "PyTorch's expandable segments allocate";
   }
   return where + " lives in " + cause +
          "; cudaIpcGetMemHandle cannot share it with kvstashd. Allocate the KV cache with "
@@ -72,8 +74,8 @@ Result<Located> Locate(const cuda::DriverApi& driver, const void* p, const std::
   }
   Located found;
   size_t size = 0;
-  const Status range = cuda::DriverStatus(driver.MemGetAddressRange(&found.base, &size, CUdeviceptr(p)),
-                                          "cuMemGetAddressRange");
+  const Status range = cuda::DriverStatus(
+      driver.MemGetAddressRange(&found.base, &size, CUdeviceptr(p)), "cuMemGetAddressRange");
   if (!range.ok()) return Status::InvalidArgument(where + ": " + range.message());
   found.size = size;
   found.device = attributes.device;
@@ -111,7 +113,8 @@ uint32_t IndexOf(std::vector<Allocation>& allocations, const CudaIpc& ipc) {
 
 Status AddCudaLayers(const std::vector<CudaLayer>& layers, RegisterOptions& options) {
   Result<const cuda::DriverApi*> driver = cuda::Driver();
-  if (!driver.ok()) return Status::Unavailable("cannot register GPU memory: " + driver.status().message());
+  if (!driver.ok())
+    return Status::Unavailable("cannot register GPU memory: " + driver.status().message());
   RegisterOptions out = options;  // options stays as it was on error
   std::map<CUdeviceptr, uint32_t> index_of_base;
   int device = -1;

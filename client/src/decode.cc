@@ -14,10 +14,9 @@ static_assert(kChunkResultCount == size_t(wire::ChunkResult::MAX) + 1);
 template <typename T>
 Result<const T*> BodyAs(const wire::Envelope& envelope) {
   if (const T* body = envelope.body_as<T>()) return body;
-  return Status::Malformed(std::string("expected a ") +
-                           wire::EnumNameBody(wire::BodyTraits<T>::enum_value) +
-                           " but kvstashd answered with a " +
-                           wire::EnumNameBody(envelope.body_type()));
+  return Status::Malformed(
+      std::string("expected a ") + wire::EnumNameBody(wire::BodyTraits<T>::enum_value) +
+      " but kvstashd answered with a " + wire::EnumNameBody(envelope.body_type()));
 }
 
 std::string Str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
@@ -35,8 +34,7 @@ Status CopyBytes(const flatbuffers::Vector<uint8_t>* bytes, const char* field,
 }
 
 Result<std::vector<ChunkOutcome>> DecodeOutcomes(
-    const flatbuffers::Vector<flatbuffers::Offset<wire::ChunkOutcome>>* chunks,
-    size_t num_chunks) {
+    const flatbuffers::Vector<flatbuffers::Offset<wire::ChunkOutcome>>* chunks, size_t num_chunks) {
   const size_t got = chunks ? chunks->size() : 0;
   if (got != num_chunks) {
     return Status::Malformed("reply carries " + std::to_string(got) + " chunk outcomes for " +
@@ -73,8 +71,8 @@ Result<ChunkGroup> DecodeGroup(const wire::GroupInfo& info, uint32_t chunk_token
   group.layers.assign(info.layers()->begin(), info.layers()->end());
   group.offset_bytes = info.offset_bytes();
   const LayerGeometry& g = group.geometry;
-  group.shape = FlatGroupShape{uint32_t(group.layers.size()), g.kv_count, chunk_tokens,
-                               g.num_heads, g.head_bytes};
+  group.shape = FlatGroupShape{uint32_t(group.layers.size()), g.kv_count, chunk_tokens, g.num_heads,
+                               g.head_bytes};
   if (group.size_bytes() != info.size_bytes()) {
     return Status::Malformed(where + " is " + std::to_string(info.size_bytes()) +
                              " bytes but its shape makes " + std::to_string(group.size_bytes()));
@@ -111,12 +109,12 @@ Result<Registration> DecodeRegisterKV(const wire::Envelope& envelope) {
   out.block_tokens = r.block_tokens();
   if (out.id == 0) return Status::Malformed("RegisterKVReply has registration id 0");
   if (out.block_tokens == 0 || out.chunk_tokens % out.block_tokens != 0) {
-    return Status::Malformed("RegisterKVReply has chunk_tokens " + std::to_string(out.chunk_tokens) +
-                             ", not a multiple of block_tokens " +
-                             std::to_string(out.block_tokens));
+    return Status::Malformed(
+        "RegisterKVReply has chunk_tokens " + std::to_string(out.chunk_tokens) +
+        ", not a multiple of block_tokens " + std::to_string(out.block_tokens));
   }
-  KVSTASH_RETURN_IF_ERROR(
-      CopyBytes(r.layout_fingerprint(), "RegisterKVReply.layout_fingerprint", out.layout_fingerprint));
+  KVSTASH_RETURN_IF_ERROR(CopyBytes(r.layout_fingerprint(), "RegisterKVReply.layout_fingerprint",
+                                    out.layout_fingerprint));
   KVSTASH_RETURN_IF_ERROR(
       CopyBytes(r.namespace_id(), "RegisterKVReply.namespace_id", out.namespace_id));
   if (r.groups() == nullptr || r.groups()->size() == 0) {
@@ -152,7 +150,7 @@ Result<LookupResult> DecodeLookup(const wire::Envelope& envelope) {
   auto reply = BodyAs<wire::LookupReply>(envelope);
   if (!reply.ok()) return reply.status();
   const wire::LookupReply& r = **reply;
-  LookupResult out{r.hit_chunks(), r.hit_tokens(), r.lease_id(), r.lease_expires_ms(), {},
+  LookupResult out{r.hit_chunks(),      r.hit_tokens(), r.lease_id(), r.lease_expires_ms(), {},
                    r.prefetch_pending()};
   if (r.hit_tiers() != nullptr) {
     for (auto level : *r.hit_tiers()) {

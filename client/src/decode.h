@@ -17,10 +17,8 @@ namespace kvstash::client {
 Result<ServerInfo> DecodeHello(const wire::Envelope& envelope);
 Result<Registration> DecodeRegisterKV(const wire::Envelope& envelope);
 Status DecodeUnregisterKV(const wire::Envelope& envelope);
-Result<std::vector<ChunkOutcome>> DecodeStore(const wire::Envelope& envelope,
-                                              size_t num_chunks);
-Result<std::vector<ChunkOutcome>> DecodeRetrieve(const wire::Envelope& envelope,
-                                                 size_t num_chunks);
+Result<std::vector<ChunkOutcome>> DecodeStore(const wire::Envelope& envelope, size_t num_chunks);
+Result<std::vector<ChunkOutcome>> DecodeRetrieve(const wire::Envelope& envelope, size_t num_chunks);
 Result<LookupResult> DecodeLookup(const wire::Envelope& envelope);
 Result<uint32_t> DecodeRelease(const wire::Envelope& envelope);
 Result<uint64_t> DecodeClear(const wire::Envelope& envelope);

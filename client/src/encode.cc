@@ -67,7 +67,8 @@ Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options) {
   }
   flatbuffers::Offset<wire::HostShmHandle> board;
   if (!options.board.name.empty()) {
-    board = wire::CreateHostShmHandleDirect(fbb, options.board.name.c_str(), options.board.size_bytes);
+    board =
+        wire::CreateHostShmHandleDirect(fbb, options.board.name.c_str(), options.board.size_bytes);
   }
   auto body = wire::CreateRegisterKVRequestDirect(fbb, options.model.c_str(),
                                                   options.tenant_salt.c_str(), options.tp_rank,
@@ -85,8 +86,10 @@ Bytes EncodeStore(const Header& header, uint64_t registration_id,
   FlatBufferBuilder fbb(ChunksBytesHint(chunks));
   auto encoded = EncodeChunks(fbb, chunks);
   flatbuffers::Offset<wire::BoardSignal> board_signal;
-  if (signal) board_signal = wire::CreateBoardSignal(fbb, signal->slot, signal->count, signal->sequence);
-  return Envelope(fbb, header, wire::CreateStoreRequest(fbb, registration_id, encoded, board_signal));
+  if (signal)
+    board_signal = wire::CreateBoardSignal(fbb, signal->slot, signal->count, signal->sequence);
+  return Envelope(fbb, header,
+                  wire::CreateStoreRequest(fbb, registration_id, encoded, board_signal));
 }
 
 Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
@@ -95,7 +98,8 @@ Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
   FlatBufferBuilder fbb(ChunksBytesHint(chunks));
   auto encoded = EncodeChunks(fbb, chunks);
   flatbuffers::Offset<wire::BoardSignal> board_signal;
-  if (signal) board_signal = wire::CreateBoardSignal(fbb, signal->slot, signal->count, signal->sequence);
+  if (signal)
+    board_signal = wire::CreateBoardSignal(fbb, signal->slot, signal->count, signal->sequence);
   auto body = wire::CreateRetrieveRequest(fbb, registration_id, encoded, skip_tokens, lease_id,
                                           board_signal);
   return Envelope(fbb, header, body);
@@ -146,7 +150,9 @@ bool RewriteRegistrationId(Bytes& bytes, uint64_t registration_id) {
   if (body == nullptr) return false;
   flatbuffers::voffset_t field = 0;
   switch (type) {
-    case wire::Body::UnregisterKVRequest: field = wire::UnregisterKVRequest::VT_REGISTRATION_ID; break;
+    case wire::Body::UnregisterKVRequest:
+      field = wire::UnregisterKVRequest::VT_REGISTRATION_ID;
+      break;
     case wire::Body::StoreRequest: field = wire::StoreRequest::VT_REGISTRATION_ID; break;
     case wire::Body::RetrieveRequest: field = wire::RetrieveRequest::VT_REGISTRATION_ID; break;
     case wire::Body::LookupRequest: field = wire::LookupRequest::VT_REGISTRATION_ID; break;

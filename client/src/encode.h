@@ -31,8 +31,7 @@ Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
                      const std::vector<ChunkBlocks>& chunks, uint32_t skip_tokens,
                      uint64_t lease_id, const BoardSignal* signal = nullptr);
 Bytes EncodeLookup(const Header& header, uint64_t registration_id,
-                   const std::vector<ChunkKey>& keys, uint32_t lease_ms,
-                   bool prefetch = false);
+                   const std::vector<ChunkKey>& keys, uint32_t lease_ms, bool prefetch = false);
 Bytes EncodeRelease(const Header& header, uint64_t lease_id);
 Bytes EncodeClear(const Header& header, const std::string& model, const std::string& tenant_salt);
 Bytes EncodeDescribe(const Header& header);

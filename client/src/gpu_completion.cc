@@ -11,15 +11,17 @@ namespace kvstash {
 
 Result<std::unique_ptr<CompletionBoard>> CompletionBoard::Create(uint32_t slots, int gpu) {
   if (slots == 0 || slots > kMaxBoardSlots) {
-    return Status::InvalidArgument("a completion board holds 1 to " + std::to_string(kMaxBoardSlots) +
-                                   " slots, not " + std::to_string(slots));
+    return Status::InvalidArgument("a completion board holds 1 to " +
+                                   std::to_string(kMaxBoardSlots) + " slots, not " +
+                                   std::to_string(slots));
   }
   Result<HostKvMemory> memory = HostKvMemory::Create(uint64_t(slots) * kBoardSlotBytes);
   if (!memory.ok()) return memory.status();
   std::unique_ptr<CompletionBoard> board(new CompletionBoard(std::move(*memory), slots));
   board->taken_.assign(slots, false);
   if (gpu >= 0) {
-    Result<uint8_t*> mapped = client::MapBoardForGpu(board->memory_.data(), board->memory_.size(), gpu);
+    Result<uint8_t*> mapped =
+        client::MapBoardForGpu(board->memory_.data(), board->memory_.size(), gpu);
     if (!mapped.ok()) return mapped.status();
     board->gpu_ = gpu;
     board->device_base_ = *mapped;
@@ -51,13 +53,15 @@ Result<BoardSignal> CompletionBoard::Take(uint32_t count) {
     next_sequence_ = next_sequence_ + 1 == 0 ? 1 : next_sequence_ + 1;
     return BoardSignal{first, count, sequence};
   }
-  return Status::Exhausted("no " + std::to_string(count) + " adjacent free slots on a completion board of " +
+  return Status::Exhausted("no " + std::to_string(count) +
+                           " adjacent free slots on a completion board of " +
                            std::to_string(slots_) + "; wait for replies or create a larger board");
 }
 
 void CompletionBoard::Give(const BoardSignal& signal) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (uint32_t k = 0; k < signal.count && signal.slot + k < slots_; ++k) taken_[signal.slot + k] = false;
+  for (uint32_t k = 0; k < signal.count && signal.slot + k < slots_; ++k)
+    taken_[signal.slot + k] = false;
 }
 
 uint32_t CompletionBoard::value(uint32_t slot) const {

@@ -29,8 +29,8 @@ Result<std::pair<std::string, int>> OpenUnique(mode_t mode) {
       return Status::Unavailable("shm_open(" + name + ") failed: " + ErrnoText(errno));
     }
   }
-  return Status::Unavailable("shm_open found 64 existing /kvstash-" +
-                             std::to_string(::getpid()) + "-* objects in a row");
+  return Status::Unavailable("shm_open found 64 existing /kvstash-" + std::to_string(::getpid()) +
+                             "-* objects in a row");
 }
 
 }  // namespace

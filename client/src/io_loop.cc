@@ -80,7 +80,8 @@ void IoLoop::Run() {
     while (Step()) {
     }
   } catch (const zmq::error_t& e) {
-    const Status broken = Status::Unavailable(std::string("kvstash client I/O failed: ") + e.what());
+    const Status broken =
+        Status::Unavailable(std::string("kvstash client I/O failed: ") + e.what());
     Log(LogLevel::kError, broken.message());
     FailAll(broken.code(), broken.message());
     CloseSockets();
@@ -107,9 +108,9 @@ Status IoLoop::OpenSockets() {
     identity[0] = 'k';
     dealer_->set(zmq::sockopt::routing_id, zmq::const_buffer(identity.data(), identity.size()));
     // Watch the connection so that a lost one fails its requests at once.
-    if (zmq_socket_monitor(dealer_->handle(), kMonitorEndpoint,
-                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
-                               ZMQ_EVENT_CONNECT_RETRIED) != 0) {
+    if (zmq_socket_monitor(
+            dealer_->handle(), kMonitorEndpoint,
+            ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) != 0) {
       throw zmq::error_t();
     }
     monitor_.emplace(context_, zmq::socket_type::pair);
@@ -194,10 +195,10 @@ void IoLoop::Flush() {
     }
     if (request->bytes.size() > max_message_bytes_) {
       outbox_.pop_front();
-      Complete(*request, Status::TooLarge(request->Name() + " is " +
-                                          std::to_string(request->bytes.size()) +
-                                          " bytes, over kvstashd's max_message_bytes of " +
-                                          std::to_string(max_message_bytes_)));
+      Complete(*request,
+               Status::TooLarge(request->Name() + " is " + std::to_string(request->bytes.size()) +
+                                " bytes, over kvstashd's max_message_bytes of " +
+                                std::to_string(max_message_bytes_)));
       continue;
     }
     zmq::message_t message(request->bytes.data(), request->bytes.size());
@@ -294,13 +295,13 @@ void IoLoop::HandleReply(const zmq::message_t& message) {
   if (!verified.ok()) {
     const uint64_t id = PeekRequestId(data, message.size());
     if (Request* request = id != 0 ? pending_.Find(id) : nullptr) {
-      Complete(*request, Status(verified.status().code(), "the reply to " + request->Name() +
-                                                              " is unusable: " +
-                                                              verified.status().message()));
+      Complete(*request, Status(verified.status().code(),
+                                "the reply to " + request->Name() +
+                                    " is unusable: " + verified.status().message()));
     } else {
-      FailSent(Status(verified.status().code(), "kvstashd at " + options_.endpoint +
-                                                    " sent a reply naming no known request: " +
-                                                    verified.status().message()));
+      FailSent(Status(verified.status().code(),
+                      "kvstashd at " + options_.endpoint +
+                          " sent a reply naming no known request: " + verified.status().message()));
     }
     return;
   }
@@ -316,8 +317,8 @@ void IoLoop::HandleReply(const zmq::message_t& message) {
     if (code == StatusCode::kOk) code = StatusCode::kInternal;
     const std::string text = error->message() ? error->message()->str() : std::string();
     if (id == 0) {
-      FailSent(Status(code, "kvstashd at " + options_.endpoint +
-                                " could not read a request: " + text));
+      FailSent(
+          Status(code, "kvstashd at " + options_.endpoint + " could not read a request: " + text));
     } else if (Request* request = pending_.Find(id)) {
       Complete(*request, Status(code, text));
     }
@@ -325,8 +326,8 @@ void IoLoop::HandleReply(const zmq::message_t& message) {
   }
   Request* request = pending_.Find(id);
   if (request == nullptr || !request->sent) {
-    Log(LogLevel::kDebug, "dropped a reply to request " + std::to_string(id) +
-                              ", which already ended (timed out?)");
+    Log(LogLevel::kDebug,
+        "dropped a reply to request " + std::to_string(id) + ", which already ended (timed out?)");
     return;
   }
   Complete(*request, Reply{&envelope});
@@ -398,17 +399,16 @@ bool IoLoop::ResolveRegistration(Request& request) {
       // Nothing on this daemon to unregister: forgetting it is the whole job.
       registrations_.Remove(request.registration_id);
       flatbuffers::FlatBufferBuilder fbb(64);
-      const proto::Bytes bytes =
-          proto::Finish(fbb, request.id, wire::Body::UnregisterKVReply,
-                        wire::CreateUnregisterKVReply(fbb).Union());
+      const proto::Bytes bytes = proto::Finish(fbb, request.id, wire::Body::UnregisterKVReply,
+                                               wire::CreateUnregisterKVReply(fbb).Union());
       auto envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), bytes.size());
       if (envelope.ok()) {
         Complete(request, Reply{*envelope});
         return false;
       }
     }
-    Complete(request, Status::Unavailable(request.Name() + " not sent: " +
-                                          where->status().message()));
+    Complete(request,
+             Status::Unavailable(request.Name() + " not sent: " + where->status().message()));
     return false;
   }
   if (**where != request.wire_registration_id) {
@@ -429,8 +429,8 @@ Request IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
 }
 
 Header IoLoop::HeaderOf(const Request& request, uint64_t registration_id) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      request.deadline.time_since_epoch());
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(request.deadline.time_since_epoch());
   return Header{request.id, uint64_t(ns.count()), registration_id};
 }
 
@@ -503,7 +503,8 @@ void IoLoop::RegisterAgain(const BootId& boot) {
     const uint64_t engine_id = it->engine_id;
     const uint64_t session = session_;
     Request again = OwnRequest("RegisterKV (again: kvstashd restarted)", [this, engine_id, session,
-                                                                          boot](Result<Reply> reply) {
+                                                                          boot](
+                                                                             Result<Reply> reply) {
       Result<Registration> registered =
           reply.ok() ? DecodeRegisterKV(*reply->envelope) : Result<Registration>(reply.status());
       if (!registered.ok()) {
@@ -511,8 +512,9 @@ void IoLoop::RegisterAgain(const BootId& boot) {
                                  " again: " + registered.status().ToString());
       }
       if (std::optional<uint64_t> unused = registrations_.Rebound(engine_id, registered, boot)) {
-        Log(LogLevel::kError, "registration " + std::to_string(engine_id) +
-                                  " is unusable on the restarted kvstashd: its configuration changed");
+        Log(LogLevel::kError,
+            "registration " + std::to_string(engine_id) +
+                " is unusable on the restarted kvstashd: its configuration changed");
         Request drop = OwnRequest("UnregisterKV (unusable after restart)", [](Result<Reply>) {});
         drop.bytes = EncodeUnregisterKV(HeaderOf(drop), *unused);
         drop.session = true;

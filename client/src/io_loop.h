@@ -123,18 +123,18 @@ class IoLoop {
   PendingRequests pending_;
   std::deque<uint64_t> outbox_;  // ids not yet sent, in order (may hold ended ids)
   bool connected_ = false;
-  bool handshaken_ = false;     // the session is ready (see the session rules)
-  bool goodbye_ = false;        // kvstashd said it is stopping; until the next connection
-  std::string down_why_;        // why no session: for requests failed at once
-  uint64_t session_ = 0;        // counts successful Hellos
+  bool handshaken_ = false;       // the session is ready (see the session rules)
+  bool goodbye_ = false;          // kvstashd said it is stopping; until the next connection
+  std::string down_why_;          // why no session: for requests failed at once
+  uint64_t session_ = 0;          // counts successful Hellos
   size_t registering_again_ = 0;  // outstanding RegisterKVs of this session
-  BootId boot_{};               // of the daemon that answered the last Hello
+  BootId boot_{};                 // of the daemon that answered the last Hello
   bool handshake_wanted_ = false;
-  uint64_t handshake_id_ = 0;   // the Hello in progress, 0 when none
+  uint64_t handshake_id_ = 0;  // the Hello in progress, 0 when none
   bool want_pollout_ = false;
-  bool queue_woken_ = true;  // the submission queue's eventfd fired since the last Drain
-  AdaptiveSpin spin_;                // polls on the core for a while after activity
-  Clock::time_point last_sent_;      // the last message to kvstashd
+  bool queue_woken_ = true;      // the submission queue's eventfd fired since the last Drain
+  AdaptiveSpin spin_;            // polls on the core for a while after activity
+  Clock::time_point last_sent_;  // the last message to kvstashd
   std::chrono::milliseconds keepalive_{0};  // a quarter of the daemon's peer timeout
   uint64_t max_message_bytes_;
   proto::Bytes aligned_;  // a misaligned reply's copy (operator new aligns it)

@@ -56,7 +56,7 @@ class Registrations {
     RegisterOptions options;
     uint64_t daemon_id = 0;
     BootId boot{};
-    Status last_error;  // why it is not registered on a later boot
+    Status last_error;     // why it is not registered on a later boot
     bool retired = false;  // never registered again (configuration changed)
   };
   mutable Mutex mutex_;

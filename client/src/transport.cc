@@ -20,9 +20,9 @@ Result<std::unique_ptr<Transport>> Transport::Start(SessionOptions options,
   options.trace = transport->trace_.get();
   std::promise<Result<ServerInfo>> hello;
   first_hello = hello.get_future();
-  transport->loop_ = std::make_unique<IoLoop>(std::move(options), transport->context_,
-                                              transport->queue_, transport->next_id_,
-                                              transport->registrations_, std::move(hello));
+  transport->loop_ =
+      std::make_unique<IoLoop>(std::move(options), transport->context_, transport->queue_,
+                               transport->next_id_, transport->registrations_, std::move(hello));
   try {
     transport->thread_ = std::thread([loop = transport->loop_.get()] { loop->Run(); });
   } catch (const std::system_error& e) {

@@ -43,8 +43,8 @@ OptionSpec ModeOption(std::string name, std::string env, uint32_t ServerConfig::
   return spec;
 }
 
-OptionSpec FloatOption(std::string name, std::string env, double ServerConfig::*member,
-                       double min, double max, std::string help) {
+OptionSpec FloatOption(std::string name, std::string env, double ServerConfig::*member, double min,
+                       double max, std::string help) {
   return NumberOption(std::move(name), std::move(env), member, min, max, std::move(help));
 }
 
@@ -59,8 +59,8 @@ OptionSpec StringOption(std::string name, std::string env, std::string ServerCon
 }
 
 // A string that may be empty: the feature it configures is then off.
-OptionSpec OptionalStringOption(std::string name, std::string env, std::string ServerConfig::*member,
-                                std::string help) {
+OptionSpec OptionalStringOption(std::string name, std::string env,
+                                std::string ServerConfig::*member, std::string help) {
   OptionSpec spec = StringOption(std::move(name), std::move(env), member, std::move(help));
   spec.allow_empty = true;
   return spec;
@@ -171,24 +171,28 @@ std::vector<OptionSpec> BuildTable() {
                  "When a stored chunk is written to L2/L3: write-through = right after it "
                  "is stored (it survives a restart at once; eviction from L1 never waits), "
                  "on-eviction = only when L1 evicts it (less disk and Redis traffic)"),
-      OptionalStringOption("l3-redis", "KVSTASH_L3_REDIS", &C::l3_redis,
-                           "Redis or Valkey servers of the shared L3 tier, HOST:PORT[,HOST:PORT...]: "
-                           "seeds of a Redis Cluster, or shards; empty = no L3"),
-      OptionalStringOption("l3-user", "KVSTASH_L3_USER", &C::l3_user,
-                           "ACL user for AUTH on the L3 servers; empty = AUTH with the password alone"),
+      OptionalStringOption(
+          "l3-redis", "KVSTASH_L3_REDIS", &C::l3_redis,
+          "Redis or Valkey servers of the shared L3 tier, HOST:PORT[,HOST:PORT...]: "
+          "seeds of a Redis Cluster, or shards; empty = no L3"),
+      OptionalStringOption(
+          "l3-user", "KVSTASH_L3_USER", &C::l3_user,
+          "ACL user for AUTH on the L3 servers; empty = AUTH with the password alone"),
       SecretOption("l3-password", "KVSTASH_L3_PASSWORD", &C::l3_password,
                    "Password for AUTH on the L3 servers; empty = no AUTH. Prefer the "
                    "environment variable to the command line"),
-      UintOption("l3-connect-timeout-ms", "KVSTASH_L3_CONNECT_TIMEOUT_MS", &C::l3_connect_timeout_ms,
-                 1, 600000, "Timeout of a connection to an L3 server in milliseconds"),
+      UintOption("l3-connect-timeout-ms", "KVSTASH_L3_CONNECT_TIMEOUT_MS",
+                 &C::l3_connect_timeout_ms, 1, 600000,
+                 "Timeout of a connection to an L3 server in milliseconds"),
       UintOption("l3-timeout-ms", "KVSTASH_L3_TIMEOUT_MS", &C::l3_timeout_ms, 1, 600000,
                  "Timeout of an L3 command (one pipelined batch's send or reply) in milliseconds"),
       UintOption("l3-io-threads", "KVSTASH_L3_IO_THREADS", &C::l3_io_threads, 1, 256,
                  "Threads talking to the L3 servers, each with its own connections"),
       UintOption("l3-part-mb", "KVSTASH_L3_PART_MB", &C::l3_part_mb, 1, 512,
                  "Largest value written to L3 in MiB; larger chunks are split into parts"),
-      UintOption("l3-ttl-s", "KVSTASH_L3_TTL_S", &C::l3_ttl_s, 0, 315360000,
-                 "Expiry of chunks written to L3 in seconds; 0 = none (let maxmemory-policy evict)"),
+      UintOption(
+          "l3-ttl-s", "KVSTASH_L3_TTL_S", &C::l3_ttl_s, 0, 315360000,
+          "Expiry of chunks written to L3 in seconds; 0 = none (let maxmemory-policy evict)"),
       UintOption("l3-breaker-failures", "KVSTASH_L3_BREAKER_FAILURES", &C::l3_breaker_failures, 1,
                  1000, "Failures in a row after which calls to an L3 server fail at once"),
       UintOption("l3-breaker-open-ms", "KVSTASH_L3_BREAKER_OPEN_MS", &C::l3_breaker_open_ms, 1,
@@ -235,8 +239,8 @@ Status OutOfRange(const OptionSpec& option, std::string_view text) {
 Status ParseUint(const OptionSpec& option, std::string_view text, uint32_t* out) {
   const int base = option.octal ? 8 : 10;
   const bool digits_only =
-      !text.empty() && text.find_first_not_of(option.octal ? "01234567" : "0123456789") ==
-                           std::string_view::npos;
+      !text.empty() &&
+      text.find_first_not_of(option.octal ? "01234567" : "0123456789") == std::string_view::npos;
   if (!digits_only) {
     return Status::InvalidArgument(option.flag() + " " + Quoted(text) + " is not " +
                                    (option.octal ? "an octal mode" : "an unsigned integer"));

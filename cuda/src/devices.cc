@@ -49,10 +49,12 @@ Result<int> DeviceWithUuid(const GpuUuid& uuid, const std::string& viewer) {
     Result<GpuUuid> found = DeviceUuid(device);
     if (!found.ok()) return found.status();
     if (*found == uuid) return device;
-    seen += (seen.empty() ? "" : ", ") + UuidText(*found) + " (device " + std::to_string(device) + ")";
+    seen +=
+        (seen.empty() ? "" : ", ") + UuidText(*found) + " (device " + std::to_string(device) + ")";
   }
-  return Status::NotFound("GPU " + UuidText(uuid) + " is not visible to " + viewer + ", which sees " +
-                          seen + "; check CUDA_VISIBLE_DEVICES and that engine and daemon share the host");
+  return Status::NotFound("GPU " + UuidText(uuid) + " is not visible to " + viewer +
+                          ", which sees " + seen +
+                          "; check CUDA_VISIBLE_DEVICES and that engine and daemon share the host");
 }
 
 }  // namespace kvstash::cuda

@@ -19,18 +19,17 @@ template <typename Fn>
 Status Resolve(const char* symbol, Fn& fn) {
   void* address = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  const cudaError_t error =
-      cudaGetDriverEntryPointByVersion(symbol, &address, kEntryPointVersion, cudaEnableDefault, &found);
+  const cudaError_t error = cudaGetDriverEntryPointByVersion(symbol, &address, kEntryPointVersion,
+                                                             cudaEnableDefault, &found);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
     return Status::Unavailable(std::string("no CUDA driver to resolve ") + symbol + ": " +
                                cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")");
   }
   if (found != cudaDriverEntryPointSuccess || address == nullptr) {
-    return Status::Unavailable(std::string("the CUDA driver has no entry point ") + symbol +
-                               (found == cudaDriverEntryPointVersionNotSufficent
-                                    ? " (driver too old)"
-                                    : ""));
+    return Status::Unavailable(
+        std::string("the CUDA driver has no entry point ") + symbol +
+        (found == cudaDriverEntryPointVersionNotSufficent ? " (driver too old)" : ""));
   }
   fn = reinterpret_cast<Fn>(address);
   return Status::Ok();
@@ -49,7 +48,8 @@ Result<DriverApi> ResolveAll() {
   KVSTASH_RETURN_IF_ERROR(Resolve("cuMemMap", api.MemMap));
   KVSTASH_RETURN_IF_ERROR(Resolve("cuMemUnmap", api.MemUnmap));
   KVSTASH_RETURN_IF_ERROR(Resolve("cuMemSetAccess", api.MemSetAccess));
-  KVSTASH_RETURN_IF_ERROR(Resolve("cuMemGetAllocationGranularity", api.MemGetAllocationGranularity));
+  KVSTASH_RETURN_IF_ERROR(
+      Resolve("cuMemGetAllocationGranularity", api.MemGetAllocationGranularity));
   // Optional: only GPU-side completion needs them (StreamMemOps).
   (void)Resolve("cuStreamWriteValue32", api.StreamWriteValue32);
   (void)Resolve("cuStreamWaitValue32", api.StreamWaitValue32);
@@ -82,8 +82,8 @@ Status DriverStatus(CUresult result, const char* call) {
   const char* name = nullptr;
   Result<const DriverApi*> api = Driver();
   if (api.ok()) (*api)->GetErrorName(result, &name);
-  return Status::DeviceError(std::string(call) + " failed: " +
-                             (name ? name : "CUresult " + std::to_string(int(result))));
+  return Status::DeviceError(
+      std::string(call) + " failed: " + (name ? name : "CUresult " + std::to_string(int(result))));
 }
 
 }  // namespace kvstash::cuda

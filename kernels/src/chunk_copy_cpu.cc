@@ -41,8 +41,8 @@ void CopyRow(const GroupCopy& group, const ChunkCopy& chunk, uint32_t layer, uin
     const uint32_t in_block = t % g.block_tokens;
     const uint32_t run = std::min(end - t, g.block_tokens - in_block);
     if (packed_tokens) {
-      Move<kDir>(base + PagedOffset(g, block, kv, in_block, 0), flat + FlatOffset(s, layer, kv, t, 0),
-                 run * token_bytes);
+      Move<kDir>(base + PagedOffset(g, block, kv, in_block, 0),
+                 flat + FlatOffset(s, layer, kv, t, 0), run * token_bytes);
     } else {
       for (uint32_t i = 0; i < run; ++i) {
         for (uint32_t h = 0; h < g.num_heads; ++h) {
@@ -68,9 +68,9 @@ Status GatherChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t n
     for (uint32_t layer = 0; layer < s.num_layers; ++layer) {
       for (uint32_t kv = 0; kv < s.kv_count; ++kv) {
         CopyRow<Direction::kGather>(merged, chunk, layer, kv, 0, chunk.num_tokens);
-        std::memset(chunk.flat + merged.flat_offset_bytes +
-                        FlatOffset(s, layer, kv, chunk.num_tokens, 0),
-                    0, (s.chunk_tokens - chunk.num_tokens) * token_bytes);
+        std::memset(
+            chunk.flat + merged.flat_offset_bytes + FlatOffset(s, layer, kv, chunk.num_tokens, 0),
+            0, (s.chunk_tokens - chunk.num_tokens) * token_bytes);
       }
     }
   }
@@ -86,8 +86,7 @@ Status ScatterChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t 
     if (chunk.skip_tokens >= chunk.num_tokens) continue;
     for (uint32_t layer = 0; layer < merged.shape.num_layers; ++layer) {
       for (uint32_t kv = 0; kv < merged.shape.kv_count; ++kv) {
-        CopyRow<Direction::kScatter>(merged, chunk, layer, kv, chunk.skip_tokens,
-                                     chunk.num_tokens);
+        CopyRow<Direction::kScatter>(merged, chunk, layer, kv, chunk.skip_tokens, chunk.num_tokens);
       }
     }
   }

@@ -27,12 +27,28 @@ constexpr uint64_t kTileBytes = 32 * 1024;
 // Also bounds the block ids a tile spans (one per token at block_tokens 1).
 constexpr uint32_t kMaxTileTokens = 256;
 
-template <int kWidth> struct VecOf;
-template <> struct VecOf<16> { using Type = uint4; };
-template <> struct VecOf<8> { using Type = uint2; };
-template <> struct VecOf<4> { using Type = uint32_t; };
-template <> struct VecOf<2> { using Type = uint16_t; };
-template <> struct VecOf<1> { using Type = uint8_t; };
+template <int kWidth>
+struct VecOf;
+template <>
+struct VecOf<16> {
+  using Type = uint4;
+};
+template <>
+struct VecOf<8> {
+  using Type = uint2;
+};
+template <>
+struct VecOf<4> {
+  using Type = uint32_t;
+};
+template <>
+struct VecOf<2> {
+  using Type = uint16_t;
+};
+template <>
+struct VecOf<1> {
+  using Type = uint8_t;
+};
 
 struct RowIndex {
   uint32_t chunk;
@@ -135,8 +151,8 @@ __device__ __forceinline__ void ZeroBytes(uint8_t* dst, uint64_t bytes) {
 // chunk's num_tokens.
 template <int kWidth>
 __global__ void __launch_bounds__(kThreadsPerCta) GatherChunksKernel(
-    const LayerGeometry geometry,              // paged layout of every layer, heads merged
-    const FlatGroupShape shape,                // [num_layers, kv_count, chunk_tokens, num_heads, head_bytes]
+    const LayerGeometry geometry,  // paged layout of every layer, heads merged
+    const FlatGroupShape shape,    // [num_layers, kv_count, chunk_tokens, num_heads, head_bytes]
     const uint64_t flat_offset_bytes,          // group start inside each flat chunk
     uint8_t* const* __restrict__ layer_bases,  // [num_layers]
     const ChunkCopy* __restrict__ chunks,      // [num_chunks]
@@ -166,8 +182,8 @@ __global__ void __launch_bounds__(kThreadsPerCta) GatherChunksKernel(
 // (y + 1) * tile_tokens) that lie in [skip_tokens, num_tokens) of its chunk.
 template <int kWidth>
 __global__ void __launch_bounds__(kThreadsPerCta) ScatterChunksKernel(
-    const LayerGeometry geometry,              // paged layout of every layer, heads merged
-    const FlatGroupShape shape,                // [num_layers, kv_count, chunk_tokens, num_heads, head_bytes]
+    const LayerGeometry geometry,  // paged layout of every layer, heads merged
+    const FlatGroupShape shape,    // [num_layers, kv_count, chunk_tokens, num_heads, head_bytes]
     const uint64_t flat_offset_bytes,          // group start inside each flat chunk
     uint8_t* const* __restrict__ layer_bases,  // [num_layers]
     const ChunkCopy* __restrict__ chunks,      // [num_chunks]
@@ -207,9 +223,9 @@ Status Launch(Direction direction, const DeviceGroupCopy& device_group,
                                    " bytes exceeds the kernels' 4 GiB limit");
   }
   if (rows > INT32_MAX || tiles > 65535) {
-    return Status::InvalidArgument("batch of " + std::to_string(batch.num_chunks) + " chunks makes a " +
-                                   std::to_string(rows) + " x " + std::to_string(tiles) +
-                                   " grid, over CUDA's limits (2^31 - 1) x 65535: split it");
+    return Status::InvalidArgument(
+        "batch of " + std::to_string(batch.num_chunks) + " chunks makes a " + std::to_string(rows) +
+        " x " + std::to_string(tiles) + " grid, over CUDA's limits (2^31 - 1) x 65535: split it");
   }
   const dim3 grid(static_cast<uint32_t>(rows), static_cast<uint32_t>(tiles));
   auto* cuda_stream = static_cast<cudaStream_t>(stream);

@@ -5,8 +5,7 @@
 
 namespace kvstash::proto {
 
-Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
-                                             size_t max_bytes) {
+Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size, size_t max_bytes) {
   uint64_t ignored = 0;
   return VerifyEnvelope(data, size, max_bytes, &ignored);
 }

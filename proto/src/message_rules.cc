@@ -18,7 +18,7 @@ namespace {
 
 enum class Kind {
   kString,
-  kStruct,        // checked for presence only
+  kStruct,  // checked for presence only
   kTable,
   kUnion,
   kScalarVector,  // scalars and structs: length rules only
@@ -41,9 +41,9 @@ struct UnionMember {
 struct FieldPlan {
   std::string name;
   Kind kind = Kind::kString;
-  uint16_t offset = 0;       // vtable offset of the field
-  uint16_t type_offset = 0;  // unions: vtable offset of the _type field
-  int object = -1;           // tables and table vectors: index into Plan::objects
+  uint16_t offset = 0;               // vtable offset of the field
+  uint16_t type_offset = 0;          // unions: vtable offset of the _type field
+  int object = -1;                   // tables and table vectors: index into Plan::objects
   std::vector<UnionMember> members;  // unions: by type value
   Rules rules;
 };
@@ -96,9 +96,7 @@ Plan BuildPlan() {
       f.offset = field->offset();
       f.rules = ReadRules(*field);
       switch (type.base_type()) {
-        case reflection::String:
-          f.kind = Kind::kString;
-          break;
+        case reflection::String: f.kind = Kind::kString; break;
         case reflection::Obj:
           f.object = type.index();
           f.kind = objects.Get(uint32_t(type.index()))->is_struct() ? Kind::kStruct : Kind::kTable;
@@ -127,8 +125,7 @@ Plan BuildPlan() {
             f.kind = Kind::kScalarVector;  // vectors of unions: not in our schema
           }
           break;
-        default:
-          continue;  // scalars, union type fields: the Verifier's business
+        default: continue;  // scalars, union type fields: the Verifier's business
       }
       if (f.kind == Kind::kStruct && !f.rules.required) continue;
       out.fields.push_back(std::move(f));
@@ -148,8 +145,8 @@ std::string Index(size_t i) { return "[" + std::to_string(i) + "]"; }
 // Adds the enclosing path to a problem found below.
 Status Under(const std::string& where, const Status& problem) {
   const std::string& message = problem.message();
-  const bool path_follows = !message.empty() && (message[0] == '.' || message[0] == '[' ||
-                                                 message[0] == '<');
+  const bool path_follows =
+      !message.empty() && (message[0] == '.' || message[0] == '[' || message[0] == '<');
   return Status(problem.code(), where + (path_follows ? "" : ": ") + message);
 }
 
@@ -161,8 +158,8 @@ Status CheckString(const flatbuffers::String& s, const Rules& rules) {
   }
   size_t bad = 0;
   if (!IsCleanUtf8(s.string_view(), &bad)) {
-    return Status::InvalidArgument("is not valid UTF-8 text (byte " + std::to_string(bad) +
-                                   " of " + std::to_string(s.size()) + ")");
+    return Status::InvalidArgument("is not valid UTF-8 text (byte " + std::to_string(bad) + " of " +
+                                   std::to_string(s.size()) + ")");
   }
   return Status::Ok();
 }
@@ -202,8 +199,7 @@ Status WalkField(const Plan& plan, const FieldPlan& f, const flatbuffers::Table&
     return f.rules.required ? Status::InvalidArgument("is missing") : Status::Ok();
   }
   switch (f.kind) {
-    case Kind::kStruct:
-      return Status::Ok();  // present
+    case Kind::kStruct: return Status::Ok();  // present
     case Kind::kString:
       return CheckString(*table.GetPointer<const flatbuffers::String*>(f.offset), f.rules);
     case Kind::kTable:
@@ -238,8 +234,7 @@ Status WalkField(const Plan& plan, const FieldPlan& f, const flatbuffers::Table&
       }
       return Status::Ok();
     }
-    case Kind::kUnion:
-      break;
+    case Kind::kUnion: break;
   }
   return Status::Ok();
 }

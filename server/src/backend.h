@@ -7,18 +7,18 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "completion_board.h"
 #include "kvstash/kernels/chunk_copy.h"
 #include "kvstash/status.h"
-#include "completion_board.h"
 #include "l1_pool.h"
 #include "peer.h"
 
@@ -46,7 +46,7 @@ class MappedAllocation {
   virtual ~MappedAllocation() = default;
   virtual uint8_t* base() const = 0;  // address the copy engine uses
   virtual uint64_t size_bytes() const = 0;
-  virtual int device() const = 0;     // transfer worker index (0 for host)
+  virtual int device() const = 0;  // transfer worker index (0 for host)
 };
 
 enum class Direction { kStore, kRetrieve };
@@ -95,7 +95,7 @@ struct CopySignal {
 
 // One group's layers of one registration, as the copy engine addresses them.
 struct GroupAddresses {
-  kernels::GroupCopy group;           // layer_bases points into `layer_bases`
+  kernels::GroupCopy group;  // layer_bases points into `layer_bases`
   std::vector<uint8_t*> layer_bases;
 };
 
@@ -109,7 +109,8 @@ class Backend {
   virtual SlabHooks slab_hooks() = 0;
   // Refuses a layout this backend cannot copy (a chunk larger than its
   // staging ring, say) before the registration is accepted.
-  virtual Status CheckRegistration(int /*device*/, const std::vector<GroupAddresses>& /*groups*/) const {
+  virtual Status CheckRegistration(int /*device*/,
+                                   const std::vector<GroupAddresses>& /*groups*/) const {
     return Status::Ok();
   }
   // Copies a batch of chunks of one registration, every group, in one

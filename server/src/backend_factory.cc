@@ -15,9 +15,9 @@ namespace kvstash::server {
 namespace {
 
 std::unique_ptr<Backend> MakeHostBackend(const config::ServerConfig& config) {
-  const size_t copy_threads =
-      config.copy_threads ? config.copy_threads
-                          : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  const size_t copy_threads = config.copy_threads
+                                  ? config.copy_threads
+                                  : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
   return std::make_unique<HostBackend>(copy_threads);
 }
 
@@ -35,11 +35,11 @@ Result<std::unique_ptr<Backend>> CreateBackend(const config::ServerConfig& confi
     Logger()->info("backend auto: {}; using the host backend", cuda.status().message());
     return MakeHostBackend(config);
   }
-  return Status(cuda.status().code(),
-                "--backend " + std::string(NameOf(config.backend)) + ": " + cuda.status().message() +
-                    (cuda.status().code() == StatusCode::kUnavailable
-                         ? "; on a machine without a GPU use --backend host"
-                         : ""));
+  return Status(cuda.status().code(), "--backend " + std::string(NameOf(config.backend)) + ": " +
+                                          cuda.status().message() +
+                                          (cuda.status().code() == StatusCode::kUnavailable
+                                               ? "; on a machine without a GPU use --backend host"
+                                               : ""));
 #else
   if (config.backend == BackendKind::kAuto) return MakeHostBackend(config);
   return Status::Unavailable(

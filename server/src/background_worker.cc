@@ -27,7 +27,8 @@ void BackgroundWorker::Loop() {
     std::function<void()> task;
     {
       MutexLock lock(mutex_);
-      wake_.wait(lock.native(), [this]() KVSTASH_REQUIRES(mutex_) { return stopping_ || !tasks_.empty(); });
+      wake_.wait(lock.native(),
+                 [this]() KVSTASH_REQUIRES(mutex_) { return stopping_ || !tasks_.empty(); });
       if (tasks_.empty()) return;  // stopping, and everything queued ran
       task = std::move(tasks_.front());
       tasks_.pop_front();

@@ -25,8 +25,10 @@ size_t ChunkStore::ScopedKeyHash::operator()(const ScopedKey& k) const {
 }
 
 ChunkStore::ChunkStore(L1Pool& pool, Stats& stats, LeaseLimits limits)
-    : pool_(pool), stats_(stats),
-      index_(0, ScopedKeyHash{ChunkKeyHash((uint64_t(std::random_device{}()) << 32) | std::random_device{}())}),
+    : pool_(pool),
+      stats_(stats),
+      index_(0, ScopedKeyHash{ChunkKeyHash((uint64_t(std::random_device{}()) << 32) |
+                                           std::random_device{}())}),
       limits_(limits) {
   std::random_device seed;
   std::seed_seq seq{seed(), seed(), seed(), seed(), seed(), seed(), seed(), seed()};
@@ -110,7 +112,8 @@ std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
   const size_t flush_limit = pending_flushes_.size() + kFlushAhead;
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
-    if (e->bytes == chunk_bytes && EvictLocked(e, pending_flushes_.size() < flush_limit)) return pool_.Allocate(chunk_bytes);
+    if (e->bytes == chunk_bytes && EvictLocked(e, pending_flushes_.size() < flush_limit))
+      return pool_.Allocate(chunk_bytes);
   }
   // Otherwise free whole slabs of other sizes, oldest chunks first, until one
   // slab empties and can serve this size.
@@ -206,16 +209,17 @@ ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<Chu
   uint64_t& held = leases_of_[owner];
   if (limits_.per_owner != 0 && held >= limits_.per_owner) {
     if (held == 0) leases_of_.erase(owner);
-    result.refused = Status::Exhausted("this client holds " + std::to_string(held) +
-                                       " leases; the limit is " + std::to_string(limits_.per_owner) +
-                                       " (--max-leases-per-client): release or let some expire");
+    result.refused =
+        Status::Exhausted("this client holds " + std::to_string(held) + " leases; the limit is " +
+                          std::to_string(limits_.per_owner) +
+                          " (--max-leases-per-client): release or let some expire");
     return result;
   }
   if (limits_.total != 0 && leases_.size() >= limits_.total) {
     if (held == 0) leases_of_.erase(owner);
-    result.refused = Status::Exhausted(std::to_string(leases_.size()) +
-                                       " leases are held; the limit is " +
-                                       std::to_string(limits_.total) + " (--max-leases)");
+    result.refused =
+        Status::Exhausted(std::to_string(leases_.size()) + " leases are held; the limit is " +
+                          std::to_string(limits_.total) + " (--max-leases)");
     return result;
   }
   Lease lease;

@@ -36,9 +36,9 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <utility>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "chunk_key_hash.h"
@@ -60,8 +60,8 @@ class ChunkStore {
   enum class Reservation { kReserved, kAlreadyPresent, kNoRoom };
   struct StoreTicket {
     Reservation result = Reservation::kNoRoom;
-    Entry* entry = nullptr;     // with kReserved
-    uint8_t* slot = nullptr;    // with kReserved: chunk_bytes to fill
+    Entry* entry = nullptr;   // with kReserved
+    uint8_t* slot = nullptr;  // with kReserved: chunk_bytes to fill
   };
   struct ReadTicket {
     Entry* entry = nullptr;
@@ -91,9 +91,9 @@ class ChunkStore {
   using FlushHook = std::function<void(std::vector<Flush>)>;
 
   struct LeaseLimits {
-    uint64_t per_owner = 0;    // leases one owner may hold; 0 = unbounded
-    uint64_t total = 0;        // leases held by everyone; 0 = unbounded
-    uint64_t leased_bytes = 0; // bytes of leased chunks; 0 = unbounded
+    uint64_t per_owner = 0;     // leases one owner may hold; 0 = unbounded
+    uint64_t total = 0;         // leases held by everyone; 0 = unbounded
+    uint64_t leased_bytes = 0;  // bytes of leased chunks; 0 = unbounded
   };
   ChunkStore(L1Pool& pool, Stats& stats) : ChunkStore(pool, stats, LeaseLimits()) {}
   ChunkStore(L1Pool& pool, Stats& stats, LeaseLimits limits);
@@ -123,18 +123,16 @@ class ChunkStore {
   // A chunk of fewer than chunk_tokens tokens ends the prefix. The prefix
   // stops where the leased-bytes budget would be exceeded; past the per-owner
   // or total lease count, `refused` says so and nothing is leased.
-  LookupResult Lookup(ScopeId scope, const std::vector<ChunkKey>& keys,
-                      uint32_t chunk_tokens, std::chrono::milliseconds lease,
-                      const std::string& owner = {});
+  LookupResult Lookup(ScopeId scope, const std::vector<ChunkKey>& keys, uint32_t chunk_tokens,
+                      std::chrono::milliseconds lease, const std::string& owner = {});
   // Ends a lease of `owner`; returns the chunks it held, or nullopt if
   // unknown, expired or another owner's.
   std::optional<uint32_t> Release(uint64_t lease_id, const std::string& owner = {});
   // Adds `chunks` of lower tiers to lease `lease_id` (or, with 0, to a new
   // lease of `owner` for `lease`); `on_end` runs once when it ends. Returns
   // the lease id, 0 when `lease_id` is no longer held (`on_end` ran).
-  uint64_t AttachLower(uint64_t lease_id, const std::string& owner,
-                       std::chrono::milliseconds lease, uint32_t chunks,
-                       std::function<void()> on_end);
+  uint64_t AttachLower(uint64_t lease_id, const std::string& owner, std::chrono::milliseconds lease,
+                       uint32_t chunks, std::function<void()> on_end);
   // Ends leases whose time has passed.
   void ExpireLeases(Clock::time_point now);
 
@@ -170,12 +168,14 @@ class ChunkStore {
   using Index = std::unordered_map<ScopedKey, std::unique_ptr<Entry>, ScopedKeyHash>;
 
   bool Evictable(const Entry& e) const;
-  StoreTicket BeginStoreLocked(ScopeId scope, const ChunkKey& key, uint64_t chunk_bytes) KVSTASH_REQUIRES(mutex_);
+  StoreTicket BeginStoreLocked(ScopeId scope, const ChunkKey& key, uint64_t chunk_bytes)
+      KVSTASH_REQUIRES(mutex_);
   void EraseLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
   std::optional<L1Pool::Slot> AllocateLocked(uint64_t chunk_bytes) KVSTASH_REQUIRES(mutex_);
   void TouchLocked(Entry* entry) KVSTASH_REQUIRES(mutex_);
   // Appends what must run once the lock is released to `after`.
-  void EndLeaseLocked(Lease& lease, std::vector<std::function<void()>>* after) KVSTASH_REQUIRES(mutex_);
+  void EndLeaseLocked(Lease& lease, std::vector<std::function<void()>>* after)
+      KVSTASH_REQUIRES(mutex_);
   uint64_t NewLeaseIdLocked() KVSTASH_REQUIRES(mutex_);
   // Pins and unpins: an entry leaves the LRU list while it is not evictable.
   // `oldest`: back at the front of the list (first to go), not the end.
@@ -193,7 +193,7 @@ class ChunkStore {
   Stats& stats_;
   mutable Mutex mutex_;
   Index index_ KVSTASH_GUARDED_BY(mutex_);
-  std::list<Entry*> lru_ KVSTASH_GUARDED_BY(mutex_);                                 // front = oldest
+  std::list<Entry*> lru_ KVSTASH_GUARDED_BY(mutex_);  // front = oldest
   std::unordered_map<uint64_t, Lease> leases_ KVSTASH_GUARDED_BY(mutex_);
   std::set<std::pair<Clock::time_point, uint64_t>> by_expiry_ KVSTASH_GUARDED_BY(mutex_);
   std::unordered_map<std::string, uint64_t> leases_of_ KVSTASH_GUARDED_BY(mutex_);

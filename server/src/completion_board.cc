@@ -50,15 +50,18 @@ Result<std::shared_ptr<CompletionBoard>> CompletionBoard::Open(
   }
   const int fd = shm_open(shm_name.c_str(), O_RDWR, 0);
   if (fd < 0) {
-    return Status::NotFound("cannot open completion board " + shm_name + ": " + std::strerror(errno));
+    return Status::NotFound("cannot open completion board " + shm_name + ": " +
+                            std::strerror(errno));
   }
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int error = errno;
     close(fd);
-    return Status::NotFound("cannot stat completion board " + shm_name + ": " + std::strerror(error));
+    return Status::NotFound("cannot stat completion board " + shm_name + ": " +
+                            std::strerror(error));
   }
-  if (Status allowed = MayReadWrite(opener, st.st_uid, st.st_gid, st.st_mode, shm_name); !allowed.ok()) {
+  if (Status allowed = MayReadWrite(opener, st.st_uid, st.st_gid, st.st_mode, shm_name);
+      !allowed.ok()) {
     close(fd);
     return allowed;
   }
@@ -71,7 +74,8 @@ Result<std::shared_ptr<CompletionBoard>> CompletionBoard::Open(
   void* base = mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {
-    return Status::Exhausted("mmap of completion board " + shm_name + " failed: " + std::strerror(errno));
+    return Status::Exhausted("mmap of completion board " + shm_name +
+                             " failed: " + std::strerror(errno));
   }
   MemoryFaultGuard::Install();
   std::shared_ptr<CompletionBoard> board(new CompletionBoard());
@@ -119,7 +123,8 @@ std::optional<uint32_t> CompletionBoard::Value(uint32_t slot) const {
 }
 
 uint64_t CompletionBoard::device_value(uint32_t slot) const {
-  return reinterpret_cast<uint64_t>(device_base_ + uint64_t(slot) * kBoardSlotBytes + kBoardValueOffset);
+  return reinterpret_cast<uint64_t>(device_base_ + uint64_t(slot) * kBoardSlotBytes +
+                                    kBoardValueOffset);
 }
 
 }  // namespace kvstash::server

@@ -33,7 +33,8 @@ class CompletionBoard {
   // the peer's own permissions) and maps the engine's board; `map` then makes
   // it reachable from the backend's streams.
   static Result<std::shared_ptr<CompletionBoard>> Open(
-      const std::string& shm_name, uint64_t size_bytes, const std::optional<PeerCredentials>& opener,
+      const std::string& shm_name, uint64_t size_bytes,
+      const std::optional<PeerCredentials>& opener,
       const std::function<Result<BoardMapping>(uint8_t*, uint64_t)>& map);
   ~CompletionBoard();
   CompletionBoard(const CompletionBoard&) = delete;

@@ -109,11 +109,11 @@ Status CudaBackend::CheckRegistration(int device, const std::vector<GroupAddress
   const uint64_t chunk_bytes = FlatChunkBytes(groups);
   const uint64_t staging = devices_[size_t(device)].store->staging_bytes();
   if (mode_ == TransferMode::kDma && chunk_bytes > staging) {
-    return Status::TooLarge("a chunk of this layout takes " + std::to_string(chunk_bytes) +
-                            " bytes, more than the " + std::to_string(staging) +
-                            " bytes of staging ring per direction; raise --staging-mb to at least " +
-                            std::to_string((2 * chunk_bytes + (1 << 20) - 1) >> 20) +
-                            " or use --transfer-mode direct");
+    return Status::TooLarge(
+        "a chunk of this layout takes " + std::to_string(chunk_bytes) + " bytes, more than the " +
+        std::to_string(staging) +
+        " bytes of staging ring per direction; raise --staging-mb to at least " +
+        std::to_string((2 * chunk_bytes + (1 << 20) - 1) >> 20) + " or use --transfer-mode direct");
   }
   return Status::Ok();
 }
@@ -122,7 +122,8 @@ Status CudaBackend::Copy(Direction direction, int device, const std::vector<Grou
                          const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
                          const CopySignal* signal) {
   const Device& d = devices_.at(size_t(device));
-  return (direction == Direction::kStore ? *d.store : *d.retrieve).Copy(groups, chunks, deadlines, signal);
+  return (direction == Direction::kStore ? *d.store : *d.retrieve)
+      .Copy(groups, chunks, deadlines, signal);
 }
 
 Result<BoardMapping> CudaBackend::MapBoard(int device, uint8_t* base, uint64_t bytes) {

@@ -41,10 +41,12 @@ Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& option
     if (!created.ok()) return created.status();
     *event = std::move(*created);
   }
-  Result<cuda::Event> started = cuda::Event::Create(cuda::Event::Wait::kSpin, cuda::Event::Timing::kOn);
+  Result<cuda::Event> started =
+      cuda::Event::Create(cuda::Event::Wait::kSpin, cuda::Event::Timing::kOn);
   if (!started.ok()) return started.status();
   lane->started_ = std::move(*started);
-  Result<cuda::Event> done = cuda::Event::Create(cuda::Event::Wait::kBlock, cuda::Event::Timing::kOn);
+  Result<cuda::Event> done =
+      cuda::Event::Create(cuda::Event::Wait::kBlock, cuda::Event::Timing::kOn);
   if (!done.ok()) return done.status();
   lane->done_ = std::move(*done);
   if (options.trace) KVSTASH_RETURN_IF_ERROR(lane->trace_.Enable());
@@ -62,8 +64,8 @@ Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& option
 }
 
 Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
-                          const std::vector<kernels::ChunkCopy>& all_chunks, CopyDeadlines& deadlines,
-                          const CopySignal* signal) {
+                          const std::vector<kernels::ChunkCopy>& all_chunks,
+                          CopyDeadlines& deadlines, const CopySignal* signal) {
   deadlines.missed.assign(all_chunks.size(), 0);
   // Chunks past their deadline now are not copied at all.
   std::vector<kernels::ChunkCopy> live;
@@ -108,7 +110,8 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
     // After the last gather: the engine's blocks may be reused.
     copied = SignalSlot(*signal, *signal->done_slot);
   }
-  for (size_t i = stopped_at; i < chunks.size(); ++i) deadlines.missed[index.empty() ? i : index[i]] = 1;
+  for (size_t i = stopped_at; i < chunks.size(); ++i)
+    deadlines.missed[index.empty() ? i : index[i]] = 1;
   uint64_t plan_bytes = plan_.device_bytes();
   for (const auto& plan : range_plans_) plan_bytes += plan->device_bytes();
   plan_bytes_.store(plan_bytes, std::memory_order_relaxed);
@@ -133,11 +136,12 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
     const auto us = [&](auto t) {
       return std::chrono::duration_cast<std::chrono::microseconds>(t - start).count();
     };
-    logger->debug("{} of {} chunks, {} bytes: enqueued after {} us, {:.0f} us on the GPU, lane "
-                  "awake after {} us; GPU steps (us): {}",
-                  options_.direction == Direction::kStore ? "store" : "retrieve", chunks.size(),
-                  bytes, us(enqueued), double(gpu_ms) * 1000, us(woke),
-                  trace_.Report(started_.get(), traced_steps_));
+    logger->debug(
+        "{} of {} chunks, {} bytes: enqueued after {} us, {:.0f} us on the GPU, lane "
+        "awake after {} us; GPU steps (us): {}",
+        options_.direction == Direction::kStore ? "store" : "retrieve", chunks.size(), bytes,
+        us(enqueued), double(gpu_ms) * 1000, us(woke),
+        trace_.Report(started_.get(), traced_steps_));
   }
   return Status::Ok();
 }
@@ -167,8 +171,9 @@ std::vector<CudaCopyLane::Range> CudaCopyLane::Ranges(const std::vector<GroupAdd
         sliced.group.flat_offset_bytes += uint64_t(first) * FlatGroupBytes(one);
         sliced.layer_bases.assign(groups[g].layer_bases.begin() + first,
                                   groups[g].layer_bases.begin() + first + count);
-        range.windows.emplace_back(sliced.group.flat_offset_bytes,
-                                   sliced.group.flat_offset_bytes + FlatGroupBytes(sliced.group.shape));
+        range.windows.emplace_back(
+            sliced.group.flat_offset_bytes,
+            sliced.group.flat_offset_bytes + FlatGroupBytes(sliced.group.shape));
         range.groups.push_back(std::move(sliced));
       }
       range.has_slot = r < signal->range_slots.size();
@@ -193,13 +198,15 @@ Status CudaCopyLane::SignalSlot(const CopySignal& signal, uint32_t slot) {
   if (!api.ok()) return api.status();
   // The default flags order the write after every earlier write of the
   // stream (the scatter's): whoever sees the value sees the data.
-  return cuda::DriverStatus((*api)->StreamWriteValue32(kernel_stream_.get(), signal.board->device_value(slot),
-                                                       signal.sequence, 0),
-                            "cuStreamWriteValue32");
+  return cuda::DriverStatus(
+      (*api)->StreamWriteValue32(kernel_stream_.get(), signal.board->device_value(slot),
+                                 signal.sequence, 0),
+      "cuStreamWriteValue32");
 }
 
 Status CudaCopyLane::CopyDirect(const std::vector<Range>& ranges,
-                                const std::vector<kernels::ChunkCopy>& chunks, const CopySignal* signal) {
+                                const std::vector<kernels::ChunkCopy>& chunks,
+                                const CopySignal* signal) {
   std::vector<uint8_t*> flats(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (options_.host_pointers_on_device) {
@@ -240,8 +247,8 @@ Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& group
   // shrinks with it. A layer-wise retrieve runs range after range, each
   // range in sub-batches of the same chunks (copying only the range's
   // bytes), and the regions rotate across all of them.
-  const size_t per_region = size_t(std::clamp<uint64_t>((kSubBatchBytes + chunk_bytes - 1) / chunk_bytes, 1,
-                                                         std::max<uint64_t>(1, slots / 2)));
+  const size_t per_region = size_t(std::clamp<uint64_t>(
+      (kSubBatchBytes + chunk_bytes - 1) / chunk_bytes, 1, std::max<uint64_t>(1, slots / 2)));
   const size_t regions = std::min<size_t>(kMaxRegions, size_t(slots) / per_region);
   const size_t batches = (chunks.size() + per_region - 1) / per_region;
   const bool store = options_.direction == Direction::kStore;
@@ -275,12 +282,14 @@ Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& group
         KVSTASH_RETURN_IF_ERROR(Launch(plan, range.groups.size(), begin, end - begin, k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, kernels));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, ready, 0));
-        KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes, k, range.windows));
+        KVSTASH_RETURN_IF_ERROR(
+            CopySlots(chunks, flats, begin, end, chunk_bytes, k, range.windows));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, copies));
       } else {
         // H2D copy -> ready -> scatter -> free (the copy of k + regions waits for it)
         if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, free, 0));
-        KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, flats, begin, end, chunk_bytes, k, range.windows));
+        KVSTASH_RETURN_IF_ERROR(
+            CopySlots(chunks, flats, begin, end, chunk_bytes, k, range.windows));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, copies));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, ready, 0));
         KVSTASH_RETURN_IF_ERROR(Launch(plan, range.groups.size(), begin, end - begin, k));

@@ -44,7 +44,7 @@ class CudaCopyLane {
     int device = 0;
     Direction direction = Direction::kStore;
     TransferMode mode = TransferMode::kDma;
-    uint64_t staging_bytes = 0;            // dma mode
+    uint64_t staging_bytes = 0;  // dma mode
     CompletionWait wait = CompletionWait::kBlock;
     bool busy_poll = false;                // poll: check on a core, no sleeps
     bool trace = false;                    // time each sub-batch (debug logs)
@@ -81,7 +81,8 @@ class CudaCopyLane {
     bool has_slot = false;
     uint32_t slot = 0;
   };
-  static std::vector<Range> Ranges(const std::vector<GroupAddresses>& groups, const CopySignal* signal);
+  static std::vector<Range> Ranges(const std::vector<GroupAddresses>& groups,
+                                   const CopySignal* signal);
   // The plan of range r (plan_ for the first).
   CopyPlan& PlanOf(size_t r);
   // Enqueues the write of slot's value on the kernel stream.
@@ -91,7 +92,8 @@ class CudaCopyLane {
   // expired(begin, end): whether a chunk of [begin, end) is past its
   // deadline now; then nothing from `begin` on is enqueued, and the return
   // value says where it stopped.
-  Status CopyThroughStaging(const std::vector<GroupAddresses>& groups, const std::vector<Range>& ranges,
+  Status CopyThroughStaging(const std::vector<GroupAddresses>& groups,
+                            const std::vector<Range>& ranges,
                             const std::vector<kernels::ChunkCopy>& chunks, const CopySignal* signal,
                             const std::function<bool(size_t, size_t)>& expired, size_t* stopped_at);
   // One kernel per group over chunks [begin, begin + count) of the plan;
@@ -100,8 +102,9 @@ class CudaCopyLane {
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end),
   // one copy per run of slots adjacent in both (and inside one pinned slab).
   // With windows: only those bytes of each chunk, one copy per window.
-  Status CopySlots(const std::vector<kernels::ChunkCopy>& chunks, const std::vector<uint8_t*>& flats,
-                   size_t begin, size_t end, uint64_t chunk_bytes, size_t step,
+  Status CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
+                   const std::vector<uint8_t*>& flats, size_t begin, size_t end,
+                   uint64_t chunk_bytes, size_t step,
                    const std::vector<std::pair<uint64_t, uint64_t>>& windows);
   // Waits, sleeping, for everything enqueued on both streams since `start`.
   Status Drain(uint64_t bytes, std::chrono::steady_clock::time_point start);
@@ -116,12 +119,12 @@ class CudaCopyLane {
   cuda::Event region_ready_[kMaxRegions];  // spin events: only streams wait on them
   cuda::Event region_free_[kMaxRegions];
   cuda::Event kernels_done_;
-  cuda::Event started_;          // timing: where a Copy's GPU work begins
-  cuda::Event done_;             // blocking, timing: the lane thread sleeps on it
+  cuda::Event started_;  // timing: where a Copy's GPU work begins
+  cuda::Event done_;     // blocking, timing: the lane thread sleeps on it
   // The highest copy bandwidth measured so far (poll): never overestimating
   // a copy's time, the lane never sleeps past its end. 40 GB/s at first.
   double bytes_per_ns_ = 40;
-  cuda::DeviceBuffer staging_;   // dma mode only
+  cuda::DeviceBuffer staging_;  // dma mode only
   CopyPlan plan_;
   std::vector<std::unique_ptr<CopyPlan>> range_plans_;  // ranges 1.. of a layer-wise retrieve
   LaneTrace trace_;

@@ -64,7 +64,8 @@ Status CopyPlan::Build(const std::vector<GroupAddresses>& groups,
   for (size_t i = 0; i < chunks.size(); ++i) {
     const kernels::ChunkCopy& c = chunks[i];
     std::memcpy(host_ids, c.block_ids, c.num_block_ids * sizeof(uint32_t));
-    entries[i] = kernels::ChunkCopy{flats[i], device_ids, c.num_block_ids, c.num_tokens, c.skip_tokens};
+    entries[i] =
+        kernels::ChunkCopy{flats[i], device_ids, c.num_block_ids, c.num_tokens, c.skip_tokens};
     host_ids += c.num_block_ids;
     device_ids += c.num_block_ids;
   }
@@ -86,7 +87,8 @@ kernels::DeviceGroupCopy CopyPlan::Group(size_t g) const {
 
 kernels::DeviceChunkBatch CopyPlan::Slice(size_t begin, size_t count) const {
   const auto* host = reinterpret_cast<const kernels::ChunkCopy*>(host_.host() + entries_offset_);
-  const auto* device = reinterpret_cast<const kernels::ChunkCopy*>(device_.data() + entries_offset_);
+  const auto* device =
+      reinterpret_cast<const kernels::ChunkCopy*>(device_.data() + entries_offset_);
   return kernels::DeviceChunkBatch{host + begin, device + begin, count};
 }
 

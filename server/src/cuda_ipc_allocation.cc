@@ -54,8 +54,9 @@ Result<std::shared_ptr<MappedAllocation>> OpenIpcAllocation(
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
 
   void* opened = nullptr;
-  const Status open = cuda::CudaStatus(
-      cudaIpcOpenMemHandle(&opened, handle, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+  const Status open =
+      cuda::CudaStatus(cudaIpcOpenMemHandle(&opened, handle, cudaIpcMemLazyEnablePeerAccess),
+                       "cudaIpcOpenMemHandle");
   if (!open.ok()) {
     return Status::InvalidArgument("cannot open " + what + ": " + open.message() +
                                    " (is the engine process alive, and the handle from "

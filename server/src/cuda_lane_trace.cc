@@ -11,7 +11,8 @@ namespace kvstash::server {
 Status LaneTrace::Enable() {
   std::vector<cuda::Event> events;
   for (size_t i = 0; i < kMaxSteps * 4; ++i) {
-    Result<cuda::Event> event = cuda::Event::Create(cuda::Event::Wait::kSpin, cuda::Event::Timing::kOn);
+    Result<cuda::Event> event =
+        cuda::Event::Create(cuda::Event::Wait::kSpin, cuda::Event::Timing::kOn);
     if (!event.ok()) return event.status();
     events.push_back(std::move(*event));
   }

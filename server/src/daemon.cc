@@ -3,8 +3,8 @@
 // finished by transfer workers (through the reply queue).
 #include "kvstash/server/daemon.h"
 
-#include <spdlog/spdlog.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,7 +35,8 @@ constexpr auto kPollInterval = std::chrono::milliseconds(100);
 constexpr auto kTickInterval = std::chrono::milliseconds(10);  // lease expiry
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int kMaxRequestsPerWake = 256;  // then send replies, so none starve
-constexpr auto kStallSlack = std::chrono::milliseconds(50);  // a turn longer than poll + this stalled
+constexpr auto kStallSlack =
+    std::chrono::milliseconds(50);  // a turn longer than poll + this stalled
 
 // Fixes the pool size (l1_share of MemAvailable, or l1_gb) and refuses one
 // that does not fit the machine, before any of it is touched.
@@ -151,7 +152,8 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
   Clock::time_point last_mark = Clock::now();
   const auto mark = [&] {
     const Clock::time_point now = Clock::now();
-    if (now - last_mark > kPollInterval + kStallSlack) service->ForgiveStall(now - last_mark - kPollInterval);
+    if (now - last_mark > kPollInterval + kStallSlack)
+      service->ForgiveStall(now - last_mark - kPollInterval);
     last_mark = now;
   };
   for (;;) {
@@ -215,15 +217,16 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
   std::vector<zmq::message_t> frames;  // reused: no allocation per message
   for (int n = 0; n < kMaxRequestsPerWake; ++n) {
     frames.clear();
-    if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) return true;
+    if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait))
+      return true;
     if (frames.empty()) continue;
     const PeerId peer = frames[0].to_string();
     if (frames.size() != 2) {
       Send(router, peer,
-           proto::ErrorMessage(0, Status::Malformed(
-                                      "expected one frame per message, got " +
-                                      std::to_string(frames.size() - 1) +
-                                      " (use a DEALER socket and send one envelope)")));
+           proto::ErrorMessage(0,
+                               Status::Malformed("expected one frame per message, got " +
+                                                 std::to_string(frames.size() - 1) +
+                                                 " (use a DEALER socket and send one envelope)")));
       service->stats().request_errors.fetch_add(1);
       continue;
     }

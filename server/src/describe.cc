@@ -8,8 +8,8 @@
 #include <string_view>
 #include <variant>
 
-#include "kvstash/version.h"
 #include "introspection.h"
+#include "kvstash/version.h"
 
 namespace kvstash::server {
 
@@ -40,20 +40,13 @@ std::string LayerRange(const std::vector<uint32_t>& layers) {
 
 json GroupJson(const ChunkGroup& group) {
   const LayerGeometry& g = group.geometry;
-  return json{{"layers", LayerRange(group.layers)},
-              {"num_layers", group.layers.size()},
-              {"dtype", NameOf(g.dtype)},
-              {"kv_count", g.kv_count},
-              {"num_heads", g.num_heads},
-              {"head_bytes", g.head_bytes},
-              {"block_tokens", g.block_tokens},
-              {"num_blocks", g.num_blocks},
-              {"block_stride", g.block_stride},
-              {"kv_stride", g.kv_stride},
-              {"token_stride", g.token_stride},
-              {"head_stride", g.head_stride},
-              {"offset_bytes", group.offset_bytes},
-              {"size_bytes", group.size_bytes()}};
+  return json{{"layers", LayerRange(group.layers)}, {"num_layers", group.layers.size()},
+              {"dtype", NameOf(g.dtype)},           {"kv_count", g.kv_count},
+              {"num_heads", g.num_heads},           {"head_bytes", g.head_bytes},
+              {"block_tokens", g.block_tokens},     {"num_blocks", g.num_blocks},
+              {"block_stride", g.block_stride},     {"kv_stride", g.kv_stride},
+              {"token_stride", g.token_stride},     {"head_stride", g.head_stride},
+              {"offset_bytes", group.offset_bytes}, {"size_bytes", group.size_bytes()}};
 }
 
 // Per tier below L1: usage, counters, operation latency.
@@ -63,7 +56,8 @@ json TierStatsJson(const std::vector<TierSnapshot>& tiers) {
     json counters = json::object();
     for (const Stats::Counter& c : t.counters) counters[c.name] = c.value;
     json latency = json::object();
-    for (const auto& [op, s] : {std::pair{"put", &t.put_latency}, std::pair{"get", &t.get_latency}}) {
+    for (const auto& [op, s] :
+         {std::pair{"put", &t.put_latency}, std::pair{"get", &t.get_latency}}) {
       if (s->count == 0) continue;
       latency[op] = json{{"count", s->count},
                          {"mean_us", s->sum_us / s->count},
@@ -95,9 +89,8 @@ json TiersJson(const Backend& backend, const L1Pool& pool, const ChunkStore::Usa
   // The host backend touches its slabs; only the CUDA backend pins them.
   const bool pinned = std::string_view(backend.name()) == "cuda";
   json tiers = json::array();
-  tiers.push_back(json{{"name", "L1"},
-                       {"kind", pinned ? "pinned host memory" : "host memory"},
-                       {"pool", l1_pool}});
+  tiers.push_back(json{
+      {"name", "L1"}, {"kind", pinned ? "pinned host memory" : "host memory"}, {"pool", l1_pool}});
   nlohmann::json lower = nlohmann::json::array();
   below.Describe(lower);  // L2, L3
   for (const nlohmann::json& tier : lower) tiers.push_back(json(tier));
@@ -159,19 +152,19 @@ StatsSnapshot Introspection::ReadStats() const {
   const uint64_t deferred = deferred_.count();
   const ChunkStore::Usage usage = store_->usage();
   const std::vector<std::shared_ptr<Registration>> registrations = registry_->List();
-  s.gauges = {
-      {"l1_capacity_bytes", "bytes of the L1 pool", usage.capacity_bytes},
-      {"l1_used_bytes", "bytes of L1 slots holding chunks", usage.used_bytes},
-      {"l1_chunks", "chunks in L1", usage.chunks},
-      {"l1_ready_bytes", "bytes of L1 pinned and ready to use", pool_->ready_bytes()},
-      {"l1_slabs", "L1 slabs (the pinning unit)", pool_->num_slabs()},
-      {"l1_slabs_ready", "L1 slabs pinned and ready to use", pool_->ready_slabs()},
-      {"l1_slabs_failed", "L1 slabs that could not be pinned", pool_->failed_slabs()},
-      {"leases_active", "lookup leases held", usage.leases},
-      {"registrations_active", "registered engine ranks", registrations.size()},
-      {"requests_deferred", "Store, Retrieve and UnregisterKV requests in flight",
-       deferred - std::min(deferred, introspecting_.load())}};
-  for (size_t k = 0; k < s.latency.size(); ++k) s.latency[k] = stats_.latency(RequestKind(k)).Read();
+  s.gauges = {{"l1_capacity_bytes", "bytes of the L1 pool", usage.capacity_bytes},
+              {"l1_used_bytes", "bytes of L1 slots holding chunks", usage.used_bytes},
+              {"l1_chunks", "chunks in L1", usage.chunks},
+              {"l1_ready_bytes", "bytes of L1 pinned and ready to use", pool_->ready_bytes()},
+              {"l1_slabs", "L1 slabs (the pinning unit)", pool_->num_slabs()},
+              {"l1_slabs_ready", "L1 slabs pinned and ready to use", pool_->ready_slabs()},
+              {"l1_slabs_failed", "L1 slabs that could not be pinned", pool_->failed_slabs()},
+              {"leases_active", "lookup leases held", usage.leases},
+              {"registrations_active", "registered engine ranks", registrations.size()},
+              {"requests_deferred", "Store, Retrieve and UnregisterKV requests in flight",
+               deferred - std::min(deferred, introspecting_.load())}};
+  for (size_t k = 0; k < s.latency.size(); ++k)
+    s.latency[k] = stats_.latency(RequestKind(k)).Read();
   s.tiers = tiers_->ReadStats();
   for (const auto& reg : registrations) {
     s.registrations.push_back(
@@ -203,8 +196,10 @@ std::string Introspection::StatsJson() const {
   for (const StatsSnapshot::Registration& reg : snapshot.registrations) {
     json reg_counters = json::object();
     for (const Stats::Counter& c : reg.counters) reg_counters[c.name] = c.value;
-    registrations.push_back(
-        json{{"id", reg.id}, {"model", reg.model}, {"tp_rank", reg.tp_rank}, {"counters", reg_counters}});
+    registrations.push_back(json{{"id", reg.id},
+                                 {"model", reg.model},
+                                 {"tp_rank", reg.tp_rank},
+                                 {"counters", reg_counters}});
   }
   // Rates are derived from counters, never stored.
   const uint64_t keys = counters["lookup_keys"];
@@ -213,12 +208,8 @@ std::string Introspection::StatsJson() const {
   const uint64_t capacity = gauges["l1_capacity_bytes"];
   json derived{{"lookup_hit_rate", keys ? double(hits) / double(keys) : 0.0},
                {"l1_used_fraction", capacity ? double(used) / double(capacity) : 0.0}};
-  return json{{"gauges", gauges},
-              {"tiers", tiers},
-              {"per_registration", registrations},
-              {"counters", counters},
-              {"derived", derived},
-              {"latency", latency}}
+  return json{{"gauges", gauges},     {"tiers", tiers},     {"per_registration", registrations},
+              {"counters", counters}, {"derived", derived}, {"latency", latency}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -44,12 +44,12 @@ Status FaultInjectionBackend::Copy(Direction direction, int device,
     case FaultRule::Action::kStall:
       std::this_thread::sleep_for(rule->stall);
       return real_->Copy(direction, device, groups, chunks, deadlines, signal);
-    case FaultRule::Action::kDie:
-      _exit(86);  // [[noreturn]]
+    case FaultRule::Action::kDie: _exit(86);  // [[noreturn]]
     case FaultRule::Action::kFail: {
       const size_t before = std::min<size_t>(rule->chunk_index, chunks.size());
       if (before > 0) {
-        const std::vector<kernels::ChunkCopy> partial(chunks.begin(), chunks.begin() + long(before));
+        const std::vector<kernels::ChunkCopy> partial(chunks.begin(),
+                                                      chunks.begin() + long(before));
         CopyDeadlines partial_deadlines;
         if (deadlines.any()) {
           partial_deadlines.at.assign(deadlines.at.begin(), deadlines.at.begin() + long(before));

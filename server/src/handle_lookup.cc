@@ -53,10 +53,9 @@ void Leases::AddLower(Found& found, TierChain::Continuation more, const PeerId& 
   found.hit_tokens += more.hit_tokens;
   TierChain* tiers = &tiers_;
   std::vector<tiers::ChunkId> pinned = std::move(more.pinned);
-  const uint64_t lease =
-      store_->AttachLower(found.lease_id, owner, std::chrono::milliseconds(lease_ms),
-                          uint32_t(more.levels.size()),
-                          [tiers, pinned] { tiers->UnpinL2(pinned); });
+  const uint64_t lease = store_->AttachLower(
+      found.lease_id, owner, std::chrono::milliseconds(lease_ms), uint32_t(more.levels.size()),
+      [tiers, pinned] { tiers->UnpinL2(pinned); });
   // 0: the L1 lease ended meanwhile (its pins went with it); a new one
   // holds the lower chunks alone.
   if (lease == 0) {
@@ -77,8 +76,8 @@ LookupReply Leases::Finish(Registration& reg, const LookupRequest& m, const Foun
   stats_.LookupAnswered(reg.stats, m.keys.size(), hits, found.hit_tokens);
   Stats::Add(stats_.lookup_hit_chunks_l2, l2);
   Stats::Add(stats_.lookup_hit_chunks_l3, l3);
-  LookupReply reply{hits, found.hit_tokens, found.lease_id, found.lease_id ? lease_ms : 0,
-                    found.tiers, 0};
+  LookupReply reply{
+      hits, found.hit_tokens, found.lease_id, found.lease_id ? lease_ms : 0, found.tiers, 0};
   if (l2 + l3 == 0) return reply;
   std::vector<ChunkKey> lower;
   for (size_t i = 0; i < found.tiers.size(); ++i) {

@@ -7,9 +7,11 @@
 namespace kvstash::server {
 
 Registrations::Registrations(const config::ServerConfig& config, Stats& stats,
-                             DeferredReplies& deferred, Backend& backend,
-                             uint64_t max_chunk_bytes, TierChain& tiers)
-    : config_(config), stats_(stats), deferred_(deferred),
+                             DeferredReplies& deferred, Backend& backend, uint64_t max_chunk_bytes,
+                             TierChain& tiers)
+    : config_(config),
+      stats_(stats),
+      deferred_(deferred),
       registry_(std::make_unique<Registry>(backend, config.chunk_tokens, max_chunk_bytes)),
       tiers_(tiers),
       peers_(std::chrono::milliseconds(config.peer_timeout_ms)) {}
@@ -17,10 +19,9 @@ Registrations::Registrations(const config::ServerConfig& config, Stats& stats,
 Registrations::Reply Registrations::RegisterKV(const Request& r, RegisterRequest& m) {
   if (const size_t held = registry_->CountOwnedBy(r.peer.id);
       held >= config_.max_registrations_per_client) {
-    return Status::Exhausted("this client holds " + std::to_string(held) +
-                             " registrations; the limit is " +
-                             std::to_string(config_.max_registrations_per_client) +
-                             " (--max-registrations-per-client)");
+    return Status::Exhausted(
+        "this client holds " + std::to_string(held) + " registrations; the limit is " +
+        std::to_string(config_.max_registrations_per_client) + " (--max-registrations-per-client)");
   }
   // The backend checks each allocation against what this peer could open.
   for (AllocationSpec& spec : m.registration.allocations) spec.opener = r.peer.credentials;
@@ -48,7 +49,7 @@ Registrations::Reply Registrations::UnregisterKV(const Request& r, const Unregis
 }
 
 Result<std::shared_ptr<Registration>> Registrations::FindRegistration(uint64_t id,
-                                                                     const Peer& peer) const {
+                                                                      const Peer& peer) const {
   std::shared_ptr<Registration> registration = registry_->Find(id);
   if (!registration || registration->owner != peer.id) {
     return Status::NotFound("unknown registration " + std::to_string(id) +
@@ -65,9 +66,10 @@ void Registrations::DropSilent(Clock::time_point now) {
       std::shared_ptr<Registration> removed = registry_->Remove(id);
       if (!removed) continue;
       Stats::Add(stats_.registrations_dropped);
-      Logger()->warn("dropped registration {} (model {}): its engine sent nothing for {} ms and "
-                     "is taken for dead",
-                     id, removed->request.model, gone.silent.count());
+      Logger()->warn(
+          "dropped registration {} (model {}): its engine sent nothing for {} ms and "
+          "is taken for dead",
+          id, removed->request.model, gone.silent.count());
     }
   }
 }

@@ -27,14 +27,15 @@ Result<CopySignal> MakeSignal(const Registration& reg, const BoardSignal& asked,
   const uint32_t num_layers = uint32_t(reg.request.layers.size());
   const uint32_t max_count = store ? 2 : std::min(kMaxLayerRanges, num_layers);
   if (store ? asked.count != 2 : asked.count == 0 || asked.count > max_count) {
-    return Status::InvalidArgument(what + " signal names " + std::to_string(asked.count) + " slots; " +
+    return Status::InvalidArgument(what + " signal names " + std::to_string(asked.count) +
+                                   " slots; " +
                                    (store ? std::string("a store takes 2 (gate, done)")
                                           : "a retrieve takes 1 to " + std::to_string(max_count) +
                                                 " (one per layer range, at most one per layer)"));
   }
   if (asked.slot >= reg.board->slots() || asked.count > reg.board->slots() - asked.slot) {
-    return Status::OutOfRange(what + " signal names board slots [" + std::to_string(asked.slot) + ", " +
-                              std::to_string(uint64_t(asked.slot) + asked.count) +
+    return Status::OutOfRange(what + " signal names board slots [" + std::to_string(asked.slot) +
+                              ", " + std::to_string(uint64_t(asked.slot) + asked.count) +
                               ") but the board of registration " + std::to_string(reg.id) +
                               " holds " + std::to_string(reg.board->slots()));
   }
@@ -88,8 +89,9 @@ void PresetStatus(const CopySignal& signal, uint32_t code) {
 }
 
 Status TimedOutChunk() {
-  return Status::TimedOut("the request's deadline passed before this chunk was copied; "
-                          "none of its blocks was written after it");
+  return Status::TimedOut(
+      "the request's deadline passed before this chunk was copied; "
+      "none of its blocks was written after it");
 }
 
 }  // namespace
@@ -97,7 +99,11 @@ Status TimedOutChunk() {
 Transfers::Transfers(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
                      Backend& backend, ChunkStore& store, TierChain& tiers,
                      const Registrations& registrations)
-    : config_(config), stats_(stats), deferred_(deferred), store_(&store), tiers_(tiers),
+    : config_(config),
+      stats_(stats),
+      deferred_(deferred),
+      store_(&store),
+      tiers_(tiers),
       registrations_(registrations) {
   for (int d = 0; d < backend.num_devices(); ++d) {
     workers_.push_back(std::make_unique<TransferWorker>(
@@ -108,12 +114,14 @@ Transfers::Transfers(const config::ServerConfig& config, Stats& stats, DeferredR
 Transfers::~Transfers() = default;
 
 Status Transfers::CheckChunks(const Registration& reg, const std::vector<ChunkRequest>& chunks,
-                            bool need_tokens) const {
+                              bool need_tokens) const {
   const ChunkLayout& layout = reg.layout;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ChunkRequest& chunk = chunks[i];
     // Built only for an error message: this loop runs for every chunk.
-    auto where = [&] { return "chunk " + std::to_string(i) + " of registration " + std::to_string(reg.id); };
+    auto where = [&] {
+      return "chunk " + std::to_string(i) + " of registration " + std::to_string(reg.id);
+    };
     const uint32_t num_blocks = uint32_t(chunk.block_ids.size());
     if (num_blocks > layout.blocks_per_chunk()) {
       return Status::InvalidArgument(where() + " names " + std::to_string(num_blocks) +
@@ -138,11 +146,11 @@ Status Transfers::CheckChunks(const Registration& reg, const std::vector<ChunkRe
       const ChunkGroup& group = layout.groups()[g];
       for (uint32_t block : chunk.block_ids) {
         if (block >= group.geometry.num_blocks) {
-          return Status::OutOfRange("block id " + std::to_string(block) + " out of range [0, " +
-                                    std::to_string(group.geometry.num_blocks) + ") for group " +
-                                    std::to_string(g) + " (layer " +
-                                    std::to_string(group.layers.front()) + " and " +
-                                    std::to_string(group.layers.size() - 1) + " more) in " + where());
+          return Status::OutOfRange(
+              "block id " + std::to_string(block) + " out of range [0, " +
+              std::to_string(group.geometry.num_blocks) + ") for group " + std::to_string(g) +
+              " (layer " + std::to_string(group.layers.front()) + " and " +
+              std::to_string(group.layers.size() - 1) + " more) in " + where());
         }
       }
     }
@@ -161,7 +169,8 @@ Transfers::Reply Transfers::SubmitTransfer(Direction direction, TransferJob job,
 }
 
 Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
-  Result<std::shared_ptr<Registration>> found = registrations_.FindRegistration(m.registration_id, r.peer);
+  Result<std::shared_ptr<Registration>> found =
+      registrations_.FindRegistration(m.registration_id, r.peer);
   if (!found.ok()) return found.status();
   std::shared_ptr<Registration> reg = *found;
   std::optional<CopySignal> signal;
@@ -201,8 +210,7 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
         outcome.result = ChunkResult::kSkippedNoRoom;
         Stats::Add(stats_.store_chunks_no_room);
         continue;
-      case ChunkStore::Reservation::kReserved:
-        break;
+      case ChunkStore::Reservation::kReserved: break;
     }
     const uint32_t blocks = uint32_t(chunk.block_ids.size());
     job.block_ids.push_back(std::move(chunk.block_ids));
@@ -237,7 +245,8 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
 }
 
 Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
-  Result<std::shared_ptr<Registration>> found = registrations_.FindRegistration(m.registration_id, r.peer);
+  Result<std::shared_ptr<Registration>> found =
+      registrations_.FindRegistration(m.registration_id, r.peer);
   if (!found.ok()) return found.status();
   std::shared_ptr<Registration> reg = *found;
   std::optional<CopySignal> signal;
@@ -314,15 +323,16 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
     const uint32_t needed = CeilDiv(stored, layout.block_tokens());
     const uint32_t given = uint32_t(chunk.block_ids.size());
     const uint64_t first_token = i * chunk_tokens;
-    const uint32_t skip = uint32_t(std::min<uint64_t>(
-        stored, m.skip_tokens > first_token ? m.skip_tokens - first_token : 0));
+    const uint32_t skip = uint32_t(
+        std::min<uint64_t>(stored, m.skip_tokens > first_token ? m.skip_tokens - first_token : 0));
     if (given < needed) {
       store_->EndRead(ticket->entry);
-      outcome = ChunkOutcome{ChunkResult::kFailed, 0,
-                             Status::InvalidArgument("chunk " + std::to_string(i) + " stores " +
-                                                     std::to_string(stored) + " tokens, which need " +
-                                                     std::to_string(needed) + " blocks; the request names " +
-                                                     std::to_string(given))};
+      outcome = ChunkOutcome{
+          ChunkResult::kFailed, 0,
+          Status::InvalidArgument("chunk " + std::to_string(i) + " stores " +
+                                  std::to_string(stored) + " tokens, which need " +
+                                  std::to_string(needed) + " blocks; the request names " +
+                                  std::to_string(given))};
       if (preset == 0) preset = uint32_t(StatusCode::kInvalidArgument);
       Stats::Add(stats_.retrieve_chunks_failed);
       continue;
@@ -334,7 +344,8 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
       continue;
     }
     job.block_ids.push_back(std::move(chunk.block_ids));
-    job.chunks.push_back(kernels::ChunkCopy{const_cast<uint8_t*>(ticket->slot), nullptr, given, stored, skip});
+    job.chunks.push_back(
+        kernels::ChunkCopy{const_cast<uint8_t*>(ticket->slot), nullptr, given, stored, skip});
     reading->emplace_back(i, ticket->entry);
   }
   const uint64_t lease_id = m.lease_id;

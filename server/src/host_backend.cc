@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "daemon_logger.h"
 #include "memory_fault_guard.h"
@@ -120,7 +120,8 @@ Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec
   if (fstat(fd, &st) != 0) {
     const int error = errno;
     close(fd);
-    return Status::NotFound("cannot stat shared memory " + spec.shm_name + ": " + std::strerror(error));
+    return Status::NotFound("cannot stat shared memory " + spec.shm_name + ": " +
+                            std::strerror(error));
   }
   // The daemon may open more than the engine: check what the engine itself
   // could open, on the object the fd names (no name lookup in between).
@@ -139,8 +140,8 @@ Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec
   void* base = mmap(nullptr, spec.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {
-    return Status::Exhausted("mmap of shared memory " + spec.shm_name + " failed: " +
-                             std::strerror(errno));
+    return Status::Exhausted("mmap of shared memory " + spec.shm_name +
+                             " failed: " + std::strerror(errno));
   }
   return std::shared_ptr<MappedAllocation>(std::make_shared<ShmAllocation>(
       static_cast<uint8_t*>(base), spec.size_bytes, spec.shm_name, names_));
@@ -231,7 +232,8 @@ Status HostBackend::Copy(Direction direction, int /*device*/,
     }
   }
   // The engine's blocks are read: they may be reused.
-  if (signal != nullptr && signal->done_slot) signal->board->WriteValue(*signal->done_slot, signal->sequence);
+  if (signal != nullptr && signal->done_slot)
+    signal->board->WriteValue(*signal->done_slot, signal->sequence);
   return Status::Ok();
 }
 
@@ -246,7 +248,8 @@ Status HostBackend::CopyGuarded(Direction direction, const kernels::GroupCopy& l
   }
   std::string name = names_->Find(fault);
   char offset[32];
-  std::snprintf(offset, sizeof(offset), "%#lx", static_cast<unsigned long>(fault - uintptr_t(engine)));
+  std::snprintf(offset, sizeof(offset), "%#lx",
+                static_cast<unsigned long>(fault - uintptr_t(engine)));
   const std::string what = "shared memory " + (name.empty() ? std::string("of the engine") : name) +
                            " shrank under the daemon (SIGBUS at layer offset " + offset +
                            "): the engine truncated or resized it after registering";

@@ -19,22 +19,30 @@ std::array<uint8_t, 16> NewBootId() {
 }  // namespace
 
 Introspection::Introspection(const config::ServerConfig& config, Stats& stats,
-                             DeferredReplies& deferred, const Backend& backend,
-                             const L1Pool& pool, ChunkStore& store, const TierChain& tiers,
+                             DeferredReplies& deferred, const Backend& backend, const L1Pool& pool,
+                             ChunkStore& store, const TierChain& tiers,
                              const Registrations& registrations, AccessPolicy access)
-    : config_(config), boot_id_(NewBootId()), started_(Clock::now()), stats_(stats),
-      deferred_(deferred), backend_(&backend), pool_(&pool), store_(&store), tiers_(&tiers),
-      registry_(&registrations.registry()), access_(access),
+    : config_(config),
+      boot_id_(NewBootId()),
+      started_(Clock::now()),
+      stats_(stats),
+      deferred_(deferred),
+      backend_(&backend),
+      pool_(&pool),
+      store_(&store),
+      tiers_(&tiers),
+      registry_(&registrations.registry()),
+      access_(access),
       background_(std::make_unique<BackgroundWorker>()) {}
 
 Introspection::~Introspection() = default;
 
 Introspection::Reply Introspection::Hello(const Request&, const HelloRequest& m) {
   if (m.protocol_version != proto::kProtocolVersion) {
-    return Status(StatusCode::kUnsupportedVersion,
-                  "client speaks protocol " + std::to_string(m.protocol_version) +
-                      ", kvstashd " KVSTASH_VERSION " speaks " +
-                      std::to_string(proto::kProtocolVersion));
+    return Status(StatusCode::kUnsupportedVersion, "client speaks protocol " +
+                                                       std::to_string(m.protocol_version) +
+                                                       ", kvstashd " KVSTASH_VERSION " speaks " +
+                                                       std::to_string(proto::kProtocolVersion));
   }
   HelloReply reply;
   reply.server_version = KVSTASH_VERSION;
@@ -56,10 +64,9 @@ Introspection::Reply Introspection::Clear(const Request& r, const ClearRequest& 
   background_->Post([this, r, m] {
     // Across tenants only for admins; anyone else clears the scopes of the
     // registrations its own connection holds.
-    const uint64_t cleared =
-        store_->Clear(access_.IsAdmin(r.peer)
-                          ? registry_->ScopeMatcher(m.model, m.tenant_salt)
-                          : registry_->OwnedScopeMatcher(r.peer.id, m.model, m.tenant_salt));
+    const uint64_t cleared = store_->Clear(
+        access_.IsAdmin(r.peer) ? registry_->ScopeMatcher(m.model, m.tenant_salt)
+                                : registry_->OwnedScopeMatcher(r.peer.id, m.model, m.tenant_salt));
     introspecting_.fetch_sub(1);
     deferred_.Finish(r, ClearReply{cleared});
   });

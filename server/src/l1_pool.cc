@@ -23,7 +23,8 @@ Result<std::unique_ptr<L1Pool>> L1Pool::Create(uint64_t capacity_bytes, uint64_t
   }
   std::unique_ptr<L1Pool> pool(
       new L1Pool(static_cast<uint8_t*>(base), capacity_bytes, slab_bytes, std::move(hooks)));
-  const uint32_t threads = std::max<uint32_t>(1, std::min<uint32_t>(prepare_threads, pool->num_slabs()));
+  const uint32_t threads =
+      std::max<uint32_t>(1, std::min<uint32_t>(prepare_threads, pool->num_slabs()));
   for (uint32_t t = 0; t < threads; ++t) {
     pool->preparers_.emplace_back([p = pool.get(), t, threads] { p->PrepareSlabs(t, threads); });
   }
@@ -31,7 +32,9 @@ Result<std::unique_ptr<L1Pool>> L1Pool::Create(uint64_t capacity_bytes, uint64_t
 }
 
 L1Pool::L1Pool(uint8_t* base, uint64_t capacity_bytes, uint64_t slab_bytes, SlabHooks hooks)
-    : base_(base), capacity_bytes_(capacity_bytes), slab_bytes_(std::min(slab_bytes, capacity_bytes)),
+    : base_(base),
+      capacity_bytes_(capacity_bytes),
+      slab_bytes_(std::min(slab_bytes, capacity_bytes)),
       hooks_(std::move(hooks)) {
   for (uint64_t offset = 0; offset < capacity_bytes_; offset += slab_bytes_) {
     auto slab = std::make_unique<Slab>();

@@ -11,9 +11,9 @@
 #pragma once
 
 #include "chunk_store.h"
-#include "tier_chain.h"
 #include "registrations.h"
 #include "requests.h"
+#include "tier_chain.h"
 
 namespace kvstash::server {
 
@@ -23,7 +23,11 @@ class Leases {
 
   Leases(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
          ChunkStore& store, TierChain& tiers, const Registrations& registrations)
-      : config_(config), stats_(stats), deferred_(deferred), store_(&store), tiers_(tiers),
+      : config_(config),
+        stats_(stats),
+        deferred_(deferred),
+        store_(&store),
+        tiers_(tiers),
         registrations_(registrations) {}
 
   Reply Lookup(const Request& r, const LookupRequest& m);
@@ -38,8 +42,7 @@ class Leases {
   };
   // Leases the lower-tier hits `more` (pinned L2 chunks stay pinned until the
   // lease ends), adds them to `found`.
-  void AddLower(Found& found, TierChain::Continuation more, const PeerId& owner,
-                uint32_t lease_ms);
+  void AddLower(Found& found, TierChain::Continuation more, const PeerId& owner, uint32_t lease_ms);
   // Counts, prefetches and builds the reply.
   LookupReply Finish(Registration& reg, const LookupRequest& m, const Found& found,
                      uint32_t lease_ms);

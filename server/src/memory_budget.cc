@@ -65,7 +65,8 @@ uint64_t PoolBytes(const config::ServerConfig& config, const MemoryFigures& figu
   return uint64_t(config.l1_gb * kGiB);
 }
 
-Status CheckPoolFits(uint64_t pool_bytes, const std::string& backend, const MemoryFigures& figures) {
+Status CheckPoolFits(uint64_t pool_bytes, const std::string& backend,
+                     const MemoryFigures& figures) {
   if (pool_bytes > figures.available_bytes) {
     return Status::Exhausted(
         "the L1 pool of " + Gib(pool_bytes) + " (" + std::to_string(pool_bytes) +

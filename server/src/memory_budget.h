@@ -16,9 +16,9 @@
 namespace kvstash::server {
 
 struct MemoryFigures {
-  uint64_t available_bytes = 0;    // MemAvailable
-  uint64_t memlock_bytes = 0;      // RLIMIT_MEMLOCK soft limit; UINT64_MAX: unlimited
-  bool can_lock_freely = false;    // CAP_IPC_LOCK in the effective set
+  uint64_t available_bytes = 0;  // MemAvailable
+  uint64_t memlock_bytes = 0;    // RLIMIT_MEMLOCK soft limit; UINT64_MAX: unlimited
+  bool can_lock_freely = false;  // CAP_IPC_LOCK in the effective set
 };
 
 // Reads MemAvailable from `meminfo` (normally /proc/meminfo), the memlock

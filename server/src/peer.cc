@@ -14,7 +14,8 @@ namespace kvstash::server {
 namespace {
 
 bool ParseNumber(const std::string& text, uint64_t* out) {
-  if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string::npos) {
+  if (text.empty() || text.size() > 10 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
     return false;
   }
   *out = std::strtoull(text.c_str(), nullptr, 10);
@@ -64,8 +65,9 @@ Result<AccessPolicy> AccessPolicy::Create(const std::string& admin_group) {
     } else {
       const struct group* found = getgrnam(admin_group.c_str());
       if (found == nullptr) {
-        return Status::InvalidArgument("--admin-group \"" + admin_group +
-                                       "\" names no group of this system (give a group name or gid)");
+        return Status::InvalidArgument(
+            "--admin-group \"" + admin_group +
+            "\" names no group of this system (give a group name or gid)");
       }
       gid = found->gr_gid;
     }

@@ -32,12 +32,15 @@ std::vector<PeerWatch::Gone> PeerWatch::TakeGone(Clock::time_point now) {
   }
   if (timeout_.count() == 0) return gone;
   for (auto it = owners_.begin(); it != owners_.end();) {
-    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_heard);
+    const auto silent =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_heard);
     if (silent <= timeout_) {
       ++it;
       continue;
     }
-    Gone g{it->first, silent, {it->second.registration_ids.begin(), it->second.registration_ids.end()}};
+    Gone g{it->first,
+           silent,
+           {it->second.registration_ids.begin(), it->second.registration_ids.end()}};
     for (uint64_t id : g.registration_ids) owner_of_.erase(id);
     gone.push_back(std::move(g));
     it = owners_.erase(it);

@@ -47,7 +47,6 @@ class PeerWatch {
   // anyone's silence.
   void Forgive(Clock::duration stall);
 
-
   // Every peer heard from within kPeerMemory (registered or not): whom the
   // daemon tells Goodbye when it stops.
   std::vector<PeerId> RecentPeers() const;

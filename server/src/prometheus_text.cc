@@ -79,8 +79,7 @@ void RegistrationCounters(std::string& out, const StatsSnapshot& snapshot) {
   RegistrationStats names;
   const std::vector<Stats::Counter> families = names.ReadCounters();
   for (size_t i = 0; i < families.size(); ++i) {
-    const std::string name =
-        std::string(kPrefix) + "registration_" + families[i].name + "_total";
+    const std::string name = std::string(kPrefix) + "registration_" + families[i].name + "_total";
     Family(out, name, "counter", families[i].help);
     for (const StatsSnapshot::Registration& reg : snapshot.registrations) {
       const std::string labels = "registration=\"" + std::to_string(reg.id) + "\",model=\"" +
@@ -95,7 +94,8 @@ void RegistrationCounters(std::string& out, const StatsSnapshot& snapshot) {
 void TierMetrics(std::string& out, const StatsSnapshot& snapshot) {
   if (snapshot.tiers.empty()) return;
   for (size_t i = 0; i < snapshot.tiers.front().counters.size(); ++i) {
-    const std::string name = std::string(kPrefix) + "tier_" + snapshot.tiers.front().counters[i].name + "_total";
+    const std::string name =
+        std::string(kPrefix) + "tier_" + snapshot.tiers.front().counters[i].name + "_total";
     Family(out, name, "counter", snapshot.tiers.front().counters[i].help);
     for (const TierSnapshot& t : snapshot.tiers) {
       Sample(out, name, "tier=\"" + t.level + "\"", std::to_string(t.counters.at(i).value));
@@ -116,13 +116,15 @@ void TierMetrics(std::string& out, const StatsSnapshot& snapshot) {
   const std::string name = std::string(kPrefix) + "tier_operation_duration_seconds";
   Family(out, name, "histogram", "seconds one chunk's put or get took in a tier");
   for (const TierSnapshot& t : snapshot.tiers) {
-    for (const auto& [op, h] : {std::pair{"put", &t.put_latency}, std::pair{"get", &t.get_latency}}) {
+    for (const auto& [op, h] :
+         {std::pair{"put", &t.put_latency}, std::pair{"get", &t.get_latency}}) {
       const std::string labels = "tier=\"" + t.level + "\",op=\"" + op + "\"";
       uint64_t cumulative = 0;
       for (size_t b = 0; b < h->buckets.size(); ++b) {
         cumulative += h->buckets[b];
-        const std::string le =
-            b < LatencyHistogram::kBoundsUs.size() ? Seconds(LatencyHistogram::kBoundsUs[b]) : "+Inf";
+        const std::string le = b < LatencyHistogram::kBoundsUs.size()
+                                   ? Seconds(LatencyHistogram::kBoundsUs[b])
+                                   : "+Inf";
         Sample(out, name + "_bucket", labels + ",le=\"" + le + "\"", std::to_string(cumulative));
       }
       Sample(out, name + "_sum", labels, Seconds(h->sum_us));

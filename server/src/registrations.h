@@ -48,7 +48,7 @@ class Registrations {
   DeferredReplies& deferred_;
   std::unique_ptr<Registry> registry_;
   TierChain& tiers_;  // told each registration's scope
-  PeerWatch peers_;  // frontend thread only
+  PeerWatch peers_;   // frontend thread only
 };
 
 }  // namespace kvstash::server

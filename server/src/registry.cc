@@ -66,7 +66,7 @@ Result<std::shared_ptr<MappedAllocation>> Registry::OpenShared(const AllocationS
 }
 
 Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest request,
-                                                        const PeerId& owner) {
+                                                         const PeerId& owner) {
   if (request.tp_size == 0 || request.tp_rank >= request.tp_size) {
     return Status::InvalidArgument("tp_rank " + std::to_string(request.tp_rank) +
                                    " must be below tp_size " + std::to_string(request.tp_size));
@@ -84,7 +84,8 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
   Result<ChunkLayout> layout = ChunkLayout::Build(geometries, chunk_tokens_);
   if (!layout.ok()) return layout.status();
   if (layout->chunk_bytes() > max_chunk_bytes_) {
-    return Status::TooLarge("a chunk of this layout takes " + std::to_string(layout->chunk_bytes()) +
+    return Status::TooLarge("a chunk of this layout takes " +
+                            std::to_string(layout->chunk_bytes()) +
                             " bytes, more than an L1 slab of " + std::to_string(max_chunk_bytes_) +
                             " bytes; lower --chunk-tokens or raise --l1-slice-mb");
   }
@@ -129,13 +130,15 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
     const int device = registration->device;
     Result<std::shared_ptr<CompletionBoard>> board = CompletionBoard::Open(
         request.board->shm_name, request.board->size_bytes, request.allocations[0].opener,
-        [this, device](uint8_t* base, uint64_t bytes) { return backend_.MapBoard(device, base, bytes); });
+        [this, device](uint8_t* base, uint64_t bytes) {
+          return backend_.MapBoard(device, base, bytes);
+        });
     if (!board.ok()) return board.status();
     registration->board = std::move(*board);
   }
 
-  KeyNamespace ns{request.model, request.tenant_salt, layout->fingerprint(), request.tp_rank,
-                  request.tp_size, layout->rank_independent()};
+  KeyNamespace ns{request.model,   request.tenant_salt, layout->fingerprint(),
+                  request.tp_rank, request.tp_size,     layout->rank_independent()};
   registration->namespace_id = NamespaceId(ns);
   registration->layout = std::move(*layout);
   registration->request = std::move(request);
@@ -198,8 +201,8 @@ std::function<bool(ScopeId)> Registry::ScopeMatcher(const std::string& model,
   MutexLock lock(mutex_);
   std::vector<bool> matches(scopes_.size());
   for (size_t i = 0; i < scopes_.size(); ++i) {
-    matches[i] = model.empty() ||
-                 (scopes_[i].model == model && (tenant_salt.empty() || scopes_[i].tenant_salt == tenant_salt));
+    matches[i] = model.empty() || (scopes_[i].model == model &&
+                                   (tenant_salt.empty() || scopes_[i].tenant_salt == tenant_salt));
   }
   return [matches](ScopeId scope) { return scope < matches.size() && matches[scope]; };
 }
@@ -212,7 +215,8 @@ std::function<bool(ScopeId)> Registry::OwnedScopeMatcher(const PeerId& owner,
   for (const auto& [id, reg] : registrations_) {
     if (reg->owner != owner) continue;
     const RegistrationRequest& r = reg->request;
-    if (model.empty() || (r.model == model && (tenant_salt.empty() || r.tenant_salt == tenant_salt))) {
+    if (model.empty() ||
+        (r.model == model && (tenant_salt.empty() || r.tenant_salt == tenant_salt))) {
       matches[reg->scope] = true;
     }
   }

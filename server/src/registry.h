@@ -53,17 +53,17 @@ struct RegistrationRequest {
 
 class Registration {
  public:
-  uint64_t id = 0;    // random, never 0: not guessable
-  PeerId owner;       // the connection that registered it; only it may use it
+  uint64_t id = 0;  // random, never 0: not guessable
+  PeerId owner;     // the connection that registered it; only it may use it
   ScopeId scope = 0;
   RegistrationRequest request;  // allocations and layers as registered
   ChunkLayout layout;
   ChunkKey namespace_id{};
   int device = 0;
   std::vector<std::shared_ptr<MappedAllocation>> allocations;
-  std::vector<GroupAddresses> groups;  // per layout group, for the copy engine
+  std::vector<GroupAddresses> groups;      // per layout group, for the copy engine
   std::shared_ptr<CompletionBoard> board;  // null: no GPU-side completion
-  RegistrationStats stats;               // its share of the traffic
+  RegistrationStats stats;                 // its share of the traffic
 
   // Work in flight: Unregister answers only once it has drained.
   void BeginWork();

@@ -37,30 +37,29 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   ChunkStore::LeaseLimits limits;
   limits.per_owner = c.max_leases_per_client;
   limits.total = c.max_leases;
-  limits.leased_bytes =
-      std::max<uint64_t>(1, uint64_t(double(service->pool_->capacity_bytes()) * c.max_leased_share));
+  limits.leased_bytes = std::max<uint64_t>(
+      1, uint64_t(double(service->pool_->capacity_bytes()) * c.max_leased_share));
   service->store_ = std::make_unique<ChunkStore>(*service->pool_, service->stats_, limits);
   Result<std::unique_ptr<TierChain>> tiers =
       TierChain::Create(c, *service->store_, service->stats_);
   if (!tiers.ok()) return tiers.status();
   service->tiers_ = std::move(*tiers);
-  service->registrations_ = std::make_unique<Registrations>(
-      c, service->stats_, service->deferred_, *service->backend_, service->pool_->slab_bytes(),
-      *service->tiers_);
-  service->leases_ = std::make_unique<Leases>(c, service->stats_, service->deferred_,
-                                              *service->store_, *service->tiers_,
-                                              *service->registrations_);
-  service->transfers_ = std::make_unique<Transfers>(c, service->stats_, service->deferred_,
-                                                    *service->backend_, *service->store_,
-                                                    *service->tiers_, *service->registrations_);
+  service->registrations_ =
+      std::make_unique<Registrations>(c, service->stats_, service->deferred_, *service->backend_,
+                                      service->pool_->slab_bytes(), *service->tiers_);
+  service->leases_ =
+      std::make_unique<Leases>(c, service->stats_, service->deferred_, *service->store_,
+                               *service->tiers_, *service->registrations_);
+  service->transfers_ =
+      std::make_unique<Transfers>(c, service->stats_, service->deferred_, *service->backend_,
+                                  *service->store_, *service->tiers_, *service->registrations_);
   service->introspection_ = std::make_unique<Introspection>(
-      c, service->stats_, service->deferred_, *service->backend_, *service->pool_,
-      *service->store_, *service->tiers_, *service->registrations_, *access);
+      c, service->stats_, service->deferred_, *service->backend_, *service->pool_, *service->store_,
+      *service->tiers_, *service->registrations_, *access);
   return service;
 }
 
-std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data,
-                                            size_t size) {
+std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data, size_t size) {
   const Clock::time_point received = Clock::now();
   Stats::Add(stats_.requests);
   uint64_t request_id = 0;  // known once the envelope's structure verified
@@ -85,8 +84,9 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
     if (request.start >= *request.deadline) {
       Stats::Add(stats_.requests_timed_out);
       Stats::Add(stats_.request_errors);
-      const auto late = std::chrono::duration_cast<std::chrono::microseconds>(
-                            request.start - *request.deadline).count();
+      const auto late =
+          std::chrono::duration_cast<std::chrono::microseconds>(request.start - *request.deadline)
+              .count();
       return proto::ErrorMessage(
           request.id, Status::TimedOut("the request's deadline passed " + std::to_string(late) +
                                        " us before kvstashd read it; nothing was done"));
@@ -101,7 +101,8 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
   request.kind = KindOf(*body);
   Reply reply = Dispatch(request, *body);
   // A copy was marked handled when it was queued (SubmitTransfer).
-  if (!reply.ok() || reply->has_value()) MarkStage(trace_.get(), request.id, TraceStage::kDaemonHandled);
+  if (!reply.ok() || reply->has_value())
+    MarkStage(trace_.get(), request.id, TraceStage::kDaemonHandled);
   if (!reply.ok()) {
     Stats::Add(stats_.request_errors);
     deferred_.RecordLatency(request);
@@ -115,8 +116,10 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
 Service::Reply Service::Dispatch(const Request& r, RequestBody& body) {
   switch (r.kind) {
     case RequestKind::kHello: return introspection_->Hello(r, std::get<HelloRequest>(body));
-    case RequestKind::kRegisterKV: return registrations_->RegisterKV(r, std::get<RegisterRequest>(body));
-    case RequestKind::kUnregisterKV: return registrations_->UnregisterKV(r, std::get<UnregisterRequest>(body));
+    case RequestKind::kRegisterKV:
+      return registrations_->RegisterKV(r, std::get<RegisterRequest>(body));
+    case RequestKind::kUnregisterKV:
+      return registrations_->UnregisterKV(r, std::get<UnregisterRequest>(body));
     case RequestKind::kStore: return transfers_->Store(r, std::get<StoreRequest>(body));
     case RequestKind::kRetrieve: return transfers_->Retrieve(r, std::get<RetrieveRequest>(body));
     case RequestKind::kLookup: return leases_->Lookup(r, std::get<LookupRequest>(body));

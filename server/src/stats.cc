@@ -4,9 +4,9 @@
 namespace kvstash::server {
 
 const char* RequestKindName(RequestKind kind) {
-  static constexpr const char* kNames[] = {"hello",  "register_kv", "unregister_kv", "store",
-                                           "retrieve", "lookup",    "release",       "clear",
-                                           "describe", "stats",     "ping"};
+  static constexpr const char* kNames[] = {"hello",    "register_kv", "unregister_kv", "store",
+                                           "retrieve", "lookup",      "release",       "clear",
+                                           "describe", "stats",       "ping"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(RequestKind::kCount));
   return kNames[size_t(kind)];
 }

@@ -17,45 +17,45 @@
 namespace kvstash::server {
 
 // X(name, help). Counters only go up.
-#define KVSTASH_COUNTERS(X)                                                        \
-  X(requests, "requests received (well-formed or not)")                            \
-  X(request_errors, "requests answered with an error reply")                       \
-  X(malformed_messages, "messages that failed verification")                       \
-  X(registrations, "RegisterKV requests that succeeded")                           \
-  X(unregistrations, "UnregisterKV requests that succeeded")                       \
-  X(registrations_dropped, "registrations dropped because their engine went silent") \
-  X(store_chunks_stored, "chunks copied into L1")                                  \
-  X(store_chunks_already_present, "chunks a Store found already stored")           \
-  X(store_chunks_no_room, "chunks a Store skipped for lack of room")               \
-  X(store_chunks_failed, "chunks whose store copy failed")                         \
-  X(store_tokens, "tokens stored")                                                 \
-  X(store_bytes, "bytes copied into L1")                                           \
-  X(retrieve_chunks, "chunks copied back to engine memory")                        \
-  X(retrieve_chunks_missing, "chunks a Retrieve asked for that were not stored")   \
-  X(retrieve_chunks_failed, "chunks whose retrieve copy failed")                   \
-  X(retrieve_tokens, "tokens written back to engine memory")                       \
-  X(retrieve_bytes, "bytes copied out of L1")                                      \
-  X(lookup_requests, "Lookup requests")                                            \
-  X(lookup_keys, "keys asked for by Lookup")                                       \
-  X(lookup_hit_chunks, "chunks found by Lookup (the stored prefix)")               \
-  X(lookup_miss_chunks, "keys past the stored prefix")                             \
-  X(lookup_hit_tokens, "tokens found by Lookup")                                   \
-  X(leases_granted, "lookup leases granted")                                       \
-  X(leases_released, "leases ended by Release or Retrieve")                        \
-  X(leases_expired, "leases that ran out")                                         \
+#define KVSTASH_COUNTERS(X)                                                            \
+  X(requests, "requests received (well-formed or not)")                                \
+  X(request_errors, "requests answered with an error reply")                           \
+  X(malformed_messages, "messages that failed verification")                           \
+  X(registrations, "RegisterKV requests that succeeded")                               \
+  X(unregistrations, "UnregisterKV requests that succeeded")                           \
+  X(registrations_dropped, "registrations dropped because their engine went silent")   \
+  X(store_chunks_stored, "chunks copied into L1")                                      \
+  X(store_chunks_already_present, "chunks a Store found already stored")               \
+  X(store_chunks_no_room, "chunks a Store skipped for lack of room")                   \
+  X(store_chunks_failed, "chunks whose store copy failed")                             \
+  X(store_tokens, "tokens stored")                                                     \
+  X(store_bytes, "bytes copied into L1")                                               \
+  X(retrieve_chunks, "chunks copied back to engine memory")                            \
+  X(retrieve_chunks_missing, "chunks a Retrieve asked for that were not stored")       \
+  X(retrieve_chunks_failed, "chunks whose retrieve copy failed")                       \
+  X(retrieve_tokens, "tokens written back to engine memory")                           \
+  X(retrieve_bytes, "bytes copied out of L1")                                          \
+  X(lookup_requests, "Lookup requests")                                                \
+  X(lookup_keys, "keys asked for by Lookup")                                           \
+  X(lookup_hit_chunks, "chunks found by Lookup (the stored prefix)")                   \
+  X(lookup_miss_chunks, "keys past the stored prefix")                                 \
+  X(lookup_hit_tokens, "tokens found by Lookup")                                       \
+  X(leases_granted, "lookup leases granted")                                           \
+  X(leases_released, "leases ended by Release or Retrieve")                            \
+  X(leases_expired, "leases that ran out")                                             \
   X(leases_truncated, "Lookups whose leased prefix the leased-bytes budget cut short") \
-  X(requests_timed_out, "requests not started because their deadline had passed")   \
-  X(chunks_timed_out, "chunks not copied because their request's deadline passed")  \
-  X(requests_refused_busy, "requests refused: the client had too many in flight")   \
-  X(evicted_chunks, "chunks evicted to make room")                                 \
-  X(evicted_bytes, "bytes of evicted chunks")                                      \
-  X(cleared_chunks, "chunks dropped by Clear")                                     \
-  X(lookup_hit_chunks_l2, "chunks of Lookup prefixes found in L2 (local disk)")    \
-  X(lookup_hit_chunks_l3, "chunks of Lookup prefixes found in L3 (Redis)")         \
-  X(prefetch_chunks, "L2/L3 chunks a Lookup asked to promote into L1 ahead")       \
-  X(promoted_chunks, "chunks read from L2 or L3 into L1")                          \
-  X(promote_failed, "chunks that could not be promoted (gone, corrupt, no room)")  \
-  X(write_behind_chunks, "chunks sent to be written below L1")                     \
+  X(requests_timed_out, "requests not started because their deadline had passed")      \
+  X(chunks_timed_out, "chunks not copied because their request's deadline passed")     \
+  X(requests_refused_busy, "requests refused: the client had too many in flight")      \
+  X(evicted_chunks, "chunks evicted to make room")                                     \
+  X(evicted_bytes, "bytes of evicted chunks")                                          \
+  X(cleared_chunks, "chunks dropped by Clear")                                         \
+  X(lookup_hit_chunks_l2, "chunks of Lookup prefixes found in L2 (local disk)")        \
+  X(lookup_hit_chunks_l3, "chunks of Lookup prefixes found in L3 (Redis)")             \
+  X(prefetch_chunks, "L2/L3 chunks a Lookup asked to promote into L1 ahead")           \
+  X(promoted_chunks, "chunks read from L2 or L3 into L1")                              \
+  X(promote_failed, "chunks that could not be promoted (gone, corrupt, no room)")      \
+  X(write_behind_chunks, "chunks sent to be written below L1")                         \
   X(write_behind_failed, "chunks that no tier below L1 took")
 
 // X(name, help): one registration's share of the traffic. Lookup misses are
@@ -73,13 +73,22 @@ namespace kvstash::server {
   X(lookup_hit_tokens, "tokens the registration's Lookups found")
 
 enum class RequestKind : uint8_t {
-  kHello, kRegisterKV, kUnregisterKV, kStore, kRetrieve, kLookup, kRelease,
-  kClear, kDescribe, kStats, kPing, kCount
+  kHello,
+  kRegisterKV,
+  kUnregisterKV,
+  kStore,
+  kRetrieve,
+  kLookup,
+  kRelease,
+  kClear,
+  kDescribe,
+  kStats,
+  kPing,
+  kCount
 };
 const char* RequestKindName(RequestKind kind);
 
 class RegistrationStats;
-
 
 class Stats {
  public:
@@ -129,8 +138,8 @@ struct Gauge {
 
 // One tier below L1 (L2, L3): its usage, counters and operation latency.
 struct TierSnapshot {
-  std::string name;   // "l2-disk", "l3-redis"
-  std::string level;  // "L2", "L3"
+  std::string name;             // "l2-disk", "l3-redis"
+  std::string level;            // "L2", "L3"
   uint64_t capacity_bytes = 0;  // 0: unknown (a shared store)
   uint64_t used_bytes = 0;
   uint64_t chunks = 0;

@@ -27,10 +27,10 @@ TierChain::~TierChain() { Shutdown(); }
 Result<std::unique_ptr<TierChain>> TierChain::Create(const config::ServerConfig& config,
                                                      ChunkStore& store, Stats& stats) {
   const bool any = !config.l2_path.empty() || !config.l3_redis.empty();
-  const ChunkStore::WriteBehind mode =
-      !any ? ChunkStore::WriteBehind::kNone
-           : config.tier_write == "on-eviction" ? ChunkStore::WriteBehind::kOnEviction
-                                                : ChunkStore::WriteBehind::kWriteThrough;
+  const ChunkStore::WriteBehind mode = !any ? ChunkStore::WriteBehind::kNone
+                                       : config.tier_write == "on-eviction"
+                                           ? ChunkStore::WriteBehind::kOnEviction
+                                           : ChunkStore::WriteBehind::kWriteThrough;
   std::unique_ptr<TierChain> chain(new TierChain(store, stats, mode));
   if (!config.l2_path.empty()) {
     tiers::DiskTierOptions options;
@@ -39,14 +39,16 @@ Result<std::unique_ptr<TierChain>> TierChain::Create(const config::ServerConfig&
     options.io_threads = config.l2_io_threads;
     Result<std::unique_ptr<tiers::DiskTier>> l2 = tiers::DiskTier::Open(options);
     if (!l2.ok()) {
-      return Status(l2.status().code(), "--l2-path " + config.l2_path + ": " + l2.status().message());
+      return Status(l2.status().code(),
+                    "--l2-path " + config.l2_path + ": " + l2.status().message());
     }
     chain->l2_ = std::move(*l2);
     const tiers::DiskRebuildReport& report = chain->l2_->rebuild_report();
-    Logger()->info("L2 at {}: {} chunks ({} bytes) indexed in {:.3f} s; {} invalid, {} over "
-                   "capacity and {} unfinished files deleted",
-                   config.l2_path, report.chunks, report.bytes, report.seconds,
-                   report.dropped_files, report.evicted_files, report.temp_files);
+    Logger()->info(
+        "L2 at {}: {} chunks ({} bytes) indexed in {:.3f} s; {} invalid, {} over "
+        "capacity and {} unfinished files deleted",
+        config.l2_path, report.chunks, report.bytes, report.seconds, report.dropped_files,
+        report.evicted_files, report.temp_files);
     if (!chain->l2_->io_uring_refused_reason().empty()) {
       Logger()->warn("L2 runs on {} --l2-io-threads: io_uring was refused ({})",
                      config.l2_io_threads, chain->l2_->io_uring_refused_reason());
@@ -75,7 +77,8 @@ Result<std::unique_ptr<TierChain>> TierChain::Create(const config::ServerConfig&
   }
   if (chain->enabled()) {
     TierChain* raw = chain.get();
-    store.SetWriteBehind(mode, [raw](std::vector<ChunkStore::Flush> f) { raw->Flush(std::move(f)); });
+    store.SetWriteBehind(mode,
+                         [raw](std::vector<ChunkStore::Flush> f) { raw->Flush(std::move(f)); });
   }
   return chain;
 }
@@ -254,7 +257,8 @@ bool TierChain::WhenAWriteEnds(std::function<void()> retry) {
   return true;
 }
 
-void TierChain::Promote(const Scope& scope, std::vector<ChunkKey> keys, std::function<void()> done) {
+void TierChain::Promote(const Scope& scope, std::vector<ChunkKey> keys,
+                        std::function<void()> done) {
   auto held = std::make_shared<Held>();
   auto release = [this, held, done = std::move(done)] {
     done();
@@ -389,7 +393,8 @@ void TierChain::FinishPromotion(const std::shared_ptr<Promotion>& p, size_t i, b
   if (p->left.fetch_sub(1) == 1) p->done();
 }
 
-uint32_t TierChain::Promoting(const ChunkKey& namespace_id, const std::vector<ChunkKey>& keys) const {
+uint32_t TierChain::Promoting(const ChunkKey& namespace_id,
+                              const std::vector<ChunkKey>& keys) const {
   std::lock_guard<std::mutex> lock(promoting_mutex_);
   uint32_t n = 0;
   for (const ChunkKey& key : keys) n += promoting_.count(IdOf(namespace_id, key)) ? 1 : 0;
@@ -408,7 +413,8 @@ std::vector<TierSnapshot> TierChain::ReadStats() const {
     t.capacity_bytes = usage.capacity_bytes;
     t.used_bytes = usage.used_bytes;
     t.chunks = usage.chunks;
-    for (const auto& c : tier.stats().ReadCounters()) t.counters.push_back({c.name, c.help, c.value});
+    for (const auto& c : tier.stats().ReadCounters())
+      t.counters.push_back({c.name, c.help, c.value});
     t.put_latency = tier.stats().put_latency.Read();
     t.get_latency = tier.stats().get_latency.Read();
     out.push_back(std::move(t));
@@ -419,7 +425,8 @@ std::vector<TierSnapshot> TierChain::ReadStats() const {
 }
 
 void TierChain::Describe(nlohmann::json& tiers) const {
-  const char* write = mode_ == ChunkStore::WriteBehind::kOnEviction ? "on-eviction" : "write-through";
+  const char* write =
+      mode_ == ChunkStore::WriteBehind::kOnEviction ? "on-eviction" : "write-through";
   for (const TierSnapshot& t : ReadStats()) {
     nlohmann::json counters = nlohmann::json::object();
     for (const auto& c : t.counters) counters[c.name] = c.value;
@@ -435,9 +442,12 @@ void TierChain::Describe(nlohmann::json& tiers) const {
       std::shared_lock<std::shared_mutex> lock(life_);
       if (l2_) {
         const tiers::DiskRebuildReport& r = l2_->rebuild_report();
-        entry["rebuild"] = {{"chunks", r.chunks},           {"bytes", r.bytes},
-                            {"dropped_files", r.dropped_files}, {"evicted_files", r.evicted_files},
-                            {"temp_files", r.temp_files},   {"seconds", r.seconds}};
+        entry["rebuild"] = {{"chunks", r.chunks},
+                            {"bytes", r.bytes},
+                            {"dropped_files", r.dropped_files},
+                            {"evicted_files", r.evicted_files},
+                            {"temp_files", r.temp_files},
+                            {"seconds", r.seconds}};
       }
     }
     tiers.push_back(entry);

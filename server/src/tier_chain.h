@@ -55,9 +55,9 @@ class TierChain {
 
   // The part of a lookup below L1, for `keys` past the L1 prefix.
   struct Continuation {
-    std::vector<TierLevel> levels;     // per hit, in order
+    std::vector<TierLevel> levels;  // per hit, in order
     uint64_t hit_tokens = 0;
-    bool ended_at_miss = false;        // the next key was absent (L3 may continue)
+    bool ended_at_miss = false;          // the next key was absent (L3 may continue)
     std::vector<tiers::ChunkId> pinned;  // L2 hits, pinned until Unpin
   };
   // The prefix of `keys` in L2, each hit pinned (answered from the index,
@@ -114,11 +114,12 @@ class TierChain {
   std::unordered_map<ScopeId, Scope> scopes_;  // GUARDED_BY(scopes_mutex_)
 
   std::mutex writes_mutex_;
-  uint64_t writes_in_flight_ = 0;                      // GUARDED_BY(writes_mutex_)
-  std::vector<std::function<void()>> write_waiters_;   // GUARDED_BY(writes_mutex_)
+  uint64_t writes_in_flight_ = 0;                     // GUARDED_BY(writes_mutex_)
+  std::vector<std::function<void()>> write_waiters_;  // GUARDED_BY(writes_mutex_)
 
   mutable std::mutex promoting_mutex_;
-  std::unordered_set<tiers::ChunkId, tiers::ChunkIdHash> promoting_;  // GUARDED_BY(promoting_mutex_)
+  std::unordered_set<tiers::ChunkId, tiers::ChunkIdHash>
+      promoting_;  // GUARDED_BY(promoting_mutex_)
 
   // Held shared by every call into a tier, exclusively by Shutdown while
   // it marks the chain stopped; the tiers go only after.

@@ -21,8 +21,12 @@ void TransferWorker::Submit(Direction direction, TransferJob job) {
 
 TransferWorker::Lane::Lane(Backend& backend, int device, Direction direction,
                            std::chrono::microseconds busy_poll, StageTrace* trace)
-    : backend_(backend), device_(device), direction_(direction), busy_poll_(busy_poll),
-      trace_(trace), thread_([this] { Loop(); }) {}
+    : backend_(backend),
+      device_(device),
+      direction_(direction),
+      busy_poll_(busy_poll),
+      trace_(trace),
+      thread_([this] { Loop(); }) {}
 
 TransferWorker::Lane::~Lane() {
   {
@@ -71,7 +75,8 @@ void TransferWorker::Lane::Loop() {
   bool stopping = false;
   for (;;) {
     std::vector<TransferJob> batch;
-    if (taken_ > 0 && gated_.empty()) PollForJob();  // not before the first job: an idle daemon sleeps
+    if (taken_ > 0 && gated_.empty())
+      PollForJob();  // not before the first job: an idle daemon sleeps
     {
       std::unique_lock<std::mutex> lock(mutex_);
       const auto queued = [this] { return stopping_ || !queue_.empty(); };
@@ -159,9 +164,9 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
     deadlines.missed.assign(chunks.size(), 0);
     const Registration& registration = *jobs[begin].registration;
     const CopySignal* signal = jobs[begin].signal ? &*jobs[begin].signal : nullptr;
-    const Status status =
-        chunks.empty() ? Status::Ok()
-                       : backend_.Copy(direction_, device_, registration.groups, chunks, deadlines, signal);
+    const Status status = chunks.empty() ? Status::Ok()
+                                         : backend_.Copy(direction_, device_, registration.groups,
+                                                         chunks, deadlines, signal);
     deadlines.missed.resize(chunks.size());
     if (trace_) {
       for (size_t j = begin; j < end; ++j) trace_->Mark(jobs[j].request_id, TraceStage::kCopyDone);

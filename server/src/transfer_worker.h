@@ -26,10 +26,10 @@ namespace kvstash::server {
 
 struct TransferJob {
   std::shared_ptr<Registration> registration;
-  PeerId owner;                                         // who asked
-  uint64_t request_id = 0;                              // for the stage trace
-  std::optional<Clock::time_point> deadline;            // no engine block is written after it
-  std::vector<kernels::ChunkCopy> chunks;               // block_ids point into block_ids
+  PeerId owner;                               // who asked
+  uint64_t request_id = 0;                    // for the stage trace
+  std::optional<Clock::time_point> deadline;  // no engine block is written after it
+  std::vector<kernels::ChunkCopy> chunks;     // block_ids point into block_ids
   std::vector<std::vector<uint32_t>> block_ids;
   // Called once, with the copy's status and, per chunk of this job, whether
   // it was left out because the deadline had passed.
@@ -89,7 +89,7 @@ class TransferWorker {
     // value an engine controls, so a gate never opened can stall nothing
     // but its own store.
     std::vector<TransferJob> gated_;
-    bool stopping_ = false;          // GUARDED_BY(mutex_)
+    bool stopping_ = false;  // GUARDED_BY(mutex_)
     std::thread thread_;
   };
   Lane store_;

@@ -24,7 +24,8 @@ Result<AllocationSpec> DecodeAllocation(const wire::Allocation* allocation, size
   switch (allocation->handle_type()) {
     case wire::MemoryHandle::HostShmHandle: {
       const wire::HostShmHandle* shm = allocation->handle_as_HostShmHandle();
-      if (shm == nullptr) return Status::InvalidArgument(where + " names a host shm handle but carries none");
+      if (shm == nullptr)
+        return Status::InvalidArgument(where + " names a host shm handle but carries none");
       if (shm->name() == nullptr) return Status::InvalidArgument(where + " has no shm name");
       spec.kind = AllocationSpec::Kind::kHostShm;
       spec.shm_name = shm->name()->str();
@@ -33,7 +34,8 @@ Result<AllocationSpec> DecodeAllocation(const wire::Allocation* allocation, size
     }
     case wire::MemoryHandle::CudaIpcHandle: {
       const wire::CudaIpcHandle* ipc = allocation->handle_as_CudaIpcHandle();
-      if (ipc == nullptr) return Status::InvalidArgument(where + " names a CUDA IPC handle but carries none");
+      if (ipc == nullptr)
+        return Status::InvalidArgument(where + " names a CUDA IPC handle but carries none");
       if (ipc->ipc_handle() == nullptr || ipc->ipc_handle()->size() != 64) {
         return Status::InvalidArgument(where + ": a CUDA IPC handle has 64 bytes");
       }
@@ -46,8 +48,7 @@ Result<AllocationSpec> DecodeAllocation(const wire::Allocation* allocation, size
       spec.size_bytes = ipc->size_bytes();
       break;
     }
-    default:
-      return Status::InvalidArgument(where + " has no memory handle");
+    default: return Status::InvalidArgument(where + " has no memory handle");
   }
   if (spec.size_bytes == 0) return Status::InvalidArgument(where + " declares 0 bytes");
   return spec;
@@ -100,7 +101,8 @@ Status DecodeChunks(const ChunkList* chunks, const DecodeLimits& limits,
   }
   if (chunks->size() > limits.max_chunks_per_request) {
     return Status::TooLarge("the request names " + std::to_string(chunks->size()) +
-                            " chunks; the limit is " + std::to_string(limits.max_chunks_per_request));
+                            " chunks; the limit is " +
+                            std::to_string(limits.max_chunks_per_request));
   }
   out->reserve(chunks->size());
   for (size_t i = 0; i < chunks->size(); ++i) {
@@ -111,7 +113,8 @@ Status DecodeChunks(const ChunkList* chunks, const DecodeLimits& limits,
     if (chunk->block_ids() == nullptr) {
       return Status::InvalidArgument("chunk " + std::to_string(i) + " names no blocks");
     }
-    out->push_back(ChunkRequest{proto::FromWire(*chunk->key()), chunk->num_tokens(),
+    out->push_back(ChunkRequest{proto::FromWire(*chunk->key()),
+                                chunk->num_tokens(),
                                 {chunk->block_ids()->begin(), chunk->block_ids()->end()}});
   }
   return Status::Ok();
@@ -121,8 +124,8 @@ template <typename T>
 Result<const T*> BodyOf(const wire::Envelope& e) {
   const T* body = e.body_as<T>();
   if (body == nullptr) {
-    return Status::InvalidArgument(std::string("the envelope names a ") + wire::EnumNameBody(e.body_type()) +
-                                   " but carries no body");
+    return Status::InvalidArgument(std::string("the envelope names a ") +
+                                   wire::EnumNameBody(e.body_type()) + " but carries no body");
   }
   return body;
 }
@@ -131,10 +134,10 @@ Result<const T*> BodyOf(const wire::Envelope& e) {
 
 RequestKind KindOf(const RequestBody& body) {
   static constexpr RequestKind kKinds[] = {
-      RequestKind::kHello,  RequestKind::kRegisterKV, RequestKind::kUnregisterKV,
-      RequestKind::kStore,  RequestKind::kRetrieve,   RequestKind::kLookup,
-      RequestKind::kRelease, RequestKind::kClear,     RequestKind::kDescribe,
-      RequestKind::kStats,  RequestKind::kPing};
+      RequestKind::kHello,   RequestKind::kRegisterKV, RequestKind::kUnregisterKV,
+      RequestKind::kStore,   RequestKind::kRetrieve,   RequestKind::kLookup,
+      RequestKind::kRelease, RequestKind::kClear,      RequestKind::kDescribe,
+      RequestKind::kStats,   RequestKind::kPing};
   return kKinds[body.index()];
 }
 
@@ -166,7 +169,10 @@ Result<RequestBody> DecodeRequest(const wire::Envelope& e, const DecodeLimits& l
     case Body::RetrieveRequest: {
       auto m = BodyOf<wire::RetrieveRequest>(e);
       if (!m.ok()) return m.status();
-      RetrieveRequest out{(*m)->registration_id(), {}, (*m)->skip_tokens(), (*m)->lease_id(),
+      RetrieveRequest out{(*m)->registration_id(),
+                          {},
+                          (*m)->skip_tokens(),
+                          (*m)->lease_id(),
                           DecodeSignal((*m)->signal())};
       KVSTASH_RETURN_IF_ERROR(DecodeChunks((*m)->chunks(), limits, &out.chunks));
       return RequestBody(std::move(out));
@@ -177,7 +183,8 @@ Result<RequestBody> DecodeRequest(const wire::Envelope& e, const DecodeLimits& l
       if ((*m)->keys() == nullptr) return Status::InvalidArgument("Lookup names no keys");
       if ((*m)->keys()->size() > limits.max_chunks_per_request) {
         return Status::TooLarge("Lookup names " + std::to_string((*m)->keys()->size()) +
-                                " keys; the limit is " + std::to_string(limits.max_chunks_per_request));
+                                " keys; the limit is " +
+                                std::to_string(limits.max_chunks_per_request));
       }
       LookupRequest out{(*m)->registration_id(), {}, (*m)->lease_ms(), (*m)->prefetch()};
       out.keys.reserve((*m)->keys()->size());
@@ -216,8 +223,8 @@ proto::Bytes Outcomes(FlatBufferBuilder& fbb, uint64_t request_id, wire::Body ty
   offsets.reserve(outcomes.size());
   for (const ChunkOutcome& o : outcomes) {
     auto message = o.error.ok() ? 0 : fbb.CreateString(o.error.message()).o;
-    offsets.push_back(wire::CreateChunkOutcome(fbb, wire::ChunkResult(uint8_t(o.result)), o.num_tokens,
-                                               proto::ToWire(o.error.code()),
+    offsets.push_back(wire::CreateChunkOutcome(fbb, wire::ChunkResult(uint8_t(o.result)),
+                                               o.num_tokens, proto::ToWire(o.error.code()),
                                                flatbuffers::Offset<flatbuffers::String>(message)));
   }
   auto chunks = fbb.CreateVector(offsets);
@@ -257,7 +264,8 @@ struct Encoder {
           wire::CreateGroupInfo(fbb, geometry, layers, group.offset_bytes, group.size_bytes()));
     }
     auto groups_offset = fbb.CreateVector(groups);
-    auto fingerprint = fbb.CreateVector(reg.layout.fingerprint().data(), reg.layout.fingerprint().size());
+    auto fingerprint =
+        fbb.CreateVector(reg.layout.fingerprint().data(), reg.layout.fingerprint().size());
     auto namespace_id = fbb.CreateVector(reg.namespace_id.data(), reg.namespace_id.size());
     auto body = wire::CreateRegisterKVReply(fbb, reg.id, reg.layout.chunk_tokens(),
                                             reg.layout.chunk_bytes(), reg.layout.block_tokens(),
@@ -266,7 +274,8 @@ struct Encoder {
   }
   proto::Bytes operator()(const UnregisterReply&) const {
     FlatBufferBuilder fbb(64);
-    return proto::Finish(fbb, id, wire::Body::UnregisterKVReply, wire::CreateUnregisterKVReply(fbb).Union());
+    return proto::Finish(fbb, id, wire::Body::UnregisterKVReply,
+                         wire::CreateUnregisterKVReply(fbb).Union());
   }
   proto::Bytes operator()(const StoreReply& r) const {
     FlatBufferBuilder fbb(64 + 32 * r.chunks.size());
@@ -302,7 +311,8 @@ struct Encoder {
   proto::Bytes operator()(const StatsReply& r) const {
     FlatBufferBuilder fbb(r.json.size() + 4096);
     std::vector<flatbuffers::Offset<wire::Counter>> counters;
-    for (const Stats::Counter& c : r.counters) counters.push_back(wire::CreateCounterDirect(fbb, c.name, c.value));
+    for (const Stats::Counter& c : r.counters)
+      counters.push_back(wire::CreateCounterDirect(fbb, c.name, c.value));
     auto body = wire::CreateStatsReplyDirect(fbb, &counters, r.json.c_str());
     return proto::Finish(fbb, id, wire::Body::StatsReply, body.Union());
   }

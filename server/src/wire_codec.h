@@ -27,9 +27,15 @@ struct ChunkRequest {
   uint32_t num_tokens = 0;  // Store; ignored by Retrieve
   std::vector<uint32_t> block_ids;
 };
-struct HelloRequest { uint32_t protocol_version = 0; };
-struct RegisterRequest { RegistrationRequest registration; };
-struct UnregisterRequest { uint64_t registration_id = 0; };
+struct HelloRequest {
+  uint32_t protocol_version = 0;
+};
+struct RegisterRequest {
+  RegistrationRequest registration;
+};
+struct UnregisterRequest {
+  uint64_t registration_id = 0;
+};
 // GPU-side completion on the registration's board (kvstash/completion_board.h).
 struct BoardSignal {
   uint32_t slot = 0;
@@ -54,8 +60,12 @@ struct LookupRequest {
   uint32_t lease_ms = 0;
   bool prefetch = false;
 };
-struct ReleaseRequest { uint64_t lease_id = 0; };
-struct ClearRequest { std::string model, tenant_salt; };
+struct ReleaseRequest {
+  uint64_t lease_id = 0;
+};
+struct ClearRequest {
+  std::string model, tenant_salt;
+};
 struct DescribeRequest {};
 struct StatsRequest {};
 struct PingRequest {};
@@ -91,10 +101,16 @@ struct HelloReply {
   std::string backend;
   uint32_t peer_timeout_ms = 0;
 };
-struct RegisterReply { std::shared_ptr<const Registration> registration; };
+struct RegisterReply {
+  std::shared_ptr<const Registration> registration;
+};
 struct UnregisterReply {};
-struct StoreReply { std::vector<ChunkOutcome> chunks; };
-struct RetrieveReply { std::vector<ChunkOutcome> chunks; };
+struct StoreReply {
+  std::vector<ChunkOutcome> chunks;
+};
+struct RetrieveReply {
+  std::vector<ChunkOutcome> chunks;
+};
 struct LookupReply {
   uint32_t hit_chunks = 0;
   uint64_t hit_tokens = 0;
@@ -103,9 +119,15 @@ struct LookupReply {
   std::vector<uint8_t> hit_tiers;  // wire::TierLevel per hit
   uint32_t prefetch_pending = 0;
 };
-struct ReleaseReply { uint32_t released_chunks = 0; };
-struct ClearReply { uint64_t cleared_chunks = 0; };
-struct DescribeReply { std::string json; };
+struct ReleaseReply {
+  uint32_t released_chunks = 0;
+};
+struct ClearReply {
+  uint64_t cleared_chunks = 0;
+};
+struct DescribeReply {
+  std::string json;
+};
 struct StatsReply {
   std::vector<Stats::Counter> counters;
   std::string json;
@@ -116,9 +138,9 @@ struct PingReply {
   uint64_t pool_ready_bytes = 0;
 };
 
-using ReplyBody = std::variant<HelloReply, RegisterReply, UnregisterReply, StoreReply, RetrieveReply,
-                               LookupReply, ReleaseReply, ClearReply, DescribeReply, StatsReply,
-                               PingReply>;
+using ReplyBody =
+    std::variant<HelloReply, RegisterReply, UnregisterReply, StoreReply, RetrieveReply, LookupReply,
+                 ReleaseReply, ClearReply, DescribeReply, StatsReply, PingReply>;
 
 proto::Bytes EncodeReply(uint64_t request_id, const ReplyBody& reply);
 

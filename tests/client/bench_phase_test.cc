@@ -11,19 +11,32 @@
 namespace kvstash::testing {
 namespace {
 
-const std::vector<std::string> kShape = {"--layers", "4", "--kv-heads", "2", "--head-dim", "64",
-                                         "--block-tokens", "16", "--prompts", "4",
-                                         "--prompt-tokens", "300", "--shared-prefix-tokens", "128"};
+const std::vector<std::string> kShape = {"--layers",
+                                         "4",
+                                         "--kv-heads",
+                                         "2",
+                                         "--head-dim",
+                                         "64",
+                                         "--block-tokens",
+                                         "16",
+                                         "--prompts",
+                                         "4",
+                                         "--prompt-tokens",
+                                         "300",
+                                         "--shared-prefix-tokens",
+                                         "128"};
 
 class BenchPhase : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "4"});
+    auto daemon =
+        DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "4"});
     ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
     daemon_ = std::move(*daemon);
   }
   ProcessResult Bench(const std::string& phase, const std::string& seed, bool json = true) {
-    std::vector<std::string> args = {"bench", "--socket", daemon_->socket(), "--phase", phase, "--seed", seed};
+    std::vector<std::string> args = {"bench",  "--socket", daemon_->socket(), "--phase", phase,
+                                     "--seed", seed};
     args.insert(args.end(), kShape.begin(), kShape.end());
     if (json) args.push_back("--json");
     return RunBinary("kvstash", args);
@@ -56,7 +69,8 @@ TEST_F(BenchPhase, RetrieveOfAnotherSeedFindsNothingAndFails) {
   const ProcessResult retrieve = Bench("retrieve", "8", /*json=*/false);
   EXPECT_NE(retrieve.exit_code, 0) << retrieve.output;
   EXPECT_NE(retrieve.output.find("\nFAIL\n"), std::string::npos) << retrieve.output;
-  EXPECT_NE(retrieve.output.find("--phase retrieve expects every chunk"), std::string::npos) << retrieve.output;
+  EXPECT_NE(retrieve.output.find("--phase retrieve expects every chunk"), std::string::npos)
+      << retrieve.output;
   EXPECT_NE(retrieve.output.find("20 were not found"), std::string::npos) << retrieve.output;
 }
 

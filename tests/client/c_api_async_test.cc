@@ -3,9 +3,9 @@
 // errors, and the asynchronous calls from many threads (completion through
 // kvstash_call_wait and through the completion fd).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <stdlib.h>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -14,11 +14,11 @@
 #include <set>
 #include <thread>
 
-#include "daemon_process.h"
 #include "c_geometry.h"
+#include "daemon_process.h"
 #include "kvstash/host_memory.h"
-#include "kvstash/layouts.h"
 #include "kvstash/kvstash.h"
+#include "kvstash/layouts.h"
 
 namespace kvstash::testing {
 namespace {
@@ -40,8 +40,8 @@ bool Readable(int fd, int timeout_ms) {
 class CApiAsync : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto daemon = DaemonProcess::Start({"--chunk-tokens", "32", "--l1-gb", "0.03125",
-                                        "--l1-slice-mb", "4"});
+    auto daemon =
+        DaemonProcess::Start({"--chunk-tokens", "32", "--l1-gb", "0.03125", "--l1-slice-mb", "4"});
     ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
     daemon_ = std::move(daemon.value());
     auto memory = HostKvMemory::Create(kLayerBytes);
@@ -99,7 +99,8 @@ TEST_F(CApiAsync, ServerInfoNamesTheDaemonAndNoRestart) {
 
 TEST_F(CApiAsync, PoolReadinessReachesTheCapacity) {
   uint64_t ready = 0, capacity = 0;
-  ASSERT_EQ(kvstash_pool_ready(client_, &ready, &capacity), KVSTASH_OK) << kvstash_last_error(client_);
+  ASSERT_EQ(kvstash_pool_ready(client_, &ready, &capacity), KVSTASH_OK)
+      << kvstash_last_error(client_);
   EXPECT_EQ(capacity, 32ull << 20);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (ready < capacity && std::chrono::steady_clock::now() < deadline) {
@@ -116,7 +117,8 @@ TEST_F(CApiAsync, DescribeStatsAndClearAnswerJsonAndCounts) {
   std::iota(tokens.begin(), tokens.end(), 7);
   std::vector<uint32_t> blocks = {0, 1, 2, 3};
   std::vector<kvstash_chunk> chunks(2);
-  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 64, blocks.data(), 4, chunks.data()), KVSTASH_OK);
+  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 64, blocks.data(), 4, chunks.data()),
+            KVSTASH_OK);
   kvstash_chunk_outcome outcomes[2];
   ASSERT_EQ(kvstash_store(client_, reg.id, chunks.data(), 2, outcomes), KVSTASH_OK);
 
@@ -135,7 +137,8 @@ TEST_F(CApiAsync, DescribeStatsAndClearAnswerJsonAndCounts) {
   kvstash_free(nullptr);
 
   uint64_t cleared = 0;
-  ASSERT_EQ(kvstash_clear(client_, nullptr, nullptr, &cleared), KVSTASH_OK) << kvstash_last_error(client_);
+  ASSERT_EQ(kvstash_clear(client_, nullptr, nullptr, &cleared), KVSTASH_OK)
+      << kvstash_last_error(client_);
   EXPECT_EQ(cleared, 2u);
   ASSERT_EQ(kvstash_clear(client_, "", nullptr, nullptr), KVSTASH_OK);
   std::vector<kvstash_key> keys(2);
@@ -191,7 +194,8 @@ TEST_F(CApiAsync, SubmittedCallsCompleteWithTheirResults) {
   std::iota(tokens.begin(), tokens.end(), 100);
   std::vector<uint32_t> source = {0, 1, 2, 3, 4, 5}, destination = {10, 11, 12, 13, 14, 15};
   std::vector<kvstash_chunk> chunks(3);
-  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 96, source.data(), 6, chunks.data()), KVSTASH_OK);
+  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 96, source.data(), 6, chunks.data()),
+            KVSTASH_OK);
   kvstash_call* store = nullptr;
   ASSERT_EQ(kvstash_store_submit(client_, reg.id, chunks.data(), 3, 41, &store), KVSTASH_OK);
   // The arguments were copied: scribbling over them cannot change the store.
@@ -221,7 +225,8 @@ TEST_F(CApiAsync, SubmittedCallsCompleteWithTheirResults) {
   ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 96, destination.data(), 6, chunks.data()),
             KVSTASH_OK);
   kvstash_call* retrieve = nullptr;
-  ASSERT_EQ(kvstash_retrieve_submit(client_, reg.id, chunks.data(), 3, 0, 0, 43, &retrieve), KVSTASH_OK);
+  ASSERT_EQ(kvstash_retrieve_submit(client_, reg.id, chunks.data(), 3, 0, 0, 43, &retrieve),
+            KVSTASH_OK);
   ASSERT_EQ(kvstash_call_wait(retrieve, 10000), 1);
   EXPECT_EQ(kvstash_call_status(retrieve), KVSTASH_OK) << kvstash_call_error(retrieve);
   EXPECT_EQ(kvstash_call_outcomes(retrieve, outcomes, 3), 3u);
@@ -236,7 +241,8 @@ TEST_F(CApiAsync, SubmittedCallsCompleteWithTheirResults) {
   ASSERT_EQ(kvstash_release_submit(client_, hit.lease_id, 44, &release), KVSTASH_OK);
   ASSERT_EQ(kvstash_call_wait(release, 10000), 1);
   kvstash_lookup_result released{};
-  EXPECT_EQ(kvstash_call_lookup_result(release, &released), KVSTASH_OK) << kvstash_call_error(release);
+  EXPECT_EQ(kvstash_call_lookup_result(release, &released), KVSTASH_OK)
+      << kvstash_call_error(release);
   EXPECT_EQ(released.hit_chunks, 3u);
   kvstash_call_free(release);
 
@@ -341,8 +347,8 @@ TEST_F(CApiAsync, ManyThreadsSubmitAndCollectThroughTheFdAndWait) {
             submitted_to_fd.fetch_sub(1);
           }
         } else {  // completion through wait; freed without being taken
-          if (kvstash_lookup_submit(waiting_client, waiting_reg.id, keys.data(), 2, 0, tag, &call) ==
-                  KVSTASH_OK &&
+          if (kvstash_lookup_submit(waiting_client, waiting_reg.id, keys.data(), 2, 0, tag,
+                                    &call) == KVSTASH_OK &&
               kvstash_call_wait(call, 10000) == 1 && kvstash_call_status(call) == KVSTASH_OK) {
             waited_ok.fetch_add(1);
           }
@@ -412,7 +418,8 @@ TEST(CApiEndpoint, KvstashSocketAndAPlainPathReachTheDaemon) {
 
 TEST_F(CApiAsync, BoardSignalsRetrieveAndGatesStoreThroughTheCApi) {
   kvstash_board* board = nullptr;
-  ASSERT_EQ(kvstash_board_create(client_, 8, -1, &board), KVSTASH_OK) << kvstash_last_error(client_);
+  ASSERT_EQ(kvstash_board_create(client_, 8, -1, &board), KVSTASH_OK)
+      << kvstash_last_error(client_);
   kvstash_board* none = nullptr;
   EXPECT_EQ(kvstash_board_create(client_, 5000, -1, &none), KVSTASH_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvstash_last_error(client_)).find("4096"), std::string::npos);
@@ -435,11 +442,13 @@ TEST_F(CApiAsync, BoardSignalsRetrieveAndGatesStoreThroughTheCApi) {
   std::iota(tokens.begin(), tokens.end(), 500);
   std::vector<uint32_t> source = {0, 1, 2, 3}, destination = {20, 21, 22, 23};
   std::vector<kvstash_chunk> chunks(2);
-  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 64, source.data(), 4, chunks.data()), KVSTASH_OK);
+  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 64, source.data(), 4, chunks.data()),
+            KVSTASH_OK);
   kvstash_board_signal save{};
   kvstash_call* store = nullptr;
-  ASSERT_EQ(kvstash_store_on_stream(client_, reg.id, chunks.data(), 2, board, nullptr, 1, &save, &store),
-            KVSTASH_OK)
+  ASSERT_EQ(
+      kvstash_store_on_stream(client_, reg.id, chunks.data(), 2, board, nullptr, 1, &save, &store),
+      KVSTASH_OK)
       << kvstash_last_error(client_);
   EXPECT_EQ(save.count, 2u);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -450,11 +459,12 @@ TEST_F(CApiAsync, BoardSignalsRetrieveAndGatesStoreThroughTheCApi) {
   EXPECT_EQ(kvstash_board_released(board, &save, 1), 1);
   kvstash_call_free(store);
 
-  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 64, destination.data(), 4, chunks.data()), KVSTASH_OK);
+  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), 64, destination.data(), 4, chunks.data()),
+            KVSTASH_OK);
   kvstash_board_signal load{};
   kvstash_call* retrieve = nullptr;
-  ASSERT_EQ(kvstash_retrieve_on_stream(client_, reg.id, chunks.data(), 2, 0, 0, board, nullptr, 1, 2, &load,
-                                       &retrieve),
+  ASSERT_EQ(kvstash_retrieve_on_stream(client_, reg.id, chunks.data(), 2, 0, 0, board, nullptr, 1,
+                                       2, &load, &retrieve),
             KVSTASH_OK)
       << kvstash_last_error(client_);
   ASSERT_EQ(kvstash_call_wait(retrieve, 10000), 1);
@@ -468,8 +478,8 @@ TEST_F(CApiAsync, BoardSignalsRetrieveAndGatesStoreThroughTheCApi) {
   EXPECT_EQ(kvstash_board_wait(client_, board, nullptr, &load, 0), KVSTASH_INVALID_ARGUMENT);
   // More slots than the board holds: refused before anything is sent.
   kvstash_call* refused = nullptr;
-  EXPECT_EQ(kvstash_retrieve_on_stream(client_, reg.id, chunks.data(), 2, 0, 0, board, nullptr, 9, 3, &load,
-                                       &refused),
+  EXPECT_EQ(kvstash_retrieve_on_stream(client_, reg.id, chunks.data(), 2, 0, 0, board, nullptr, 9,
+                                       3, &load, &refused),
             KVSTASH_INVALID_ARGUMENT);
   EXPECT_EQ(refused, nullptr);
   EXPECT_EQ(kvstash_unregister(client_, reg.id), KVSTASH_OK);

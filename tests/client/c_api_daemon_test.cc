@@ -6,11 +6,11 @@
 #include <cstring>
 #include <numeric>
 
-#include "daemon_process.h"
 #include "c_geometry.h"
+#include "daemon_process.h"
 #include "kvstash/host_memory.h"
-#include "kvstash/layouts.h"
 #include "kvstash/kvstash.h"
+#include "kvstash/layouts.h"
 
 namespace kvstash::testing {
 namespace {
@@ -30,8 +30,8 @@ std::vector<uint8_t> Gather(const HostKvMemory& memory, const std::vector<uint32
   for (uint64_t layer = 0; layer < 2; ++layer) {
     for (uint64_t kv = 0; kv < 2; ++kv) {
       for (uint32_t b : blocks) {
-        const uint8_t* p = memory.data() + layer * kLayerBytes + kv * kBlocks * kBlockBytes +
-                           b * kBlockBytes;
+        const uint8_t* p =
+            memory.data() + layer * kLayerBytes + kv * kBlocks * kBlockBytes + b * kBlockBytes;
         out.insert(out.end(), p, p + kBlockBytes);
       }
     }
@@ -40,7 +40,8 @@ std::vector<uint8_t> Gather(const HostKvMemory& memory, const std::vector<uint32
 }
 
 TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
-  auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.03125", "--l1-slice-mb", "4"});
+  auto daemon =
+      DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.03125", "--l1-slice-mb", "4"});
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   auto memory = HostKvMemory::Create(2 * kLayerBytes);
   ASSERT_TRUE(memory.ok());
@@ -68,8 +69,8 @@ TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
   std::iota(source.begin(), source.end(), 0);
   std::iota(destination.begin(), destination.end(), 20);
   std::vector<kvstash_chunk> chunks(kvstash_num_chunks(&reg, tokens.size()));
-  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), tokens.size(), source.data(),
-                                  source.size(), chunks.data()),
+  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), tokens.size(), source.data(), source.size(),
+                                  chunks.data()),
             KVSTASH_OK);
   std::vector<kvstash_chunk_outcome> outcomes(chunks.size());
   ASSERT_EQ(kvstash_store(client, reg.id, chunks.data(), chunks.size(), outcomes.data()),

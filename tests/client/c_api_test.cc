@@ -115,9 +115,9 @@ TEST(CApi, PromptChunksPointIntoTheBlockTable) {
   EXPECT_EQ(chunks[2].num_tokens, 22u);
   EXPECT_EQ(chunks[2].block_ids, table.data() + 8);
   EXPECT_EQ(chunks[2].num_block_ids, 2u);
-  EXPECT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), tokens.size(), table.data(), 9,
-                                  chunks.data()),
-            KVSTASH_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvstash_prompt_chunks(&reg, tokens.data(), tokens.size(), table.data(), 9, chunks.data()),
+      KVSTASH_INVALID_ARGUMENT);
 }
 
 TEST(CApi, NullArgumentsAreInvalid) {

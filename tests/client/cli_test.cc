@@ -16,8 +16,8 @@ namespace {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625",
-                                        "--l1-slice-mb", "4"});
+    auto daemon =
+        DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "4"});
     ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
     daemon_ = std::move(*daemon);
   }
@@ -28,9 +28,20 @@ class Cli : public ::testing::Test {
   std::unique_ptr<DaemonProcess> daemon_;
 };
 
-const std::vector<std::string> kSmallBench = {
-    "--layers", "4", "--kv-heads", "2", "--head-dim", "64", "--block-tokens", "16",
-    "--prompts", "4", "--prompt-tokens", "300", "--shared-prefix-tokens", "128"};
+const std::vector<std::string> kSmallBench = {"--layers",
+                                              "4",
+                                              "--kv-heads",
+                                              "2",
+                                              "--head-dim",
+                                              "64",
+                                              "--block-tokens",
+                                              "16",
+                                              "--prompts",
+                                              "4",
+                                              "--prompt-tokens",
+                                              "300",
+                                              "--shared-prefix-tokens",
+                                              "128"};
 
 TEST_F(Cli, BenchStoresRetrievesAndVerifies) {
   std::vector<std::string> args = {"bench"};
@@ -142,9 +153,8 @@ bool HasDescription(const std::vector<std::string>& lines, size_t i) {
   words >> word;  // the flag
   while (words >> word) {
     const char c = word[0];
-    const bool spec = std::isupper(static_cast<unsigned char>(c)) || std::isdigit(c) ||
-                      c == '{' || c == '[' || c == '-' || c == '=' || word == "in" ||
-                      word == "...";
+    const bool spec = std::isupper(static_cast<unsigned char>(c)) || std::isdigit(c) || c == '{' ||
+                      c == '[' || c == '-' || c == '=' || word == "in" || word == "...";
     if (!spec) return true;
   }
   return i + 1 < lines.size() && lines[i + 1].rfind(std::string(20, ' '), 0) == 0 &&
@@ -168,12 +178,24 @@ TEST_F(Cli, BenchHelpDescribesEveryFlag) {
 
 TEST(CliEvictions, BenchSaysWhyTheHitRateFellShort) {
   // A 16 MiB pool; 40 prompts of 16 chunks of 128 KiB (2 shared) need 70 MiB.
-  auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.015625",
-                                      "--l1-slice-mb", "4"});
+  auto daemon =
+      DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.015625", "--l1-slice-mb", "4"});
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  std::vector<std::string> args = {"bench", "--socket", (*daemon)->socket(), "--layers", "4",
-                                   "--kv-heads", "2", "--head-dim", "64", "--prompts", "40",
-                                   "--prompt-tokens", "1024", "--shared-prefix-tokens", "128"};
+  std::vector<std::string> args = {"bench",
+                                   "--socket",
+                                   (*daemon)->socket(),
+                                   "--layers",
+                                   "4",
+                                   "--kv-heads",
+                                   "2",
+                                   "--head-dim",
+                                   "64",
+                                   "--prompts",
+                                   "40",
+                                   "--prompt-tokens",
+                                   "1024",
+                                   "--shared-prefix-tokens",
+                                   "128"};
   const ProcessResult text = RunBinary("kvstash", args);
   EXPECT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("why not 100%"), std::string::npos) << text.output;
@@ -187,8 +209,7 @@ TEST(CliEvictions, BenchSaysWhyTheHitRateFellShort) {
   ASSERT_EQ(json_run.exit_code, 0) << json_run.output;
   const auto json = nlohmann::json::parse(json_run.output);
   EXPECT_GT(json["daemon"]["evicted_chunks"].get<uint64_t>(), 0u) << json_run.output;
-  EXPECT_LT(json["lookup"]["hit_chunks"].get<uint64_t>(),
-            json["lookup"]["chunks"].get<uint64_t>());
+  EXPECT_LT(json["lookup"]["hit_chunks"].get<uint64_t>(), json["lookup"]["chunks"].get<uint64_t>());
   EXPECT_NE(json["lookup"]["shortfall_reason"].get<std::string>().find("evicted"),
             std::string::npos);
 }

@@ -19,8 +19,8 @@ TEST(CliWords, SuggestsTheClosestSubcommand) {
 }
 
 TEST(CliWords, FirstCommandWordSkipsGlobalOptionsAndTheirValues) {
-  const char* argv[] = {"kvstash", "--socket", "/tmp/k.sock", "--json", "--timeout-ms", "5",
-                        "stast", "--model", "m"};
+  const char* argv[] = {"kvstash", "--socket", "/tmp/k.sock", "--json", "--timeout-ms",
+                        "5",       "stast",    "--model",     "m"};
   EXPECT_EQ(FirstCommandWord(9, argv), "stast");
   const char* joined[] = {"kvstash", "--socket=/tmp/k.sock", "ping"};
   EXPECT_EQ(FirstCommandWord(3, joined), "ping");

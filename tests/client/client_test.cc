@@ -80,7 +80,7 @@ TEST(Client, ConnectRejectsAnotherProtocolVersion) {
 
 TEST(Client, ConnectFailsWithUnavailableWhenNoDaemonListens) {
   ClientOptions options;
-  options.socket = UniqueIpcEndpoint();  // nobody binds it
+  options.socket = UniqueIpcEndpoint();           // nobody binds it
   options.request_timeout = milliseconds(10000);  // not spent: it fails at once
   const auto start = Clock::now();
   auto client = Client::Connect(options);
@@ -139,7 +139,8 @@ TEST(Client, MatchesOutOfOrderRepliesToTheirRequests) {
     }
     const size_t n = ChunkCount(*it);
     std::vector<std::pair<ChunkResult, uint32_t>> outcomes;
-    for (size_t i = 0; i < n; ++i) outcomes.emplace_back(ChunkResult::kStored, uint32_t(100 * n + i));
+    for (size_t i = 0; i < n; ++i)
+      outcomes.emplace_back(ChunkResult::kStored, uint32_t(100 * n + i));
     router.Reply(*it, StoreReply(it->request_id(), outcomes));
   }
   for (size_t n = 1; n <= 3; ++n) {
@@ -164,7 +165,8 @@ TEST(Client, ReplyOfTheWrongTypeFailsItsRequest) {
   auto result = store.get();
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), StatusCode::kMalformedMessage);
-  EXPECT_NE(result.status().message().find("expected a StoreReply but kvstashd answered with a PingReply"),
+  EXPECT_NE(result.status().message().find(
+                "expected a StoreReply but kvstashd answered with a PingReply"),
             std::string::npos)
       << result.status().message();
 }
@@ -196,7 +198,8 @@ TEST(Client, UnverifiableReplyWithReadableIdFailsOnlyItsRequest) {
   // A PingReply table labelled StoreReply: its uptime reads as a wild offset.
   flatbuffers::FlatBufferBuilder fbb;
   auto body = wire::CreatePingReply(fbb, 0x7ffffff0u);
-  router.Reply(*request, proto::Finish(fbb, request->request_id(), wire::Body::StoreReply, body.Union()));
+  router.Reply(*request,
+               proto::Finish(fbb, request->request_id(), wire::Body::StoreReply, body.Union()));
   auto result = store.get();
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), StatusCode::kMalformedMessage);
@@ -361,7 +364,8 @@ TEST(Client, LostConnectionFailsRequestsAndRestartRegistersAgainUnderTheSameId) 
 
   std::lock_guard<std::mutex> lock(log_mutex);
   bool logged_restart = false;
-  for (const auto& warning : warnings) logged_restart |= warning.find("restarted") != std::string::npos;
+  for (const auto& warning : warnings)
+    logged_restart |= warning.find("restarted") != std::string::npos;
   EXPECT_TRUE(logged_restart);
 }
 
@@ -391,13 +395,13 @@ TEST(Client, EveryRequestCarriesItsDeadline) {
   FakeRouter router;
   auto client = ConnectTo(router, milliseconds(3000));
   ASSERT_NE(client, nullptr);
-  const auto before = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      Clock::now().time_since_epoch());
+  const auto before =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch());
   auto ping = client->Ping();
   auto request = router.Receive();
   ASSERT_TRUE(request);
-  const auto after = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      Clock::now().time_since_epoch());
+  const auto after =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch());
   const uint64_t deadline = request->envelope().deadline_ns();
   EXPECT_GE(deadline, uint64_t((before + milliseconds(3000)).count()));
   EXPECT_LE(deadline, uint64_t((after + milliseconds(3000)).count()));
@@ -427,7 +431,8 @@ TEST(Client, ConnectFailsFastOnAStaleSocketFile) {
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status().ToString();
   EXPECT_NE(client.status().message().find(path), std::string::npos) << client.status().ToString();
-  EXPECT_NE(client.status().message().find("stale"), std::string::npos) << client.status().ToString();
+  EXPECT_NE(client.status().message().find("stale"), std::string::npos)
+      << client.status().ToString();
   EXPECT_LT(took, milliseconds(1000));
 }
 

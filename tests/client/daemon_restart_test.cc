@@ -12,11 +12,11 @@
 #include <numeric>
 #include <thread>
 
-#include "daemon_process.h"
 #include "c_geometry.h"
+#include "daemon_process.h"
 #include "kvstash/host_memory.h"
-#include "kvstash/layouts.h"
 #include "kvstash/kvstash.h"
+#include "kvstash/layouts.h"
 
 namespace kvstash::testing {
 namespace {
@@ -32,8 +32,8 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 class DaemonRestart : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto daemon = DaemonProcess::Start({"--chunk-tokens", "32", "--l1-gb", "0.03125",
-                                        "--l1-slice-mb", "4"});
+    auto daemon =
+        DaemonProcess::Start({"--chunk-tokens", "32", "--l1-gb", "0.03125", "--l1-slice-mb", "4"});
     ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
     daemon_ = std::move(daemon.value());
     auto memory = HostKvMemory::Create(kLayerBytes);
@@ -57,7 +57,8 @@ class DaemonRestart : public ::testing::Test {
     reg_options.num_allocations = 1;
     reg_options.layers = &layer;
     reg_options.num_layers = 1;
-    ASSERT_EQ(kvstash_register(client_, &reg_options, &reg_), KVSTASH_OK) << kvstash_last_error(client_);
+    ASSERT_EQ(kvstash_register(client_, &reg_options, &reg_), KVSTASH_OK)
+        << kvstash_last_error(client_);
   }
   void TearDown() override { kvstash_close(client_); }
 
@@ -145,7 +146,8 @@ TEST_F(DaemonRestart, TheSameRegistrationServesAgainAfterARestart) {
   kvstash_chunk chunks[2];
   ASSERT_EQ(kvstash_prompt_chunks(&reg_, tokens.data(), 64, source.data(), 4, chunks), KVSTASH_OK);
   kvstash_chunk_outcome outcomes[2];
-  ASSERT_EQ(kvstash_store(client_, reg_.id, chunks, 2, outcomes), KVSTASH_OK) << kvstash_last_error(client_);
+  ASSERT_EQ(kvstash_store(client_, reg_.id, chunks, 2, outcomes), KVSTASH_OK)
+      << kvstash_last_error(client_);
   kvstash_key keys[2];
   ASSERT_EQ(kvstash_chunk_keys(&reg_, tokens.data(), 64, keys), KVSTASH_OK);
   kvstash_server_info before{};
@@ -169,8 +171,10 @@ TEST_F(DaemonRestart, TheSameRegistrationServesAgainAfterARestart) {
   const auto serving = Clock::now();
   ASSERT_EQ(status, KVSTASH_OK) << kvstash_last_error(client_);
   EXPECT_EQ(hit.hit_chunks, 0u);
-  std::printf("[ figures  ] restart: engine serving %.1f ms after kvstashd was started again, "
-              "%.1f ms after it answered\n", Ms(serving - restart), Ms(serving - answering));
+  std::printf(
+      "[ figures  ] restart: engine serving %.1f ms after kvstashd was started again, "
+      "%.1f ms after it answered\n",
+      Ms(serving - restart), Ms(serving - answering));
 
   kvstash_server_info after{};
   ASSERT_EQ(kvstash_get_server_info(client_, &after), KVSTASH_OK);
@@ -178,9 +182,11 @@ TEST_F(DaemonRestart, TheSameRegistrationServesAgainAfterARestart) {
   EXPECT_NE(std::memcmp(before.boot_id, after.boot_id, 16), 0);
 
   // Store and retrieve through the same id: the bytes round-trip.
-  ASSERT_EQ(kvstash_store(client_, reg_.id, chunks, 2, outcomes), KVSTASH_OK) << kvstash_last_error(client_);
+  ASSERT_EQ(kvstash_store(client_, reg_.id, chunks, 2, outcomes), KVSTASH_OK)
+      << kvstash_last_error(client_);
   EXPECT_EQ(outcomes[0].result, KVSTASH_CHUNK_STORED);
-  ASSERT_EQ(kvstash_prompt_chunks(&reg_, tokens.data(), 64, destination.data(), 4, chunks), KVSTASH_OK);
+  ASSERT_EQ(kvstash_prompt_chunks(&reg_, tokens.data(), 64, destination.data(), 4, chunks),
+            KVSTASH_OK);
   ASSERT_EQ(kvstash_retrieve(client_, reg_.id, chunks, 2, 0, 0, outcomes), KVSTASH_OK)
       << kvstash_last_error(client_);
   EXPECT_EQ(outcomes[1].result, KVSTASH_CHUNK_RETRIEVED);

@@ -81,8 +81,8 @@ proto::Bytes RegisterKVReply(uint64_t request_id, uint64_t registration_id) {
   g.block_stride = 256;
   g.kv_stride = 2048;
   const std::vector<uint32_t> layers = {0};
-  std::vector<flatbuffers::Offset<wire::GroupInfo>> groups = {wire::CreateGroupInfoDirect(
-      fbb, proto::ToWire(fbb, g), &layers, 0, uint64_t{2} * 256 * 16)};
+  std::vector<flatbuffers::Offset<wire::GroupInfo>> groups = {
+      wire::CreateGroupInfoDirect(fbb, proto::ToWire(fbb, g), &layers, 0, uint64_t{2} * 256 * 16)};
   const std::vector<uint8_t> fingerprint(32, 1), namespace_id(32, 2);
   auto body = wire::CreateRegisterKVReplyDirect(fbb, registration_id, 256, 8192, 16, &groups,
                                                 &fingerprint, &namespace_id);
@@ -94,8 +94,8 @@ proto::Bytes StoreReply(uint64_t request_id,
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<flatbuffers::Offset<wire::ChunkOutcome>> chunks;
   for (const auto& [result, tokens] : outcomes) {
-    chunks.push_back(wire::CreateChunkOutcomeDirect(fbb, wire::ChunkResult(uint8_t(result)),
-                                                    tokens));
+    chunks.push_back(
+        wire::CreateChunkOutcomeDirect(fbb, wire::ChunkResult(uint8_t(result)), tokens));
   }
   auto body = wire::CreateStoreReplyDirect(fbb, &chunks);
   return proto::Finish(fbb, request_id, wire::Body::StoreReply, body.Union());

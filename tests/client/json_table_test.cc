@@ -25,16 +25,15 @@ TEST(JsonTable, RendersScalarsAlignedAndObjectsAsSections) {
 }
 
 TEST(JsonTable, RendersArraysOfObjectsAsTablesWithNestedRowsAfter) {
-  const json doc = {
-      {"registrations",
-       {{{"id", 1},
-         {"model", "llama"},
-         {"chunk_bytes", 4194304},
-         {"groups",
-          {{{"layers", {0, 1, 2, 3, 5}},
-            {"offset_bytes", 0},
-            {"geometry", {{"num_heads", 8}, {"head_bytes", 256}}}}}}},
-        {{"id", 2}, {"model", "qwen"}, {"extra", true}}}}};
+  const json doc = {{"registrations",
+                     {{{"id", 1},
+                       {"model", "llama"},
+                       {"chunk_bytes", 4194304},
+                       {"groups",
+                        {{{"layers", {0, 1, 2, 3, 5}},
+                          {"offset_bytes", 0},
+                          {"geometry", {{"num_heads", 8}, {"head_bytes", 256}}}}}}},
+                      {{"id", 2}, {"model", "qwen"}, {"extra", true}}}}};
   const std::string text = RenderJson(doc);
   EXPECT_TRUE(Contains(text, "# registrations\n")) << text;
   EXPECT_TRUE(Contains(text, "id  model  chunk_bytes  extra\n")) << text;

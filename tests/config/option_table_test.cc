@@ -61,8 +61,8 @@ TEST(OptionTable, FormatsDoublesShortestAndModesInOctal) {
   EXPECT_EQ(FormatValue(*FindOption("socket-mode"), config), "0600");
   config.l1_gb = 1.0 / 3.0;
   ServerConfig parsed;
-  ASSERT_TRUE(SetFromText(*FindOption("l1-gb"), FormatValue(*FindOption("l1-gb"), config), &parsed)
-                  .ok());
+  ASSERT_TRUE(
+      SetFromText(*FindOption("l1-gb"), FormatValue(*FindOption("l1-gb"), config), &parsed).ok());
   EXPECT_EQ(parsed.l1_gb, config.l1_gb);
 }
 

@@ -96,10 +96,9 @@ TEST_F(ServerConfigTest, NoArgumentsGiveTheStructDefaults) {
 }
 
 TEST_F(ServerConfigTest, FlagsSetEveryKindOfOption) {
-  const ServerConfig config =
-      ParseOk({"--socket", "ipc:///tmp/k.sock", "--socket-mode", "0600", "--backend", "host",
-               "--l1-gb", "0.5", "--chunk-tokens", "128", "--metrics-port=9464",
-               "--log-level", "debug"});
+  const ServerConfig config = ParseOk({"--socket", "ipc:///tmp/k.sock", "--socket-mode", "0600",
+                                       "--backend", "host", "--l1-gb", "0.5", "--chunk-tokens",
+                                       "128", "--metrics-port=9464", "--log-level", "debug"});
   EXPECT_EQ(config.socket, "ipc:///tmp/k.sock");
   EXPECT_EQ(config.socket_mode, 0600u);
   EXPECT_EQ(config.backend, BackendKind::kHost);
@@ -160,10 +159,10 @@ TEST_F(ServerConfigTest, FlagsBeatEnvironmentWhichBeatsFileWhichBeatsDefaults) {
   SetEnv("KVSTASH_L1_GB", "2");
   SetEnv("KVSTASH_CHUNK_TOKENS", "32");
   const ServerConfig config = ParseOk({"--l1-gb", "3"});
-  EXPECT_EQ(config.l1_gb, 3.0);          // flag
-  EXPECT_EQ(config.chunk_tokens, 32u);   // environment over file
-  EXPECT_EQ(config.lease_ms, 5u);        // file over default
-  EXPECT_EQ(config.staging_mb, 256u);    // default
+  EXPECT_EQ(config.l1_gb, 3.0);         // flag
+  EXPECT_EQ(config.chunk_tokens, 32u);  // environment over file
+  EXPECT_EQ(config.lease_ms, 5u);       // file over default
+  EXPECT_EQ(config.staging_mb, 256u);   // default
 }
 
 TEST_F(ServerConfigTest, OutOfRangeFlagNamesFlagValueAndBounds) {
@@ -252,8 +251,8 @@ TEST_F(ServerConfigTest, VersionPrintsTheProjectVersion) {
 TEST_F(ServerConfigTest, EffectiveConfigListsTableOrderWithModeInOctal) {
   const auto pairs = EffectiveConfig(ServerConfig{});
   ASSERT_GE(pairs.size(), 3u);
-  EXPECT_EQ(pairs[0], std::make_pair(std::string("socket"),
-                                     std::string("ipc:///run/kvstash/kvstash.sock")));
+  EXPECT_EQ(pairs[0],
+            std::make_pair(std::string("socket"), std::string("ipc:///run/kvstash/kvstash.sock")));
   EXPECT_EQ(pairs[1], std::make_pair(std::string("socket-mode"), std::string("0660")));
   const std::map<std::string, std::string> by_name(pairs.begin(), pairs.end());
   EXPECT_EQ(by_name.size(), pairs.size());
@@ -337,7 +336,8 @@ TEST_F(ServerConfigTest, TierOptionsComeFromFlagsEnvironmentAndFile) {
   // An empty path turns a tier off again; other strings may not be empty.
   EXPECT_EQ(ParseOk({"--l2-path", "/x", "--l2-path", ""}).l2_path, "");
   EXPECT_THAT(ParseError({"--socket", ""}), HasSubstr("--socket must not be empty"));
-  EXPECT_THAT(ParseError({"--l3-part-mb", "513"}), HasSubstr("--l3-part-mb 513 out of range [1, 512]"));
+  EXPECT_THAT(ParseError({"--l3-part-mb", "513"}),
+              HasSubstr("--l3-part-mb 513 out of range [1, 512]"));
 }
 
 TEST_F(ServerConfigTest, EffectiveConfigNeverShowsThePassword) {

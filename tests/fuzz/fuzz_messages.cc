@@ -12,8 +12,8 @@ using flatbuffers::FlatBufferBuilder;
 
 LayerGeometry EngineGeometry() {
   const uint64_t head = kHeadBytes, token = head * kHeads, block = token * kBlockTokens;
-  return LayerGeometry{kBlocks, 2, kBlockTokens, kHeads, kHeadBytes, block, block * kBlocks,
-                       token, head, DType::kBF16};
+  return LayerGeometry{kBlocks,         2,     kBlockTokens, kHeads,      kHeadBytes, block,
+                       block * kBlocks, token, head,         DType::kBF16};
 }
 
 struct RegisterParams {
@@ -39,12 +39,13 @@ Message Register(uint64_t request_id, const RegisterParams& p) {
   }
   std::vector<flatbuffers::Offset<wire::LayerDesc>> layers;
   for (uint32_t l = 0; l < kLayers; ++l) {
-    layers.push_back(wire::CreateLayerDesc(fbb, 0, l * LayerBytes(), proto::ToWire(fbb, p.geometry)));
+    layers.push_back(
+        wire::CreateLayerDesc(fbb, 0, l * LayerBytes(), proto::ToWire(fbb, p.geometry)));
   }
   std::vector<flatbuffers::Offset<wire::Allocation>> allocations{allocation};
-  auto body = wire::CreateRegisterKVRequest(fbb, fbb.CreateString(p.model), fbb.CreateString(p.salt),
-                                            0, 1, fbb.CreateVector(allocations),
-                                            fbb.CreateVector(layers));
+  auto body =
+      wire::CreateRegisterKVRequest(fbb, fbb.CreateString(p.model), fbb.CreateString(p.salt), 0, 1,
+                                    fbb.CreateVector(allocations), fbb.CreateVector(layers));
   return proto::Finish(fbb, request_id, wire::Body::RegisterKVRequest, body.Union());
 }
 
@@ -85,17 +86,20 @@ Message Retrieve(uint64_t id, uint64_t registration, uint8_t first, uint8_t coun
   return proto::Finish(fbb, id, wire::Body::RetrieveRequest, body.Union());
 }
 
-Message Lookup(uint64_t id, uint64_t registration, uint8_t first, uint8_t count, uint32_t lease_ms) {
+Message Lookup(uint64_t id, uint64_t registration, uint8_t first, uint8_t count,
+               uint32_t lease_ms) {
   FlatBufferBuilder fbb;
   std::vector<wire::Key> keys;
   for (uint8_t i = 0; i < count; ++i) keys.push_back(KeyOf(uint8_t(first + i)));
-  auto body = wire::CreateLookupRequest(fbb, registration, fbb.CreateVectorOfStructs(keys), lease_ms);
+  auto body =
+      wire::CreateLookupRequest(fbb, registration, fbb.CreateVectorOfStructs(keys), lease_ms);
   return proto::Finish(fbb, id, wire::Body::LookupRequest, body.Union());
 }
 
 Message Release(uint64_t id, uint64_t lease) {
   FlatBufferBuilder fbb;
-  return proto::Finish(fbb, id, wire::Body::ReleaseRequest, wire::CreateReleaseRequest(fbb, lease).Union());
+  return proto::Finish(fbb, id, wire::Body::ReleaseRequest,
+                       wire::CreateReleaseRequest(fbb, lease).Union());
 }
 
 Message Unregister(uint64_t id, uint64_t registration) {
@@ -123,13 +127,16 @@ Message Empty(uint64_t id, wire::Body type, Builder build) {
 }
 
 Message Describe(uint64_t id) {
-  return Empty(id, wire::Body::DescribeRequest, [](FlatBufferBuilder& f) { return wire::CreateDescribeRequest(f); });
+  return Empty(id, wire::Body::DescribeRequest,
+               [](FlatBufferBuilder& f) { return wire::CreateDescribeRequest(f); });
 }
 Message Stats(uint64_t id) {
-  return Empty(id, wire::Body::StatsRequest, [](FlatBufferBuilder& f) { return wire::CreateStatsRequest(f); });
+  return Empty(id, wire::Body::StatsRequest,
+               [](FlatBufferBuilder& f) { return wire::CreateStatsRequest(f); });
 }
 Message Ping(uint64_t id) {
-  return Empty(id, wire::Body::PingRequest, [](FlatBufferBuilder& f) { return wire::CreatePingRequest(f); });
+  return Empty(id, wire::Body::PingRequest,
+               [](FlatBufferBuilder& f) { return wire::CreatePingRequest(f); });
 }
 
 }  // namespace
@@ -184,7 +191,8 @@ std::vector<Input> Seeds() {
       {"clear_model", Frame({Clear(1, "fuzz-model", "")})},
       {"register", Frame({Register(1, plain)})},
       {"register_missing_shm", Frame({Register(1, missing_shm)})},
-      {"register_then_describe", Frame({Register(1, tenant), Describe(2), Stats(3), Unregister(4, 1)})},
+      {"register_then_describe",
+       Frame({Register(1, tenant), Describe(2), Stats(3), Unregister(4, 1)})},
       {"store", Frame({Register(1, plain), Store(2, 1, 0, 2, 0)})},
       {"store_partial_chunk", Frame({Register(1, plain), Store(2, 1, 0, 3, 4, 5)})},
       {"lookup", Frame({Register(1, plain), Lookup(2, 1, 0, 4, 0)})},
@@ -192,12 +200,10 @@ std::vector<Input> Seeds() {
       {"retrieve_missing", Frame({Register(1, plain), Retrieve(2, 1, 9, 2, 8, 0, 0)})},
       {"release_unknown", Frame({Release(1, 77)})},
       {"unregister_unknown", Frame({Unregister(1, 1)})},
-      {"round_trip",
-       Frame({Register(1, plain), Store(2, 1, 0, 4, 0), Lookup(3, 1, 0, 4, 500),
-              Retrieve(4, 1, 0, 4, 16, 0, 1), Release(5, 1), Unregister(6, 1)})},
-      {"round_trip_skip",
-       Frame({Register(1, tenant), Store(2, 1, 0, 3, 0, 7), Lookup(3, 1, 0, 3, 0),
-              Retrieve(4, 1, 0, 3, 20, 20, 1)})},
+      {"round_trip", Frame({Register(1, plain), Store(2, 1, 0, 4, 0), Lookup(3, 1, 0, 4, 500),
+                            Retrieve(4, 1, 0, 4, 16, 0, 1), Release(5, 1), Unregister(6, 1)})},
+      {"round_trip_skip", Frame({Register(1, tenant), Store(2, 1, 0, 3, 0, 7),
+                                 Lookup(3, 1, 0, 3, 0), Retrieve(4, 1, 0, 3, 20, 20, 1)})},
       {"two_registrations",
        Frame({Register(1, plain), Register(2, tenant), Store(3, 1, 0, 2, 0), Store(4, 2, 0, 2, 2),
               Retrieve(5, 2, 0, 2, 10, 0, 0), Unregister(6, 1), Retrieve(7, 1, 0, 2, 12, 0, 0)})},
@@ -218,14 +224,16 @@ std::vector<Input> Regressions() {
   // A span beyond 2^64 bytes compared against a smaller stride: UBSan's
   // float-cast-overflow, and "must be at least 0 bytes".
   RegisterParams huge_span;
-  huge_span.geometry = LayerGeometry{1, 2, 0xffffffffu, 0xffffffffu, 64, 0, (uint64_t{1} << 38) + 1,
-                                     uint64_t{1} << 38, 64, DType::kU8};
+  huge_span.geometry = LayerGeometry{
+      1,  2,         0xffffffffu, 0xffffffffu, 64, 0, (uint64_t{1} << 38) + 1, uint64_t{1} << 38,
+      64, DType::kU8};
   RegisterParams nul_shm;
   nul_shm.shm = std::string(kShmName) + std::string("\0tail", 5);
   return {
       {"crash_register_hollow_shm_union", Frame({Register(1, hollow_shm)})},
       {"crash_register_hollow_cuda_union", Frame({Register(1, hollow_cuda)})},
-      {"crash_non_utf8_model_then_describe", Frame({Register(1, bad_model), Describe(2), Stats(3)})},
+      {"crash_non_utf8_model_then_describe",
+       Frame({Register(1, bad_model), Describe(2), Stats(3)})},
       {"crash_non_utf8_salt_then_describe", Frame({Register(1, bad_salt), Describe(2)})},
       {"overlong_model_then_describe", Frame({Register(1, long_model), Describe(2)})},
       {"ubsan_geometry_span_overflow", Frame({Register(1, huge_span)})},

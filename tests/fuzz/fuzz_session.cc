@@ -57,8 +57,8 @@ FuzzSession::FuzzSession() {
   if (shm_fd_ < 0 || ftruncate(shm_fd_, off_t(ShmBytes())) != 0) {
     Die(std::string("cannot create shared memory ") + kShmName + ": " + std::strerror(errno));
   }
-  auto service = server::Service::Create(HarnessConfig(), std::make_unique<server::HostBackend>(2),
-                                         replies_);
+  auto service =
+      server::Service::Create(HarnessConfig(), std::make_unique<server::HostBackend>(2), replies_);
   if (!service.ok()) Die("cannot create the Service: " + service.status().ToString());
   service_ = std::move(*service);
   // The pool is prepared in the background: wait, so stores reach the copies.
@@ -121,7 +121,8 @@ void FuzzSession::HandleOne(std::vector<uint8_t>& message) {
 void FuzzSession::TakeReply(const uint8_t* data, size_t size) {
   // Every reply the daemon sends must itself pass every check a client runs.
   Result<const wire::Envelope*> envelope = proto::VerifyEnvelope(data, size, size_t{1} << 30);
-  if (!envelope.ok()) Die("the daemon sent a reply that does not verify: " + envelope.status().ToString());
+  if (!envelope.ok())
+    Die("the daemon sent a reply that does not verify: " + envelope.status().ToString());
   const wire::Envelope& e = **envelope;
   if (e.body_type() == wire::Body::RegisterKVReply && registrations_.size() < kMaxIds) {
     registrations_.push_back(e.body_as_RegisterKVReply()->registration_id());
@@ -141,7 +142,9 @@ void FuzzSession::RewriteIds(std::vector<uint8_t>& message) const {
   auto registration = [this](uint64_t id) {
     return id >= 1 && id <= registrations_.size() ? registrations_[id - 1] : id;
   };
-  auto lease = [this](uint64_t id) { return id >= 1 && id <= leases_.size() ? leases_[id - 1] : id; };
+  auto lease = [this](uint64_t id) {
+    return id >= 1 && id <= leases_.size() ? leases_[id - 1] : id;
+  };
   switch (e.body_type()) {
     case wire::Body::StoreRequest: {
       const auto* m = e.body_as_StoreRequest();
@@ -169,8 +172,7 @@ void FuzzSession::RewriteIds(std::vector<uint8_t>& message) const {
       SetId(m, wire::ReleaseRequest::VT_LEASE_ID, lease(m->lease_id()));
       break;
     }
-    default:
-      break;
+    default: break;
   }
 }
 

@@ -12,7 +12,8 @@ namespace {
 bool WriteAll(const std::string& dir, const std::vector<kvstash::fuzz::Input>& inputs) {
   for (const kvstash::fuzz::Input& input : inputs) {
     std::ofstream out(dir + "/" + input.name, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(input.bytes.data()), std::streamsize(input.bytes.size()));
+    out.write(reinterpret_cast<const char*>(input.bytes.data()),
+              std::streamsize(input.bytes.size()));
     if (!out) {
       std::fprintf(stderr, "cannot write %s/%s\n", dir.c_str(), input.name.c_str());
       return false;

@@ -24,7 +24,8 @@ bool GpuUsable() {
 }
 
 TEST(BackendSelection, AutoUsesTheGpuWhereThereIsOneAndTheHostElsewhere) {
-  auto daemon = DaemonProcess::Start({"--backend", "auto", "--l1-gb", "0.0625", "--l1-slice-mb", "8"});
+  auto daemon =
+      DaemonProcess::Start({"--backend", "auto", "--l1-gb", "0.0625", "--l1-slice-mb", "8"});
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   ClientOptions options;
   options.socket = (*daemon)->socket();

@@ -48,8 +48,10 @@ class CudaDaemonTest : public ::testing::TestWithParam<std::string> {
     RegisterOptions options;
     options.model = model;
     const uint64_t extent = LayerExtentBytes(geometry_);
-    const Status s = AddCudaLayers({{a_.data(), geometry_}, {a_.data() + extent, geometry_},
-                                    {b_.data(), geometry_}, {b_.data() + extent, geometry_}},
+    const Status s = AddCudaLayers({{a_.data(), geometry_},
+                                    {a_.data() + extent, geometry_},
+                                    {b_.data(), geometry_},
+                                    {b_.data() + extent, geometry_}},
                                    options);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return options;
@@ -108,7 +110,8 @@ TEST_P(CudaDaemonTest, DeclaredSizeLargerThanTheRealAllocationIsOutOfRange) {
   auto reg = client_->RegisterKV(options).get();
   ASSERT_FALSE(reg.ok());
   EXPECT_EQ(reg.status().code(), StatusCode::kOutOfRange) << reg.status().ToString();
-  EXPECT_NE(reg.status().message().find("bytes declared"), std::string::npos) << reg.status().ToString();
+  EXPECT_NE(reg.status().message().find("bytes declared"), std::string::npos)
+      << reg.status().ToString();
   EXPECT_EQ(Backend()["ipc_allocations_open"], 0);
   EXPECT_TRUE(daemon_->running());
 }
@@ -159,7 +162,8 @@ TEST(CudaDaemon, ChunkLargerThanTheStagingRingIsRefusedNamingTheFix) {
   options.socket = (*daemon)->socket();
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok());
-  const LayerGeometry g = kernels::test::KvFirstNhd(kernels::test::Geometry(2, 16, 8, 256, 64, DType::kBF16));
+  const LayerGeometry g =
+      kernels::test::KvFirstNhd(kernels::test::Geometry(2, 16, 8, 256, 64, DType::kBF16));
   auto buffer = cuda::DeviceBuffer::Allocate(LayerExtentBytes(g));
   ASSERT_TRUE(buffer.ok());
   RegisterOptions reg_options;
@@ -167,11 +171,13 @@ TEST(CudaDaemon, ChunkLargerThanTheStagingRingIsRefusedNamingTheFix) {
   ASSERT_TRUE(AddCudaLayers({{buffer->data(), g}}, reg_options).ok());
   auto reg = (*client)->RegisterKV(reg_options).get();  // a chunk: 2 x 64 x 2 KiB = 256 KiB
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  reg_options.layers.assign(4, reg_options.layers[0]);  // 1 MiB chunks: over the 512 KiB per direction
+  reg_options.layers.assign(4,
+                            reg_options.layers[0]);  // 1 MiB chunks: over the 512 KiB per direction
   reg = (*client)->RegisterKV(reg_options).get();
   ASSERT_FALSE(reg.ok());
   EXPECT_EQ(reg.status().code(), StatusCode::kTooLarge) << reg.status().ToString();
-  EXPECT_NE(reg.status().message().find("--staging-mb"), std::string::npos) << reg.status().ToString();
+  EXPECT_NE(reg.status().message().find("--staging-mb"), std::string::npos)
+      << reg.status().ToString();
 }
 
 }  // namespace

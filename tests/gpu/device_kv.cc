@@ -13,7 +13,9 @@ namespace {
 
 constexpr uint64_t kGapBytes = 4096;
 
-uint64_t AlignUp(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+uint64_t AlignUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
 
 // Offset of every layer inside its allocation, and each allocation's size.
 struct Placement {
@@ -105,8 +107,8 @@ Status DeviceKv::Poison(const std::vector<uint32_t>& blocks, uint8_t value) {
 
 Status DeviceKv::Upload() {
   for (size_t a = 0; a < twin_.size(); ++a) {
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy(allocations_[a].data(), twin_[a].data(), twin_[a].size(),
-                                            cudaMemcpyHostToDevice));
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy(allocations_[a].data(), twin_[a].data(),
+                                            twin_[a].size(), cudaMemcpyHostToDevice));
   }
   return Status::Ok();
 }
@@ -115,8 +117,8 @@ Result<HostAllocations> DeviceKv::Download() const {
   HostAllocations host;
   for (const cuda::DeviceBuffer& allocation : allocations_) {
     host.emplace_back(allocation.size());
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.back().data(), allocation.data(), allocation.size(),
-                                            cudaMemcpyDeviceToHost));
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.back().data(), allocation.data(),
+                                            allocation.size(), cudaMemcpyDeviceToHost));
   }
   return host;
 }

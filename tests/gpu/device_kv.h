@@ -38,7 +38,8 @@ class DeviceKv {
   Result<HostAllocations> Download() const;
 
  private:
-  DeviceKv(GpuLayout layout, HostAllocations twin) : layout_(std::move(layout)), twin_(std::move(twin)) {}
+  DeviceKv(GpuLayout layout, HostAllocations twin)
+      : layout_(std::move(layout)), twin_(std::move(twin)) {}
   Status Upload();
 
   GpuLayout layout_;

@@ -36,7 +36,8 @@ Status ApplyExpectedRetrieve(const Registration& registration, const GpuLayout& 
   for (size_t i = 0; i < std::min(stored.size(), retrieved.size()); ++i) {
     const uint32_t tokens = stored[i].num_tokens;
     const uint64_t first = uint64_t(i) * registration.chunk_tokens;
-    const uint32_t skip = uint32_t(std::min<uint64_t>(tokens, skip_tokens > first ? skip_tokens - first : 0));
+    const uint32_t skip =
+        uint32_t(std::min<uint64_t>(tokens, skip_tokens > first ? skip_tokens - first : 0));
     std::fill(flat.begin(), flat.end(), 0xAB);
     const kernels::ChunkCopy gather{flat.data(), stored[i].block_ids.data(),
                                     uint32_t(stored[i].block_ids.size()), tokens, 0};
@@ -54,7 +55,8 @@ std::string CompareAllocations(const HostAllocations& actual, const HostAllocati
   if (actual.size() != expected.size()) return "allocation counts differ";
   for (size_t a = 0; a < actual.size(); ++a) {
     if (actual[a] == expected[a]) continue;
-    if (actual[a].size() != expected[a].size()) return "allocation " + std::to_string(a) + " sizes differ";
+    if (actual[a].size() != expected[a].size())
+      return "allocation " + std::to_string(a) + " sizes differ";
     size_t differing = 0, first = actual[a].size();
     for (size_t i = 0; i < actual[a].size(); ++i) {
       if (actual[a][i] != expected[a][i]) {
@@ -63,8 +65,9 @@ std::string CompareAllocations(const HostAllocations& actual, const HostAllocati
       }
     }
     return "allocation " + std::to_string(a) + ": " + std::to_string(differing) + " of " +
-           std::to_string(actual[a].size()) + " bytes differ, first at offset " + std::to_string(first) +
-           " (" + std::to_string(actual[a][first]) + " != expected " + std::to_string(expected[a][first]) + ")";
+           std::to_string(actual[a].size()) + " bytes differ, first at offset " +
+           std::to_string(first) + " (" + std::to_string(actual[a][first]) + " != expected " +
+           std::to_string(expected[a][first]) + ")";
   }
   return "";
 }

@@ -19,19 +19,19 @@ inline std::string NoGpuReason() {
   return count.ok() ? "" : count.status().message();
 }
 
-#define KVSTASH_SKIP_WITHOUT_GPU()                                              \
-  do {                                                                          \
-    const std::string kvstash_no_gpu_ = ::kvstash::testing::NoGpuReason();      \
+#define KVSTASH_SKIP_WITHOUT_GPU()                                                    \
+  do {                                                                                \
+    const std::string kvstash_no_gpu_ = ::kvstash::testing::NoGpuReason();            \
     if (!kvstash_no_gpu_.empty()) GTEST_SKIP() << "needs a GPU: " << kvstash_no_gpu_; \
   } while (0)
 
 // kvstashd --backend cuda with small chunks (64 tokens) and a staging ring of
 // two Llama-sized test chunks per direction, so that batches are split.
 inline Result<std::unique_ptr<DaemonProcess>> StartCudaDaemon(const std::string& mode,
-                                                               std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"--backend", "cuda", "--transfer-mode", mode,
-                                   "--chunk-tokens", "64", "--l1-gb", "1", "--l1-slice-mb", "32",
-                                   "--staging-mb", "32"};
+                                                              std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--backend",      "cuda", "--transfer-mode", mode,
+                                   "--chunk-tokens", "64",   "--l1-gb",         "1",
+                                   "--l1-slice-mb",  "32",   "--staging-mb",    "32"};
   args.insert(args.end(), extra.begin(), extra.end());
   return DaemonProcess::Start(args);
 }

@@ -26,8 +26,8 @@ namespace {
 
 constexpr uint32_t kLayers = 8;
 constexpr uint32_t kBlocks = 64;
-constexpr uint32_t kChunks = 3;        // of 64 tokens: 4 blocks each
-constexpr uint32_t kDst = 32;          // first block retrieved into
+constexpr uint32_t kChunks = 3;  // of 64 tokens: 4 blocks each
+constexpr uint32_t kDst = 32;    // first block retrieved into
 constexpr uint8_t kPoisonByte = 0xCD;
 using Clock = std::chrono::steady_clock;
 
@@ -98,20 +98,24 @@ class GpuCompletionTest : public ::testing::TestWithParam<std::string> {
   // blocks [kDst, kDst + 12) are poisoned.
   void FillSource(uint8_t salt, cudaStream_t stream) {
     for (uint32_t l = 0; l < kLayers; ++l) {
-      ASSERT_EQ(cudaMemsetAsync(BlockOf(l, 0), LayerByte(l, salt), kChunks * 4 * geometry_.block_stride, stream),
+      ASSERT_EQ(cudaMemsetAsync(BlockOf(l, 0), LayerByte(l, salt),
+                                kChunks * 4 * geometry_.block_stride, stream),
                 cudaSuccess);
-      ASSERT_EQ(cudaMemsetAsync(BlockOf(l, kDst), kPoisonByte, kChunks * 4 * geometry_.block_stride, stream),
+      ASSERT_EQ(cudaMemsetAsync(BlockOf(l, kDst), kPoisonByte, kChunks * 4 * geometry_.block_stride,
+                                stream),
                 cudaSuccess);
     }
   }
   // On the stream: counts layer l's destination bytes that are not LayerByte(l, salt).
   void EnqueueCheck(uint32_t layer, uint8_t salt, uint32_t counter) {
-    EnqueueCountMismatches(BlockOf(layer, kDst), kChunks * 4 * geometry_.block_stride, LayerByte(layer, salt),
-                           reinterpret_cast<unsigned long long*>(counters_.data()) + counter, stream_);
+    EnqueueCountMismatches(
+        BlockOf(layer, kDst), kChunks * 4 * geometry_.block_stride, LayerByte(layer, salt),
+        reinterpret_cast<unsigned long long*>(counters_.data()) + counter, stream_);
   }
   std::vector<unsigned long long> Counters() {
     std::vector<unsigned long long> out(64);
-    EXPECT_EQ(cudaMemcpy(out.data(), counters_.data(), counters_.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(out.data(), counters_.data(), counters_.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
     return out;
   }
   // Whether the stream drains within `limit` (it must never hang).
@@ -162,11 +166,13 @@ TEST_P(GpuCompletionTest, EachLayerRangeIsCompleteWhenItsWaitPasses) {
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   ASSERT_TRUE(client_->Store(reg_.id, Chunks(reg_, 0)).get().ok());
   constexpr uint32_t kRanges = 4;
-  auto load = client_->RetrieveOnStream(reg_.id, Chunks(reg_, kDst), *board_, stream_, 0, 0, kRanges);
+  auto load =
+      client_->RetrieveOnStream(reg_.id, Chunks(reg_, kDst), *board_, stream_, 0, 0, kRanges);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   for (uint32_t k = 0; k < kRanges; ++k) {
     ASSERT_TRUE(board_->WaitLayerRange(stream_, load->signal, k).ok());
-    for (uint32_t l = LayerRangeBegin(kLayers, kRanges, k); l < LayerRangeBegin(kLayers, kRanges, k + 1); ++l) {
+    for (uint32_t l = LayerRangeBegin(kLayers, kRanges, k);
+         l < LayerRangeBegin(kLayers, kRanges, k + 1); ++l) {
       EnqueueCheck(l, 0, l);
     }
   }
@@ -184,7 +190,8 @@ TEST_P(GpuCompletionTest, StoreGathersAfterTheEngineStreamAndSaysWhenBlocksMayBe
   // must see the new bytes, never the old ones.
   EnqueueSpin(50000, stream_);
   for (uint32_t l = 0; l < kLayers; ++l) {
-    ASSERT_EQ(cudaMemsetAsync(BlockOf(l, 0), LayerByte(l, 0x40), kChunks * 4 * geometry_.block_stride, stream_),
+    ASSERT_EQ(cudaMemsetAsync(BlockOf(l, 0), LayerByte(l, 0x40),
+                              kChunks * 4 * geometry_.block_stride, stream_),
               cudaSuccess);
   }
   auto save = client_->StoreOnStream(reg_.id, Chunks(reg_, 0), *board_, stream_);
@@ -192,7 +199,8 @@ TEST_P(GpuCompletionTest, StoreGathersAfterTheEngineStreamAndSaysWhenBlocksMayBe
   ASSERT_TRUE(board_->WaitReusable(stream_, save->signal).ok());
   // Reuse: the engine overwrites its blocks once the daemon has read them.
   for (uint32_t l = 0; l < kLayers; ++l) {
-    ASSERT_EQ(cudaMemsetAsync(BlockOf(l, 0), 0xEE, kChunks * 4 * geometry_.block_stride, stream_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(BlockOf(l, 0), 0xEE, kChunks * 4 * geometry_.block_stride, stream_),
+              cudaSuccess);
   }
   auto outcomes = save->outcomes.get();
   ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();

@@ -14,8 +14,8 @@ using kernels::test::KvFirstHnd;
 using kernels::test::KvFirstNhd;
 
 // Room for two prompts of 200 tokens and some blocks no request names.
-LayerGeometry Sized(uint32_t kv_count, uint32_t block_tokens, uint32_t num_heads, uint32_t head_bytes,
-                    DType dtype) {
+LayerGeometry Sized(uint32_t kv_count, uint32_t block_tokens, uint32_t num_heads,
+                    uint32_t head_bytes, DType dtype) {
   LayerGeometry g = Geometry(kv_count, block_tokens, num_heads, head_bytes, kGpuChunkTokens, dtype);
   g.num_blocks = 2 * ((200 + block_tokens - 1) / block_tokens) + 6;
   return g;
@@ -23,7 +23,8 @@ LayerGeometry Sized(uint32_t kv_count, uint32_t block_tokens, uint32_t num_heads
 
 enum class Placement { kPerLayer, kShared };
 
-GpuLayout Uniform(std::string name, const LayerGeometry& g, uint32_t num_layers, Placement placement) {
+GpuLayout Uniform(std::string name, const LayerGeometry& g, uint32_t num_layers,
+                  Placement placement) {
   GpuLayout layout;
   layout.name = std::move(name);
   layout.layers.assign(num_layers, g);
@@ -56,7 +57,8 @@ Result<GpuLayout> FindGpuLayout(const std::string& name) {
   }
   // Blocks padded past their packed size.
   if (name == "padded") {
-    return Uniform(name, KvFirstNhd(Sized(2, 16, 4, 256, DType::kBF16), 512), 8, Placement::kShared);
+    return Uniform(name, KvFirstNhd(Sized(2, 16, 4, 256, DType::kBF16), 512), 8,
+                   Placement::kShared);
   }
   // A hybrid model: MHA layers with 8 KV heads and MLA layers, interleaved,
   // each kind in its own allocation: two groups.

@@ -65,26 +65,28 @@ TEST_P(GpuRoundTripTest, AnotherEngineRetrievesEveryByteStored) {
   DaemonProcess* daemon = Daemon(mode);
   ASSERT_NE(daemon, nullptr);
   const std::vector<std::string> common = {
-      "--socket", daemon->socket(), "--layout", trip.layout, "--model", trip.name + "-" + mode,
-      "--prompt-tokens", std::to_string(trip.prompt_tokens)};
+      "--socket", daemon->socket(),       "--layout",        trip.layout,
+      "--model",  trip.name + "-" + mode, "--prompt-tokens", std::to_string(trip.prompt_tokens)};
   auto with = [&](std::vector<std::string> args) {
     args.insert(args.begin(), common.begin(), common.end());
     return args;
   };
   const ProcessResult stored = RunBinary("kvstash_gpu_test_engine", with({"--role", "store"}));
   ASSERT_EQ(stored.exit_code, 0) << stored.output;
-  const ProcessResult verified = RunBinary(
-      "kvstash_gpu_test_engine",
-      with({"--role", "verify", "--skip-tokens", std::to_string(trip.skip_tokens)}));
+  const ProcessResult verified =
+      RunBinary("kvstash_gpu_test_engine",
+                with({"--role", "verify", "--skip-tokens", std::to_string(trip.skip_tokens)}));
   EXPECT_EQ(verified.exit_code, 0) << verified.output;
   EXPECT_NE(verified.output.find("bytes equal"), std::string::npos) << verified.output;
   EXPECT_TRUE(daemon->running());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, GpuRoundTripTest,
-    ::testing::Combine(::testing::ValuesIn(RoundTrips()), ::testing::Values("dma", "direct")),
-    [](const auto& info) { return std::get<0>(info.param).name + "_" + std::get<1>(info.param); });
+INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTripTest,
+                         ::testing::Combine(::testing::ValuesIn(RoundTrips()),
+                                            ::testing::Values("dma", "direct")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_" + std::get<1>(info.param);
+                         });
 
 }  // namespace
 }  // namespace kvstash::testing

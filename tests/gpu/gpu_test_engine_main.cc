@@ -60,14 +60,17 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> tokens = PromptTokens(7, prompt_tokens, 0);
   const uint32_t needed = (prompt_tokens + reg->block_tokens - 1) / reg->block_tokens;
   // Different blocks, in a scrambled order, on each side.
-  const std::vector<uint32_t> store_blocks = kernels::test::RandomBlocks(layout->num_blocks(), needed, 1);
-  const std::vector<uint32_t> reader_blocks = kernels::test::RandomBlocks(layout->num_blocks(), needed, 2);
+  const std::vector<uint32_t> store_blocks =
+      kernels::test::RandomBlocks(layout->num_blocks(), needed, 1);
+  const std::vector<uint32_t> reader_blocks =
+      kernels::test::RandomBlocks(layout->num_blocks(), needed, 2);
   auto chunks_of = [&](const std::vector<uint32_t>& blocks) {
     return PromptChunks(*reg, tokens.data(), tokens.size(), blocks.data(), blocks.size());
   };
   auto stored = chunks_of(store_blocks);
   auto retrieved = chunks_of(reader_blocks);
-  if (!stored.ok() || !retrieved.ok()) return Fail("chunks", stored.ok() ? retrieved.status() : stored.status());
+  if (!stored.ok() || !retrieved.ok())
+    return Fail("chunks", stored.ok() ? retrieved.status() : stored.status());
 
   if (store) {
     auto outcomes = (*client)->Store(reg->id, *stored).get();
@@ -87,7 +90,8 @@ int main(int argc, char** argv) {
     auto hit = (*client)->Lookup(reg->id, keys).get();
     if (!hit.ok()) return Fail("lookup", hit.status());
     if (hit->hit_tokens != prompt_tokens) {
-      std::fprintf(stderr, "lookup found %llu of %u tokens\n", (unsigned long long)hit->hit_tokens, prompt_tokens);
+      std::fprintf(stderr, "lookup found %llu of %u tokens\n", (unsigned long long)hit->hit_tokens,
+                   prompt_tokens);
       return 1;
     }
     auto outcomes = (*client)->Retrieve(reg->id, *retrieved, skip_tokens, hit->lease_id).get();
@@ -102,7 +106,8 @@ int main(int argc, char** argv) {
     Result<HostAllocations> actual = kv->Download();
     if (!actual.ok()) return Fail("download", actual.status());
     HostAllocations storer = DeviceKv::HostBytes(*layout, store_seed);
-    if (Status s = ApplyExpectedRetrieve(*reg, *layout, storer, *stored, kv->twin(), *retrieved, skip_tokens);
+    if (Status s = ApplyExpectedRetrieve(*reg, *layout, storer, *stored, kv->twin(), *retrieved,
+                                         skip_tokens);
         !s.ok()) {
       return Fail("expectation", s);
     }
@@ -113,7 +118,8 @@ int main(int argc, char** argv) {
     }
     uint64_t bytes = 0;
     for (const auto& a : *actual) bytes += a.size();
-    std::printf("verified %zu chunks, %llu bytes equal\n", outcomes->size(), (unsigned long long)bytes);
+    std::printf("verified %zu chunks, %llu bytes equal\n", outcomes->size(),
+                (unsigned long long)bytes);
   }
   if (Status s = (*client)->UnregisterKV(reg->id).get(); !s.ok()) return Fail("unregister", s);
   return 0;

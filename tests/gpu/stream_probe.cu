@@ -34,7 +34,7 @@ __global__ void SpinKernel(uint64_t nanoseconds) {
 void EnqueueCountMismatches(const uint8_t* data, uint64_t bytes, uint8_t expected,
                             unsigned long long* mismatches, void* stream) {
   CountMismatchesKernel<<<256, 256, 0, static_cast<cudaStream_t>(stream)>>>(data, bytes, expected,
-                                                                           mismatches);
+                                                                            mismatches);
 }
 
 void EnqueueSpin(uint32_t microseconds, void* stream) {

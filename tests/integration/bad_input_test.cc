@@ -18,8 +18,8 @@ constexpr uint64_t kSeed = 0xbad;
 class BadInput : public DaemonTest {
  protected:
   std::vector<std::string> DaemonArgs() const override {
-    return {"--chunk-tokens", "64", "--l1-gb", "0.03125", "--l1-slice-mb", "4",
-            "--max-chunks-per-request", "8", "--max-message-mb", "1"};
+    return {"--chunk-tokens",           "64", "--l1-gb",          "0.03125", "--l1-slice-mb", "4",
+            "--max-chunks-per-request", "8",  "--max-message-mb", "1"};
   }
   void SetUp() override {
     DaemonTest::SetUp();
@@ -44,8 +44,8 @@ class BadInput : public DaemonTest {
   // Sends raw frames; returns the error reply's (code, message).
   std::pair<wire::ErrorCode, std::string> SendRaw(const std::vector<std::string>& frames) {
     for (size_t i = 0; i < frames.size(); ++i) {
-      dealer_.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore
-                                                                 : zmq::send_flags::none);
+      dealer_.send(zmq::buffer(frames[i]),
+                   i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
     return ReadRawReply(dealer_);
   }
@@ -66,7 +66,8 @@ TEST_F(BadInput, GarbageIsMalformed) {
 
 TEST_F(BadInput, TruncatedEnvelopeIsMalformed) {
   flatbuffers::FlatBufferBuilder fbb;
-  auto body = wire::CreateLookupRequest(fbb, reg_.id, fbb.CreateVectorOfStructs(std::vector<wire::Key>(4)), 0);
+  auto body = wire::CreateLookupRequest(fbb, reg_.id,
+                                        fbb.CreateVectorOfStructs(std::vector<wire::Key>(4)), 0);
   std::string whole = Bytes(proto::Finish(fbb, 42, wire::Body::LookupRequest, body.Union()));
   auto [code, message] = SendRaw({whole.substr(0, whole.size() / 2)});
   EXPECT_EQ(code, wire::ErrorCode::MalformedMessage) << message;
@@ -89,7 +90,8 @@ TEST_F(BadInput, MultiFrameMessageIsMalformed) {
 TEST_F(BadInput, AReplyIsNotARequest) {
   flatbuffers::FlatBufferBuilder fbb;
   auto reply = wire::CreatePingReply(fbb, 5);
-  auto [code, message] = SendRaw({Bytes(proto::Finish(fbb, 3, wire::Body::PingReply, reply.Union()))});
+  auto [code, message] =
+      SendRaw({Bytes(proto::Finish(fbb, 3, wire::Body::PingReply, reply.Union()))});
   EXPECT_EQ(code, wire::ErrorCode::InvalidArgument);
   EXPECT_NE(message.find("PingReply"), std::string::npos) << message;
 }
@@ -98,14 +100,16 @@ TEST_F(BadInput, OversizedMessageIsTooLarge) {
   flatbuffers::FlatBufferBuilder fbb;
   auto keys = fbb.CreateVectorOfStructs(std::vector<wire::Key>(48 * 1024));  // 1.5 MiB
   auto body = wire::CreateLookupRequest(fbb, reg_.id, keys, 0);
-  auto [code, message] = SendRaw({Bytes(proto::Finish(fbb, 9, wire::Body::LookupRequest, body.Union()))});
+  auto [code, message] =
+      SendRaw({Bytes(proto::Finish(fbb, 9, wire::Body::LookupRequest, body.Union()))});
   EXPECT_EQ(code, wire::ErrorCode::TooLarge) << message;
 }
 
 TEST_F(BadInput, WrongProtocolVersionIsRefused) {
   flatbuffers::FlatBufferBuilder fbb;
   auto hello = wire::CreateHelloRequestDirect(fbb, 999, "time traveller");
-  auto [code, message] = SendRaw({Bytes(proto::Finish(fbb, 4, wire::Body::HelloRequest, hello.Union()))});
+  auto [code, message] =
+      SendRaw({Bytes(proto::Finish(fbb, 4, wire::Body::HelloRequest, hello.Union()))});
   EXPECT_EQ(code, wire::ErrorCode::UnsupportedVersion);
   EXPECT_NE(message.find("999"), std::string::npos) << message;
 }
@@ -149,7 +153,8 @@ TEST_F(BadInput, TooManyChunksIsTooLarge) {
     chunks.push_back(wire::CreateChunkBlocksDirect(fbb, &key, c.num_tokens, &c.block_ids));
   }
   auto body = wire::CreateStoreRequestDirect(fbb, reg_.id, &chunks);
-  auto [code, message] = SendRaw({Bytes(proto::Finish(fbb, 5, wire::Body::StoreRequest, body.Union()))});
+  auto [code, message] =
+      SendRaw({Bytes(proto::Finish(fbb, 5, wire::Body::StoreRequest, body.Union()))});
   EXPECT_EQ(code, wire::ErrorCode::TooLarge);
   EXPECT_NE(message.find("limit is 8"), std::string::npos) << message;
 }
@@ -177,7 +182,8 @@ TEST_F(BadInput, BadRegistrationsAreRefused) {
   options.layers.back().offset_bytes += 4096;
   auto got = client_->RegisterKV(options).get();
   EXPECT_EQ(got.status().code(), StatusCode::kOutOfRange);
-  EXPECT_NE(got.status().message().find("allocation holds"), std::string::npos) << got.status().message();
+  EXPECT_NE(got.status().message().find("allocation holds"), std::string::npos)
+      << got.status().message();
   // Declaring more bytes than the shared memory holds.
   options = engine_->Registration("m");
   std::get<HostShm>(options.allocations[0]).size_bytes *= 2;
@@ -210,7 +216,8 @@ namespace {
 // It passes the FlatBuffers Verifier; the old handler dereferenced the null
 // table (SIGSEGV). Now it is refused where messages are decoded.
 TEST_F(BadInput, AnAllocationWithAHandleTypeButNoTableIsRefused) {
-  for (wire::MemoryHandle type : {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle}) {
+  for (wire::MemoryHandle type :
+       {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle}) {
     flatbuffers::FlatBufferBuilder fbb;
     std::vector<flatbuffers::Offset<wire::Allocation>> allocations = {
         wire::CreateAllocation(fbb, type, 0)};
@@ -219,7 +226,8 @@ TEST_F(BadInput, AnAllocationWithAHandleTypeButNoTableIsRefused) {
     auto body = wire::CreateRegisterKVRequestDirect(fbb, "m", nullptr, 0, 1, &allocations, &layers);
     auto [code, message] =
         SendRaw({Bytes(proto::Finish(fbb, 9, wire::Body::RegisterKVRequest, body.Union()))});
-    EXPECT_TRUE(code == wire::ErrorCode::InvalidArgument || code == wire::ErrorCode::MalformedMessage)
+    EXPECT_TRUE(code == wire::ErrorCode::InvalidArgument ||
+                code == wire::ErrorCode::MalformedMessage)
         << message;
     EXPECT_TRUE(daemon_->running());
   }

@@ -150,7 +150,7 @@ TEST_F(DataPath, ManyRequestsInFlightFromOneClient) {
 class SmallPool : public DaemonTest {
  protected:
   std::vector<std::string> DaemonArgs() const override {
-    return {"--chunk-tokens", "64", "--l1-gb", "0.001", "--l1-slice-mb", "1",
+    return {"--chunk-tokens",     "64", "--l1-gb", "0.001", "--l1-slice-mb", "1",
             "--max-leased-share", "1"};
   }
 };

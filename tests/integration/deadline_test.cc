@@ -43,9 +43,11 @@ class Deadlines : public DaemonTest {
         wire::CreateAllocation(fbb, wire::MemoryHandle::HostShmHandle, handle.Union())};
     std::vector<flatbuffers::Offset<wire::LayerDesc>> layers;
     for (const LayerDesc& l : options.layers) {
-      layers.push_back(wire::CreateLayerDesc(fbb, l.allocation, l.offset_bytes, proto::ToWire(fbb, l.geometry)));
+      layers.push_back(
+          wire::CreateLayerDesc(fbb, l.allocation, l.offset_bytes, proto::ToWire(fbb, l.geometry)));
     }
-    auto body = wire::CreateRegisterKVRequestDirect(fbb, "test-model", nullptr, 0, 1, &allocations, &layers);
+    auto body = wire::CreateRegisterKVRequestDirect(fbb, "test-model", nullptr, 0, 1, &allocations,
+                                                    &layers);
     const wire::Envelope* reply = Send(fbb, wire::Body::RegisterKVRequest, body.Union(), 0);
     ASSERT_NE(reply, nullptr);
     ASSERT_EQ(reply->body_type(), wire::Body::RegisterKVReply);
@@ -57,8 +59,8 @@ class Deadlines : public DaemonTest {
     SendOnly(fbb, type, body, deadline_ns);
     return Receive();
   }
-  void SendOnly(flatbuffers::FlatBufferBuilder& fbb, wire::Body type, flatbuffers::Offset<void> body,
-                uint64_t deadline_ns) {
+  void SendOnly(flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
+                flatbuffers::Offset<void> body, uint64_t deadline_ns) {
     wire::EnvelopeBuilder envelope(fbb);
     envelope.add_request_id(++request_id_);
     envelope.add_body_type(type);
@@ -73,7 +75,7 @@ class Deadlines : public DaemonTest {
     return envelope.ok() ? *envelope : nullptr;
   }
   flatbuffers::Offset<void> WireChunks(flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
-                                   const std::vector<ChunkBlocks>& chunks) {
+                                       const std::vector<ChunkBlocks>& chunks) {
     std::vector<flatbuffers::Offset<wire::ChunkBlocks>> wire_chunks;
     for (const ChunkBlocks& c : chunks) {
       const wire::Key key = proto::ToWire(c.key);
@@ -96,7 +98,8 @@ TEST_F(Deadlines, ARequestWhoseDeadlinePassedIsNotStarted) {
   engine_->Fill(kSeed, tokens, Blocks(0, 8));
   flatbuffers::FlatBufferBuilder fbb;
   auto body = WireChunks(fbb, wire::Body::StoreRequest, Chunks(tokens, Blocks(0, 8)));
-  const wire::Envelope* reply = Send(fbb, wire::Body::StoreRequest, body, NsFromNow(-std::chrono::milliseconds(1)));
+  const wire::Envelope* reply =
+      Send(fbb, wire::Body::StoreRequest, body, NsFromNow(-std::chrono::milliseconds(1)));
   ASSERT_NE(reply, nullptr);
   ASSERT_EQ(reply->body_type(), wire::Body::ErrorReply);
   EXPECT_EQ(reply->body_as_ErrorReply()->code(), wire::ErrorCode::TimedOut);
@@ -163,7 +166,8 @@ TEST_F(Deadlines, ChunksCutOffMidCopyAreTimedOutAndNoBlockChangesAfterTheReply) 
     for (size_t i = 0; i < chunks->size(); ++i) {
       if (chunks->Get(i)->result() == wire::ChunkResult::Retrieved) {
         ++whole;
-        EXPECT_EQ(engine_->CountMismatches(kSeed, tokens, Blocks(0, 256), i * 64, (i + 1) * 64), 0u) << i;
+        EXPECT_EQ(engine_->CountMismatches(kSeed, tokens, Blocks(0, 256), i * 64, (i + 1) * 64), 0u)
+            << i;
       } else {
         ++cut;
         EXPECT_EQ(chunks->Get(i)->result(), wire::ChunkResult::Failed);

@@ -23,7 +23,8 @@ class Fairness : public DaemonTest {
  protected:
   std::vector<std::string> DaemonArgs() const override {
     // 64 MiB: 512 chunks of 128 KiB.
-    std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "4"};
+    std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0625",
+                                     "--l1-slice-mb",  "4"};
     if (std::getenv("KVSTASH_FLOOD_BASELINE") == nullptr) {
       args.insert(args.end(), {"--max-registrations-per-client", "20000"});
     }
@@ -43,7 +44,8 @@ TEST_F(Fairness, AnotherClientsPingsAreAnsweredWhileOneFloodsHeavyRequests) {
   {
     std::vector<std::future<Result<Registration>>> pending;
     for (int i = 0; i < kRegistrations; ++i) {
-      pending.push_back(flooder->RegisterKV(memory->Registration("flood-" + std::to_string(i % 7))));
+      pending.push_back(
+          flooder->RegisterKV(memory->Registration("flood-" + std::to_string(i % 7))));
       if (pending.size() == 64 || i + 1 == kRegistrations) {
         for (auto& f : pending) ASSERT_TRUE(f.get().ok());
         pending.clear();
@@ -59,7 +61,8 @@ TEST_F(Fairness, AnotherClientsPingsAreAnsweredWhileOneFloodsHeavyRequests) {
     ASSERT_TRUE(chunks.ok());
     ASSERT_TRUE(flooder->Store(reg->id, *chunks).get().ok());
     if (p % 2 == 0) {
-      auto hit = flooder->Lookup(reg->id, ChunkKeys(*reg, tokens.data(), tokens.size()), 600000).get();
+      auto hit =
+          flooder->Lookup(reg->id, ChunkKeys(*reg, tokens.data(), tokens.size()), 600000).get();
       if (hit.ok() && hit->lease_id) leases.push_back(hit->lease_id);
     }
   }
@@ -87,7 +90,8 @@ TEST_F(Fairness, AnotherClientsPingsAreAnsweredWhileOneFloodsHeavyRequests) {
     if (!client_->Ping().get().ok()) ++failed;
     micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
     if (micros.back() > 5000) {
-      slowest.emplace_back(micros.back(), std::chrono::duration<double, std::milli>(start - began).count());
+      slowest.emplace_back(micros.back(),
+                           std::chrono::duration<double, std::milli>(start - began).count());
     }
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
@@ -96,10 +100,13 @@ TEST_F(Fairness, AnotherClientsPingsAreAnsweredWhileOneFloodsHeavyRequests) {
   EXPECT_EQ(failed, 0u);
   ASSERT_FALSE(micros.empty());
   std::sort(micros.begin(), micros.end());
-  const auto at = [&](double q) { return micros[std::min(micros.size() - 1, size_t(q * micros.size()))]; };
-  std::printf("pings while flooding (%llu heavy requests): n=%zu p50=%.0f us p99=%.0f us max=%.0f us\n",
-              static_cast<unsigned long long>(heavy.load()), micros.size(), at(0.5), at(0.99),
-              micros.back());
+  const auto at = [&](double q) {
+    return micros[std::min(micros.size() - 1, size_t(q * micros.size()))];
+  };
+  std::printf(
+      "pings while flooding (%llu heavy requests): n=%zu p50=%.0f us p99=%.0f us max=%.0f us\n",
+      static_cast<unsigned long long>(heavy.load()), micros.size(), at(0.5), at(0.99),
+      micros.back());
   for (auto [us, ms] : slowest) std::printf("  slow ping: %.0f us at %.0f ms\n", us, ms);
   EXPECT_GT(heavy.load(), 0u);
 }

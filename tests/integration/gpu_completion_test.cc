@@ -58,7 +58,8 @@ TEST_F(GpuCompletion, RetrieveReleasesItsSlotOnlyOnceEveryByteIsInPlace) {
   auto stored = client_->Store(breg_.id, BoardChunks(tokens, Blocks(0, 10))).get();
   ASSERT_TRUE(stored.ok()) << stored.status().ToString();
   engine_->Poison(Blocks(100, 10));
-  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(100, 10)), *board_, nullptr);
+  auto load =
+      client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(100, 10)), *board_, nullptr);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   ASSERT_TRUE(WaitReleased(load->signal, 0));
   // At the moment of release, before the reply is looked at.
@@ -77,8 +78,8 @@ TEST_F(GpuCompletion, LayerRangesAreReleasedOneByOneWithTheirLayers) {
   // 4 layers in 3 ranges: [0, 1), [1, 2), [2, 4).
   EXPECT_EQ(LayerRangeBegin(4, 3, 1), 1u);
   EXPECT_EQ(LayerRangeOf(4, 3, 3), 2u);
-  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(200, 8)), *board_, nullptr,
-                                        0, 0, /*layer_ranges=*/3);
+  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(200, 8)), *board_,
+                                        nullptr, 0, 0, /*layer_ranges=*/3);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   EXPECT_EQ(load->signal.count, 3u);
   for (uint32_t k = 0; k < 3; ++k) {
@@ -94,13 +95,14 @@ TEST_F(GpuCompletion, LayerRangesAreReleasedOneByOneWithTheirLayers) {
 
 TEST_F(GpuCompletion, MoreLayerRangesThanLayersIsRefusedAndReleased) {
   const auto tokens = PromptTokens(3, 64, 0);
-  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 4)), *board_, nullptr,
-                                        0, 0, /*layer_ranges=*/5);
+  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 4)), *board_,
+                                        nullptr, 0, 0, /*layer_ranges=*/5);
   ASSERT_TRUE(load.ok()) << load.status().ToString();
   auto outcomes = load->outcomes.get();
   ASSERT_FALSE(outcomes.ok());
   EXPECT_EQ(outcomes.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(outcomes.status().message().find("1 to 4"), std::string::npos) << outcomes.status().message();
+  EXPECT_NE(outcomes.status().message().find("1 to 4"), std::string::npos)
+      << outcomes.status().message();
   for (uint32_t k = 0; k < 5; ++k) {
     EXPECT_TRUE(board_->Released(load->signal, k));
     EXPECT_EQ(board_->status(load->signal.slot + k), uint32_t(StatusCode::kInvalidArgument));
@@ -109,7 +111,8 @@ TEST_F(GpuCompletion, MoreLayerRangesThanLayersIsRefusedAndReleased) {
 
 TEST_F(GpuCompletion, MissingChunksReleaseTheSlotWithNotFound) {
   const auto tokens = PromptTokens(4, 128, 0);  // never stored
-  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 8)), *board_, nullptr);
+  auto load =
+      client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 8)), *board_, nullptr);
   ASSERT_TRUE(load.ok());
   ASSERT_TRUE(WaitReleased(load->signal, 0));
   EXPECT_EQ(board_->status(load->signal.slot), uint32_t(StatusCode::kNotFound));
@@ -124,7 +127,8 @@ TEST_F(GpuCompletion, PartlyMissingRetrieveCopiesWhatItHasAndSaysNotFound) {
   auto chunks = BoardChunks(tokens, Blocks(0, 8));
   ASSERT_TRUE(client_->Store(breg_.id, {chunks[0]}).get().ok());
   engine_->Poison(Blocks(50, 8));
-  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(50, 8)), *board_, nullptr);
+  auto load =
+      client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(50, 8)), *board_, nullptr);
   ASSERT_TRUE(load.ok());
   ASSERT_TRUE(WaitReleased(load->signal, 0));
   EXPECT_EQ(board_->status(load->signal.slot), uint32_t(StatusCode::kNotFound));
@@ -142,13 +146,15 @@ TEST_F(GpuCompletion, ASlotPastTheRegisteredBoardIsRefusedWithItsBounds) {
   auto held = (*other)->Take(20);
   ASSERT_TRUE(held.ok());
   const auto tokens = PromptTokens(6, 64, 0);
-  auto load = client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 4)), **other, nullptr);
+  auto load =
+      client_->RetrieveOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 4)), **other, nullptr);
   ASSERT_TRUE(load.ok());
   EXPECT_EQ(load->signal.slot, 20u);
   auto outcomes = load->outcomes.get();
   ASSERT_FALSE(outcomes.ok());
   EXPECT_EQ(outcomes.status().code(), StatusCode::kOutOfRange);
-  EXPECT_NE(outcomes.status().message().find("holds 16"), std::string::npos) << outcomes.status().message();
+  EXPECT_NE(outcomes.status().message().find("holds 16"), std::string::npos)
+      << outcomes.status().message();
   // libkvstash released the slot itself: nothing waits on it.
   EXPECT_TRUE((*other)->Released(load->signal, 0));
   EXPECT_EQ((*other)->status(20), uint32_t(StatusCode::kOutOfRange));
@@ -188,7 +194,8 @@ TEST_F(GpuCompletion, StoreGathersOnlyAfterTheEngineOpensTheGate) {
 
 TEST_F(GpuCompletion, AStoreWaitingForItsGateHoldsUpNoOtherStore) {
   const auto gated_tokens = PromptTokens(10, 64, 0);
-  auto save = client_->StoreOnStream(breg_.id, BoardChunks(gated_tokens, Blocks(0, 4)), *board_, nullptr);
+  auto save =
+      client_->StoreOnStream(breg_.id, BoardChunks(gated_tokens, Blocks(0, 4)), *board_, nullptr);
   ASSERT_TRUE(save.ok()) << save.status().ToString();
   // Another store of the same lane, ungated, completes while the first waits.
   const auto tokens = PromptTokens(11, 64, 0);

@@ -64,9 +64,9 @@ class HostileInput : public DaemonTest {
                                              proto::ToWire(fbb, layer.geometry)));
     }
     std::vector<flatbuffers::Offset<wire::Allocation>> allocations{allocation};
-    auto body = wire::CreateRegisterKVRequest(fbb, fbb.CreateString(model), fbb.CreateString(salt),
-                                              0, 1, fbb.CreateVector(allocations),
-                                              fbb.CreateVector(layers));
+    auto body =
+        wire::CreateRegisterKVRequest(fbb, fbb.CreateString(model), fbb.CreateString(salt), 0, 1,
+                                      fbb.CreateVector(allocations), fbb.CreateVector(layers));
     return proto::Finish(fbb, 77, wire::Body::RegisterKVRequest, body.Union());
   }
 

@@ -36,7 +36,8 @@ TEST_F(Lifecycle, StatsCountersFollowTheWorkload) {
   FillAndStore(kSeed, tokens, Blocks(0, 8));
   auto hit = client_->Lookup(reg_.id, ChunkKeys(reg_, tokens.data(), tokens.size())).get();
   ASSERT_TRUE(hit.ok());
-  ASSERT_TRUE(client_->Retrieve(reg_.id, Chunks(tokens, Blocks(20, 8)), 0, hit->lease_id).get().ok());
+  ASSERT_TRUE(
+      client_->Retrieve(reg_.id, Chunks(tokens, Blocks(20, 8)), 0, hit->lease_id).get().ok());
   EXPECT_EQ(Counter("store_chunks_stored"), 2u);
   EXPECT_EQ(Counter("store_bytes"), 2u * 128 * 1024);
   EXPECT_EQ(Counter("lookup_hit_chunks"), 2u);
@@ -91,13 +92,15 @@ TEST_F(Lifecycle, UnregisterWaitsForQueuedWorkThenForgetsTheId) {
     }
   }
   EXPECT_TRUE(unregistered.get().ok());
-  EXPECT_EQ(client_->Store(reg_.id, Chunks(PromptTokens(1, 64, 0), Blocks(0, 4))).get().status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(
+      client_->Store(reg_.id, Chunks(PromptTokens(1, 64, 0), Blocks(0, 4))).get().status().code(),
+      StatusCode::kNotFound);
   // The chunks belong to the model, not the engine: a new registration sees them.
   auto again = client_->RegisterKV(engine_->Registration("test-model")).get();
   ASSERT_TRUE(again.ok());
   const auto t = PromptTokens(50, 128, 0);
-  EXPECT_EQ(client_->Lookup(again->id, ChunkKeys(*again, t.data(), t.size())).get()->hit_chunks, 2u);
+  EXPECT_EQ(client_->Lookup(again->id, ChunkKeys(*again, t.data(), t.size())).get()->hit_chunks,
+            2u);
 }
 
 TEST_F(Lifecycle, ShutdownAnswersRequestsInFlightAndRemovesTheSocket) {
@@ -119,8 +122,8 @@ TEST_F(Lifecycle, ShutdownAnswersRequestsInFlightAndRemovesTheSocket) {
 }
 
 TEST_F(Lifecycle, ASecondDaemonOnALiveSocketRefusesToStart) {
-  auto second = RunBinary("kvstashd", {"--socket", daemon_->socket(), "--backend", "host",
-                                       "--l1-gb", "0.01"});
+  auto second = RunBinary("kvstashd",
+                          {"--socket", daemon_->socket(), "--backend", "host", "--l1-gb", "0.01"});
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.output.find("another kvstashd"), std::string::npos) << second.output;
   EXPECT_TRUE(client_->Ping().get().ok());

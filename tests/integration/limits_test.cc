@@ -16,10 +16,22 @@ constexpr uint64_t kSeed = 0x1171;
 class Limits : public DaemonTest {
  protected:
   std::vector<std::string> DaemonArgs() const override {
-    return {"--chunk-tokens", "64", "--l1-gb", "0.001", "--l1-slice-mb", "1",
-            "--max-leases-per-client", "3", "--max-registrations-per-client", "2",
-            "--max-lease-ms", "1000", "--max-leased-share", "0.5",
-            "--max-in-flight-per-client", "1"};
+    return {"--chunk-tokens",
+            "64",
+            "--l1-gb",
+            "0.001",
+            "--l1-slice-mb",
+            "1",
+            "--max-leases-per-client",
+            "3",
+            "--max-registrations-per-client",
+            "2",
+            "--max-lease-ms",
+            "1000",
+            "--max-leased-share",
+            "0.5",
+            "--max-in-flight-per-client",
+            "1"};
   }
   LookupResult Lease(Client& client, uint32_t prompt, const Registration& reg) {
     const auto t = PromptTokens(prompt, 64, 0);
@@ -88,7 +100,8 @@ TEST_F(Limits, RegistrationsPerClientAreBounded) {
   auto third = client_->RegisterKV(engine_->Registration("third")).get();
   ASSERT_FALSE(third.ok());
   EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(third.status().message().find("limit is 2"), std::string::npos) << third.status().ToString();
+  EXPECT_NE(third.status().message().find("limit is 2"), std::string::npos)
+      << third.status().ToString();
   // Another connection has its own budget.
   std::unique_ptr<Client> other = Connect();
   ASSERT_NE(other, nullptr);
@@ -101,7 +114,8 @@ TEST_F(Limits, RequestsInFlightPerClientAreBounded) {
   const auto t = PromptTokens(0, 64, 0);
   ASSERT_EQ(FillAndStore(kSeed, t, Blocks(0, 4))[0].result, ChunkResult::kStored);
   std::vector<std::future<Result<std::vector<ChunkOutcome>>>> pending;
-  for (int i = 0; i < 128; ++i) pending.push_back(client_->Retrieve(reg_.id, Chunks(t, Blocks(8, 4))));
+  for (int i = 0; i < 128; ++i)
+    pending.push_back(client_->Retrieve(reg_.id, Chunks(t, Blocks(8, 4))));
   int refused = 0, served = 0;
   for (auto& f : pending) {
     auto got = f.get();
@@ -121,8 +135,9 @@ TEST_F(Limits, NamesLongerThan256BytesAreRefused) {
   auto reg = client_->RegisterKV(engine_->Registration(std::string(257, 'm'))).get();
   ASSERT_FALSE(reg.ok());
   EXPECT_EQ(reg.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(reg.status().message().find("RegisterKVRequest.model: 257 bytes exceed the limit of 256"),
-            std::string::npos);
+  EXPECT_NE(
+      reg.status().message().find("RegisterKVRequest.model: 257 bytes exceed the limit of 256"),
+      std::string::npos);
   auto salted = client_->RegisterKV(engine_->Registration("m", std::string(300, 's'))).get();
   ASSERT_FALSE(salted.ok());
   EXPECT_EQ(salted.status().code(), StatusCode::kInvalidArgument);

@@ -17,7 +17,8 @@ namespace kvstash::testing {
 namespace {
 
 TEST(MultiEngine, EnginesStoreAndVerifyEachOthersPromptsConcurrently) {
-  auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "8"});
+  auto daemon =
+      DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "8"});
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   const std::string socket = (*daemon)->socket();
   auto engine = [&](const std::string& role, int first) {
@@ -43,7 +44,8 @@ TEST(MultiEngine, EnginesStoreAndVerifyEachOthersPromptsConcurrently) {
 }
 
 TEST(MultiEngine, AnEngineKilledMidWorkloadDisturbsNoOne) {
-  auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "8"});
+  auto daemon =
+      DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "8"});
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   const std::string socket = (*daemon)->socket();
   // A victim that keeps storing until it is killed with requests in flight.
@@ -59,8 +61,8 @@ TEST(MultiEngine, AnEngineKilledMidWorkloadDisturbsNoOne) {
   waitpid(victim, nullptr, 0);
   // Everyone else is served as before, byte for byte.
   auto args = [&](const char* role) {
-    return std::vector<std::string>{"--socket", socket, "--role", role, "--prompts", "6",
-                                    "--prompt-tokens", "200"};
+    return std::vector<std::string>{"--socket",  socket, "--role",          role,
+                                    "--prompts", "6",    "--prompt-tokens", "200"};
   };
   ProcessResult stored = RunBinary("kvstash_test_engine", args("store"));
   EXPECT_EQ(stored.exit_code, 0) << stored.output;

@@ -52,8 +52,14 @@ TEST_F(Ownership, AnotherConnectionNamingARegistrationGetsTheUnknownIdReply) {
   };
   const std::vector<Attempt> attempts = {
       {"lookup", [&](uint64_t id) { return other_->Lookup(id, keys).get().status(); }},
-      {"store", [&](uint64_t id) { return other_->Store(id, Chunks(tokens_, Blocks(20, 8))).get().status(); }},
-      {"retrieve", [&](uint64_t id) { return other_->Retrieve(id, Chunks(tokens_, Blocks(40, 8))).get().status(); }},
+      {"store",
+       [&](uint64_t id) {
+         return other_->Store(id, Chunks(tokens_, Blocks(20, 8))).get().status();
+       }},
+      {"retrieve",
+       [&](uint64_t id) {
+         return other_->Retrieve(id, Chunks(tokens_, Blocks(40, 8))).get().status();
+       }},
       {"unregister", [&](uint64_t id) { return other_->UnregisterKV(id).get(); }},
   };
   engine_->Poison(Blocks(40, 8));
@@ -84,7 +90,8 @@ TEST_F(Ownership, AnotherConnectionCannotReleaseALease) {
   const Status theirs = other_->Release(hit->lease_id).get().status();
   const Status unknown = other_->Release(hit->lease_id ^ 1).get().status();
   EXPECT_EQ(theirs.code(), StatusCode::kNotFound);
-  EXPECT_EQ(WithoutId(theirs.message(), hit->lease_id), WithoutId(unknown.message(), hit->lease_id ^ 1));
+  EXPECT_EQ(WithoutId(theirs.message(), hit->lease_id),
+            WithoutId(unknown.message(), hit->lease_id ^ 1));
   auto released = client_->Release(hit->lease_id).get();
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(*released, 2u);
@@ -118,7 +125,8 @@ TEST_F(Ownership, DescribeNeverShowsATenantSaltOrNamespace) {
   auto reg = other_->RegisterKV(engine->Registration("salted-model", "salt-of-tenant-b")).get();
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   std::string hex;
-  for (uint8_t b : reg->namespace_id) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
+  for (uint8_t b : reg->namespace_id)
+    hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
   for (Client* viewer : {client_.get(), other_.get()}) {
     auto text = viewer->Describe().get();
     ASSERT_TRUE(text.ok()) << text.status().ToString();

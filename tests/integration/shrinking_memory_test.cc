@@ -38,8 +38,8 @@ class ShrinkingMemory : public DaemonTest {
   }
   std::vector<ChunkBlocks> ShrinkerChunks(const std::vector<int32_t>& tokens,
                                           const std::vector<uint32_t>& blocks) {
-    auto chunks = PromptChunks(shrinker_reg_, tokens.data(), tokens.size(), blocks.data(),
-                               blocks.size());
+    auto chunks =
+        PromptChunks(shrinker_reg_, tokens.data(), tokens.size(), blocks.data(), blocks.size());
     EXPECT_TRUE(chunks.ok()) << chunks.status().ToString();
     return chunks.ok() ? *chunks : std::vector<ChunkBlocks>{};
   }

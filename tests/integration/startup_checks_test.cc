@@ -3,13 +3,13 @@
 // stale socket at the socket path, a live daemon's socket. Folders it creates
 // are 0750 whatever the umask; a plain path is an ipc socket.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -45,9 +45,9 @@ class StartupChecks : public ::testing::Test {
   // refuse to start: the exit code and what it printed. A daemon that starts
   // instead is killed after 10 s (exit code -1).
   ProcessResult RunDaemon(std::vector<std::string> args) {
-    std::vector<std::string> all = {"timeout", "-s", "KILL", "10", BinaryPath("kvstashd"),
-                                    "--backend", "host", "--l1-gb", "0.03125", "--l1-slice-mb", "4",
-                                    "--log-level", "warn"};
+    std::vector<std::string> all = {
+        "timeout", "-s",      "KILL",          "10", BinaryPath("kvstashd"), "--backend", "host",
+        "--l1-gb", "0.03125", "--l1-slice-mb", "4",  "--log-level",          "warn"};
     all.insert(all.end(), args.begin(), args.end());
     std::string command;
     for (const std::string& a : all) command += "'" + a + "' ";
@@ -66,8 +66,9 @@ class StartupChecks : public ::testing::Test {
   // ping; false if it exits first or never answers.
   bool StartDaemon(const std::string& socket_arg, const std::string& endpoint,
                    mode_t umask_bits = 022, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {BinaryPath("kvstashd"), "--socket", socket_arg, "--backend",
-                                     "host", "--l1-slice-mb", "4", "--log-level", "warn"};
+    std::vector<std::string> args = {
+        BinaryPath("kvstashd"), "--socket", socket_arg,    "--backend", "host",
+        "--l1-slice-mb",        "4",        "--log-level", "warn"};
     if (std::find(extra.begin(), extra.end(), "--l1-share") == extra.end()) {
       args.insert(args.end(), {"--l1-gb", "0.03125"});
     }
@@ -112,7 +113,8 @@ class StartupChecks : public ::testing::Test {
 };
 
 TEST_F(StartupChecks, PoolLargerThanAvailableMemoryIsRefusedWithBothFigures) {
-  const ProcessResult got = RunDaemon({"--socket", "ipc://" + dir_ + "/k.sock", "--l1-gb", "65536"});
+  const ProcessResult got =
+      RunDaemon({"--socket", "ipc://" + dir_ + "/k.sock", "--l1-gb", "65536"});
   EXPECT_EQ(got.exit_code, 1) << got.output;
   EXPECT_NE(got.output.find("65536.00 GiB"), std::string::npos) << got.output;
   EXPECT_NE(got.output.find("MemAvailable"), std::string::npos) << got.output;
@@ -134,9 +136,11 @@ TEST_F(StartupChecks, PoolSizedAsAShareOfAvailableMemory) {
   const double expected = 0.005 * double(MemAvailableBytes());
   EXPECT_GT(double(capacity), expected * 0.5) << *describe;
   EXPECT_LT(double(capacity), expected * 1.5) << *describe;
-  const ProcessResult bad = RunDaemon({"--socket", "ipc://" + dir_ + "/x.sock", "--l1-share", "0.95"});
+  const ProcessResult bad =
+      RunDaemon({"--socket", "ipc://" + dir_ + "/x.sock", "--l1-share", "0.95"});
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("--l1-share 0.95 out of range [0, 0.9]"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("--l1-share 0.95 out of range [0, 0.9]"), std::string::npos)
+      << bad.output;
 }
 
 TEST_F(StartupChecks, RegularFileAtTheSocketPathIsRefusedAndKept) {
@@ -144,7 +148,8 @@ TEST_F(StartupChecks, RegularFileAtTheSocketPathIsRefusedAndKept) {
   std::ofstream(path) << "precious";
   const ProcessResult got = RunDaemon({"--socket", "ipc://" + path});
   EXPECT_EQ(got.exit_code, 1) << got.output;
-  EXPECT_NE(got.output.find(path + " exists and is a regular file, not a socket"), std::string::npos)
+  EXPECT_NE(got.output.find(path + " exists and is a regular file, not a socket"),
+            std::string::npos)
       << got.output;
   std::ifstream in(path);
   std::string content;

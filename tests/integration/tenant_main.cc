@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--gid", gid);
   app.add_option("actions", actions);
   CLI11_PARSE(app, argc, argv);
-  if (gid >= 0 && (setgroups(0, nullptr) != 0 || setgid(gid_t(gid)) != 0)) return std::perror("setgid"), 2;
+  if (gid >= 0 && (setgroups(0, nullptr) != 0 || setgid(gid_t(gid)) != 0))
+    return std::perror("setgid"), 2;
   if (uid >= 0 && setuid(uid_t(uid)) != 0) return std::perror("setuid"), 2;
 
   ClientOptions options;
@@ -39,7 +40,8 @@ int main(int argc, char** argv) {
   std::optional<EngineKv> engine;  // kept: its memory stays registered
   for (const std::string& action : actions) {
     const std::string verb = action.substr(0, action.find(':'));
-    const std::string arg = action.find(':') == std::string::npos ? "" : action.substr(action.find(':') + 1);
+    const std::string arg =
+        action.find(':') == std::string::npos ? "" : action.substr(action.find(':') + 1);
     if (verb == "register-shm") {
       auto shape = EngineKv::Create(EngineShape{});
       if (!shape.ok()) return std::printf("engine %s\n", shape.status().ToString().c_str()), 1;

@@ -31,9 +31,11 @@ int main(int argc, char** argv) {
   options.socket = socket;
   options.request_timeout = std::chrono::seconds(30);
   auto client = Client::Connect(options);
-  if (!client.ok()) return std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str()), 1;
+  if (!client.ok())
+    return std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str()), 1;
   auto engine = EngineKv::Create(EngineShape{});
-  if (!engine.ok()) return std::fprintf(stderr, "engine: %s\n", engine.status().ToString().c_str()), 1;
+  if (!engine.ok())
+    return std::fprintf(stderr, "engine: %s\n", engine.status().ToString().c_str()), 1;
   auto reg = (*client)->RegisterKV(engine->Registration(model)).get();
   if (!reg.ok()) return std::fprintf(stderr, "register: %s\n", reg.status().ToString().c_str()), 1;
 
@@ -43,11 +45,13 @@ int main(int argc, char** argv) {
     const auto tokens = PromptTokens(p, prompt_tokens, shared);
     const auto blocks = Blocks((p - first) % 8 * blocks_per_prompt, blocks_per_prompt);
     auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), blocks.data(), blocks.size());
-    if (!chunks.ok()) return std::fprintf(stderr, "chunks: %s\n", chunks.status().ToString().c_str()), 1;
+    if (!chunks.ok())
+      return std::fprintf(stderr, "chunks: %s\n", chunks.status().ToString().c_str()), 1;
     if (role == "store") {
       engine->Fill(seed, tokens, blocks);
       auto outcomes = (*client)->Store(reg->id, *chunks).get();
-      if (!outcomes.ok()) return std::fprintf(stderr, "store: %s\n", outcomes.status().ToString().c_str()), 1;
+      if (!outcomes.ok())
+        return std::fprintf(stderr, "store: %s\n", outcomes.status().ToString().c_str()), 1;
       for (const ChunkOutcome& o : *outcomes) {
         if (o.result != ChunkResult::kStored && o.result != ChunkResult::kAlreadyPresent) {
           return std::fprintf(stderr, "prompt %u: chunk %s\n", p, NameOf(o.result)), 1;
@@ -59,13 +63,16 @@ int main(int argc, char** argv) {
       auto hit = (*client)->Lookup(reg->id, keys).get();
       if (!hit.ok() || hit->hit_tokens != prompt_tokens) {
         return std::fprintf(stderr, "prompt %u: lookup found %llu of %u tokens\n", p,
-                            hit.ok() ? (unsigned long long)hit->hit_tokens : 0ull, prompt_tokens), 1;
+                            hit.ok() ? (unsigned long long)hit->hit_tokens : 0ull, prompt_tokens),
+               1;
       }
       engine->Poison(blocks);
       auto got = (*client)->Retrieve(reg->id, *chunks, 0, hit->lease_id).get();
-      if (!got.ok()) return std::fprintf(stderr, "retrieve: %s\n", got.status().ToString().c_str()), 1;
+      if (!got.ok())
+        return std::fprintf(stderr, "retrieve: %s\n", got.status().ToString().c_str()), 1;
       const uint64_t bad = engine->CountMismatches(seed, tokens, blocks, 0, tokens.size());
-      if (bad != 0) return std::fprintf(stderr, "prompt %u: %llu rows differ\n", p, (unsigned long long)bad), 1;
+      if (bad != 0)
+        return std::fprintf(stderr, "prompt %u: %llu rows differ\n", p, (unsigned long long)bad), 1;
     }
     ++done;
   }

@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
-#include <array>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -45,9 +45,9 @@ std::string Hex(const ChunkKey& key) {
 class TiersTest : public DaemonTest {
  protected:
   std::vector<std::string> DaemonArgs() const override {
-    std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0078125",
-                                     "--l1-slice-mb", "4", "--l2-path", l2_dir_,
-                                     "--l2-gb", l2_gb_, "--tier-write", tier_write_};
+    std::vector<std::string> args = {"--chunk-tokens", "64",   "--l1-gb",      "0.0078125",
+                                     "--l1-slice-mb",  "4",    "--l2-path",    l2_dir_,
+                                     "--l2-gb",        l2_gb_, "--tier-write", tier_write_};
     args.insert(args.end(), extra_.begin(), extra_.end());
     return args;
   }
@@ -360,9 +360,9 @@ TEST(TiersAcrossDaemons, AChunkStoredOnOneDaemonIsRetrievedByteExactOnAnother) {
   if (!tiers::testing::RedisAvailable()) GTEST_SKIP() << "redis-server is not installed";
   auto redis = tiers::testing::RedisProcess::Start();
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
-  const std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0078125",
-                                         "--l1-slice-mb", "4", "--l3-redis",
-                                         (*redis)->endpoint()};
+  const std::vector<std::string> args = {
+      "--chunk-tokens", "64", "--l1-gb",    "0.0078125",
+      "--l1-slice-mb",  "4",  "--l3-redis", (*redis)->endpoint()};
   auto node_a = DaemonProcess::Start(args);
   auto node_b = DaemonProcess::Start(args);
   ASSERT_TRUE(node_a.ok() && node_b.ok());

@@ -30,14 +30,26 @@ using tiers::testing::TempDir;
 
 // 4 prompts of 1024 tokens in chunks of 64 tokens (64 KiB each): 16 chunks
 // a prompt, the first 2 shared.
-const std::vector<std::string> kShape = {"--layers", "4", "--kv-heads", "2", "--head-dim", "64",
-                                         "--block-tokens", "16", "--prompts", "4",
-                                         "--prompt-tokens", "1024", "--shared-prefix-tokens", "128"};
+const std::vector<std::string> kShape = {"--layers",
+                                         "4",
+                                         "--kv-heads",
+                                         "2",
+                                         "--head-dim",
+                                         "64",
+                                         "--block-tokens",
+                                         "16",
+                                         "--prompts",
+                                         "4",
+                                         "--prompt-tokens",
+                                         "1024",
+                                         "--shared-prefix-tokens",
+                                         "128"};
 constexpr int kChunks = 2 + 4 * 14;
 constexpr int kLookedUp = 4 * 16;
 
 std::vector<std::string> DaemonArgs(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0625", "--l1-slice-mb", "4"};
+  std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0625",
+                                   "--l1-slice-mb",  "4"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -45,7 +57,8 @@ std::vector<std::string> DaemonArgs(std::vector<std::string> extra) {
 // `kvstash bench --phase PHASE --seed SEED --json` against `daemon`.
 nlohmann::json Bench(const DaemonProcess& daemon, const std::string& phase, const std::string& seed,
                      int* exit_code = nullptr, std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"bench", "--socket", daemon.socket(), "--phase", phase, "--seed", seed, "--json"};
+  std::vector<std::string> args = {"bench",  "--socket", daemon.socket(), "--phase", phase,
+                                   "--seed", seed,       "--json"};
   args.insert(args.end(), kShape.begin(), kShape.end());
   args.insert(args.end(), more.begin(), more.end());
   const ProcessResult run = RunBinary("kvstash", args);
@@ -81,7 +94,8 @@ nlohmann::json Stats(const DaemonProcess& daemon) {
 }
 
 // A counter of one tier in the daemon's stats ("L2" or "L3"; 0 when absent).
-uint64_t TierCounter(const DaemonProcess& daemon, const std::string& tier, const std::string& name) {
+uint64_t TierCounter(const DaemonProcess& daemon, const std::string& tier,
+                     const std::string& name) {
   const nlohmann::json stats = Stats(daemon);
   const auto t = stats.find("tiers");
   if (t == stats.end() || !t->contains(tier) || !(*t)[tier]["counters"].contains(name)) return 0;
@@ -130,7 +144,8 @@ TEST(TiersShared, TwoDaemonsShareChunksThroughARedisCluster) {
   for (const std::string& e : (*cluster)->endpoints()) seeds += (seeds.empty() ? "" : ",") + e;
   auto a = DaemonProcess::Start(DaemonArgs({"--l3-redis", seeds}));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  auto b = DaemonProcess::Start(DaemonArgs({"--l3-redis", (*cluster)->endpoints().back()}));  // one seed
+  auto b =
+      DaemonProcess::Start(DaemonArgs({"--l3-redis", (*cluster)->endpoints().back()}));  // one seed
   ASSERT_TRUE(b.ok()) << b.status().ToString();
 
   Bench(**a, "store", "14");
@@ -172,14 +187,26 @@ TEST(TiersShared, L2ServesEveryByteAfterARestart) {
 TEST(TiersShared, SigkillMidL2WriteServesNothingInvalidAfterRestart) {
   TempDir l2;
   // Larger chunks (2 MiB) so that L2 writes are in flight when the kill lands.
-  auto daemon = DaemonProcess::Start({"--chunk-tokens", "256", "--l1-gb", "0.5", "--l1-slice-mb", "16",
-                                      "--l2-path", l2.path(), "--l2-gb", "2"});
+  auto daemon = DaemonProcess::Start({"--chunk-tokens", "256", "--l1-gb", "0.5", "--l1-slice-mb",
+                                      "16", "--l2-path", l2.path(), "--l2-gb", "2"});
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  const std::vector<std::string> big = {"--layers", "16", "--kv-heads", "4", "--head-dim", "128", "--prompts",
-                                        "12", "--prompt-tokens", "2048", "--shared-prefix-tokens", "256",
-                                        "--block-tokens", "16"};
+  const std::vector<std::string> big = {"--layers",
+                                        "16",
+                                        "--kv-heads",
+                                        "4",
+                                        "--head-dim",
+                                        "128",
+                                        "--prompts",
+                                        "12",
+                                        "--prompt-tokens",
+                                        "2048",
+                                        "--shared-prefix-tokens",
+                                        "256",
+                                        "--block-tokens",
+                                        "16"};
   std::thread store([&] {
-    std::vector<std::string> args = {"bench", "--socket", (*daemon)->socket(), "--phase", "store", "--seed", "13"};
+    std::vector<std::string> args = {"bench",  "--socket", (*daemon)->socket(), "--phase", "store",
+                                     "--seed", "13"};
     args.insert(args.end(), big.begin(), big.end());
     (void)RunBinary("kvstash", args);  // fails when the daemon dies: expected
   });
@@ -205,8 +232,8 @@ TEST(TiersShared, SigkillMidL2WriteServesNothingInvalidAfterRestart) {
   if (!mid_write) std::printf("note: the kill landed between two writes this time\n");
 
   ASSERT_TRUE((*daemon)->Restart().ok());
-  std::vector<std::string> args = {"bench", "--socket", (*daemon)->socket(), "--phase", "retrieve", "--seed",
-                                   "13", "--json"};
+  std::vector<std::string> args = {
+      "bench", "--socket", (*daemon)->socket(), "--phase", "retrieve", "--seed", "13", "--json"};
   args.insert(args.end(), big.begin(), big.end());
   const ProcessResult run = RunBinary("kvstash", args);
   const nlohmann::json got = nlohmann::json::parse(run.output);
@@ -223,9 +250,9 @@ TEST(TiersShared, RedisKilledMidWorkloadL1AndL2KeepServingAndL3Resumes) {
   auto redis = RedisProcess::Start();
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   TempDir l2;
-  auto a = DaemonProcess::Start(DaemonArgs({"--l2-path", l2.path(), "--l2-gb", "1", "--l3-redis",
-                                            (*redis)->endpoint(), "--l3-timeout-ms", "300",
-                                            "--l3-breaker-open-ms", "200"}));
+  auto a = DaemonProcess::Start(
+      DaemonArgs({"--l2-path", l2.path(), "--l2-gb", "1", "--l3-redis", (*redis)->endpoint(),
+                  "--l3-timeout-ms", "300", "--l3-breaker-open-ms", "200"}));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   int exit_code = -1;
   ExpectEveryByte(Bench(**a, "both", "21", &exit_code));
@@ -255,15 +282,19 @@ TEST(TiersShared, RedisKilledMidWorkloadL1AndL2KeepServingAndL3Resumes) {
     const uint64_t puts = TierCounter(**a, "L3", "put_chunks");
     const uint64_t failed = TierCounter(**a, "L3", "put_errors");
     Bench(**a, "store", std::to_string(seed));
-    Eventually([&] { return TierCounter(**a, "L3", "put_chunks") + TierCounter(**a, "L3", "put_errors") >=
-                            puts + failed + kChunks; });
-    if (TierCounter(**a, "L3", "put_chunks") - puts < kChunks) continue;  // the breaker refused some
+    Eventually([&] {
+      return TierCounter(**a, "L3", "put_chunks") + TierCounter(**a, "L3", "put_errors") >=
+             puts + failed + kChunks;
+    });
+    if (TierCounter(**a, "L3", "put_chunks") - puts < kChunks)
+      continue;  // the breaker refused some
     resumed = true;
     const nlohmann::json after = Bench(**b, "retrieve", std::to_string(seed), &exit_code);
     EXPECT_EQ(exit_code, 0);
     ExpectEveryByte(after);
   }
-  EXPECT_TRUE(resumed) << "L3 writes never succeeded again after Redis came back: " << Stats(**a).dump();
+  EXPECT_TRUE(resumed) << "L3 writes never succeeded again after Redis came back: "
+                       << Stats(**a).dump();
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 // could not open itself, and without admin rights it clears and sees only its
 // own registrations. Needs root to create and become a second user; skipped,
 // visibly, otherwise.
-#include <gtest/gtest.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,8 +32,9 @@ class Trust : public DaemonTest {
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root to create and become a second OS user";
     if (getpwnam(kTenantUser) == nullptr &&
-        std::system((std::string("useradd --system --no-create-home ") + kTenantUser +
-                     " >/dev/null 2>&1").c_str()) != 0) {
+        std::system(
+            (std::string("useradd --system --no-create-home ") + kTenantUser + " >/dev/null 2>&1")
+                .c_str()) != 0) {
       GTEST_SKIP() << "useradd " << kTenantUser << " failed";
     }
     const struct passwd* tenant = getpwnam(kTenantUser);
@@ -50,8 +51,8 @@ class Trust : public DaemonTest {
   }
   // Runs the tenant's actions on one connection; returns its output lines.
   std::vector<std::string> Tenant(const std::vector<std::string>& actions) {
-    std::vector<std::string> args = {"--socket", daemon_->socket(), "--uid", std::to_string(uid_),
-                                     "--gid", std::to_string(gid_)};
+    std::vector<std::string> args = {"--socket",           daemon_->socket(), "--uid",
+                                     std::to_string(uid_), "--gid",           std::to_string(gid_)};
     args.insert(args.end(), actions.begin(), actions.end());
     ProcessResult run = RunBinary("kvstash_test_tenant", args);
     EXPECT_EQ(run.exit_code, 0) << run.output;
@@ -78,8 +79,8 @@ TEST_F(Trust, ARootOnlySharedMemoryObjectCannotBeRegisteredByAnotherUser) {
   ASSERT_EQ(st.st_mode & 0077, 0u) << std::oct << st.st_mode;
   const auto lines = Tenant({"register-shm:" + shm.name + ":" + std::to_string(shm.size_bytes),
                              "store-own:tenant-model"});
-  EXPECT_EQ(lines[0], "register-shm NotFound peer uid " + std::to_string(uid_) +
-                          " may not open " + shm.name);
+  EXPECT_EQ(lines[0],
+            "register-shm NotFound peer uid " + std::to_string(uid_) + " may not open " + shm.name);
   // Its own memory it registers and stores into.
   EXPECT_EQ(lines[1], "store-own Ok 2");
 }

@@ -24,7 +24,8 @@ namespace kvstash::kernels::test {
 namespace {
 
 void CudaOk(cudaError_t error, const char* call) {
-  if (error != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(error));
+  if (error != cudaSuccess)
+    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(error));
 }
 #define CUDA_OK(call) CudaOk((call), #call)
 
@@ -94,13 +95,14 @@ class DevicePlan {
 
   const DeviceGroupCopy& group() const { return group_; }
   DeviceChunkBatch batch() const {
-    return {chunks_.data(), reinterpret_cast<const ChunkCopy*>(chunks_buffer_.device()), chunks_.size()};
+    return {chunks_.data(), reinterpret_cast<const ChunkCopy*>(chunks_buffer_.device()),
+            chunks_.size()};
   }
   GpuBuffer& flats() { return flats_; }
 
  private:
   GpuBuffer flats_, bases_buffer_, ids_buffer_, chunks_buffer_;
-  std::vector<uint8_t*> bases_;   // host view of device addresses
+  std::vector<uint8_t*> bases_;    // host view of device addresses
   std::vector<ChunkCopy> chunks_;  // host view of device addresses
   DeviceGroupCopy group_;
 };
@@ -112,7 +114,8 @@ class GpuTest {
     const cudaError_t error = cudaGetDeviceCount(&count);
     if (error != cudaSuccess || count == 0) {
       GTEST_SKIP() << "no CUDA device: "
-                   << (error != cudaSuccess ? cudaGetErrorString(error) : "cudaGetDeviceCount is 0");
+                   << (error != cudaSuccess ? cudaGetErrorString(error)
+                                            : "cudaGetDeviceCount is 0");
     }
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -135,7 +138,8 @@ TEST_P(ChunkCopyGpuTest, GatherMatchesCpuTwin) {
   const TestLayout& l = layout();
   std::vector<uint8_t> host_arena = RandomBytes(l.arena_bytes(), 21);
   const std::vector<ChunkSpec> specs = MixedBatch(l, 22);
-  std::vector<std::vector<uint8_t>> expected(specs.size(), std::vector<uint8_t>(l.flat_bytes(), kPoison));
+  std::vector<std::vector<uint8_t>> expected(specs.size(),
+                                             std::vector<uint8_t>(l.flat_bytes(), kPoison));
   std::vector<uint8_t*> expected_flats;
   for (auto& flat : expected) expected_flats.push_back(flat.data());
   const std::vector<ChunkCopy> cpu_chunks = MakeChunkCopies(specs, expected_flats);
@@ -147,7 +151,8 @@ TEST_P(ChunkCopyGpuTest, GatherMatchesCpuTwin) {
   DevicePlan plan(l, specs, arena, mode());
   const std::vector<uint8_t> poison(specs.size() * FlatStride(l), kPoison);
   plan.flats().Upload(poison.data(), poison.size());
-  ASSERT_EQ(AccessWidthBytes(plan.group().group, plan.batch().chunks, specs.size()), l.access_width);
+  ASSERT_EQ(AccessWidthBytes(plan.group().group, plan.batch().chunks, specs.size()),
+            l.access_width);
 
   const Status status = GatherChunks(plan.group(), plan.batch(), stream_);
   ASSERT_TRUE(status.ok()) << status.ToString();
@@ -156,7 +161,8 @@ TEST_P(ChunkCopyGpuTest, GatherMatchesCpuTwin) {
     EXPECT_TRUE(SameBytes(plan.flats().Download(i * FlatStride(l), l.flat_bytes()), expected[i]))
         << "chunk " << i;
   }
-  EXPECT_TRUE(SameBytes(arena.Download(0, l.arena_bytes()), host_arena)) << "gather wrote into the layers";
+  EXPECT_TRUE(SameBytes(arena.Download(0, l.arena_bytes()), host_arena))
+      << "gather wrote into the layers";
 }
 
 TEST_P(ChunkCopyGpuTest, ScatterMatchesCpuTwin) {
@@ -175,11 +181,13 @@ TEST_P(ChunkCopyGpuTest, ScatterMatchesCpuTwin) {
   GpuBuffer arena(false, l.arena_bytes());
   arena.Upload(expected.data(), expected.size());
   DevicePlan plan(l, specs, arena, mode());
-  for (size_t i = 0; i < specs.size(); ++i) plan.flats().Upload(flats[i].data(), l.flat_bytes(), i * FlatStride(l));
+  for (size_t i = 0; i < specs.size(); ++i)
+    plan.flats().Upload(flats[i].data(), l.flat_bytes(), i * FlatStride(l));
 
   const std::vector<ChunkCopy> cpu_chunks = MakeChunkCopies(specs, flat_pointers);
   const std::vector<uint8_t*> host_bases = LayerBases(l, expected.data());
-  ASSERT_TRUE(ScatterChunksCpu(MakeGroup(l, host_bases), cpu_chunks.data(), cpu_chunks.size()).ok());
+  ASSERT_TRUE(
+      ScatterChunksCpu(MakeGroup(l, host_bases), cpu_chunks.data(), cpu_chunks.size()).ok());
 
   const Status status = ScatterChunks(plan.group(), plan.batch(), stream_);
   ASSERT_TRUE(status.ok()) << status.ToString();
@@ -200,12 +208,13 @@ TEST_P(ChunkCopyGpuTest, RejectsTooFewBlockIdsBeforeLaunching) {
   EXPECT_EQ(ScatterChunks(plan.group(), batch, stream_).code(), StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, ChunkCopyGpuTest,
-    ::testing::Combine(::testing::ValuesIn(AllLayouts()), ::testing::Values(Mode::kDma, Mode::kDirect)),
-    [](const auto& info) {
-      return std::get<0>(info.param).name + (std::get<1>(info.param) == Mode::kDma ? "Dma" : "Direct");
-    });
+INSTANTIATE_TEST_SUITE_P(Layouts, ChunkCopyGpuTest,
+                         ::testing::Combine(::testing::ValuesIn(AllLayouts()),
+                                            ::testing::Values(Mode::kDma, Mode::kDirect)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name +
+                                  (std::get<1>(info.param) == Mode::kDma ? "Dma" : "Direct");
+                         });
 
 class ChunkCopyGpuBandwidthTest : public GpuTest, public ::testing::Test {
  protected:
@@ -249,7 +258,8 @@ TEST_F(ChunkCopyGpuBandwidthTest, ReportsLlama3_8bChunkAgainstCudaMemcpy) {
   std::vector<ChunkSpec> specs;
   const std::vector<uint32_t> blocks = RandomBlocks(l.geometry.num_blocks, kChunks * 16, 51);
   for (uint32_t c = 0; c < kChunks; ++c) {
-    specs.push_back({std::vector<uint32_t>(blocks.begin() + c * 16, blocks.begin() + (c + 1) * 16), 256, 0});
+    specs.push_back(
+        {std::vector<uint32_t>(blocks.begin() + c * 16, blocks.begin() + (c + 1) * 16), 256, 0});
   }
   const uint64_t chunk_bytes = FlatGroupBytes(l.shape());
   GpuBuffer arena(false, l.arena_bytes());
@@ -265,20 +275,25 @@ TEST_F(ChunkCopyGpuBandwidthTest, ReportsLlama3_8bChunkAgainstCudaMemcpy) {
                             cudaMemcpyDeviceToDevice, stream_));
   });
   const float d2h = TimeMs([&] {
-    CUDA_OK(cudaMemcpyAsync(pinned.device(), copy_source.device(), chunk_bytes, cudaMemcpyDefault, stream_));
+    CUDA_OK(cudaMemcpyAsync(pinned.device(), copy_source.device(), chunk_bytes, cudaMemcpyDefault,
+                            stream_));
   });
   const float h2d = TimeMs([&] {
-    CUDA_OK(cudaMemcpyAsync(copy_source.device(), pinned.device(), chunk_bytes, cudaMemcpyDefault, stream_));
+    CUDA_OK(cudaMemcpyAsync(copy_source.device(), pinned.device(), chunk_bytes, cudaMemcpyDefault,
+                            stream_));
   });
   const float gather = TimeMs([&] { status = GatherChunks(dma.group(), dma.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
   const float scatter = TimeMs([&] { status = ScatterChunks(dma.group(), dma.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
-  const float gather_batch = TimeMs([&] { status = GatherChunks(dma_batch.group(), dma_batch.batch(), stream_); });
+  const float gather_batch =
+      TimeMs([&] { status = GatherChunks(dma_batch.group(), dma_batch.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
-  const float gather_direct = TimeMs([&] { status = GatherChunks(direct.group(), direct.batch(), stream_); });
+  const float gather_direct =
+      TimeMs([&] { status = GatherChunks(direct.group(), direct.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
-  const float scatter_direct = TimeMs([&] { status = ScatterChunks(direct.group(), direct.batch(), stream_); });
+  const float scatter_direct =
+      TimeMs([&] { status = ScatterChunks(direct.group(), direct.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
 
   Report("cudaMemcpyAsync device->device", chunk_bytes, d2d, d2d);

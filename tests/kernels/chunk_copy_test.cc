@@ -28,7 +28,8 @@ uint64_t FlatByte(const TestLayout& l, uint32_t layer, uint32_t kv, uint32_t tok
   const LayerGeometry& g = l.geometry;
   return kFlatOffsetBytes +
          ((((uint64_t{layer} * g.kv_count + kv) * l.chunk_tokens + token) * g.num_heads + head) *
-              g.head_bytes + byte);
+              g.head_bytes +
+          byte);
 }
 
 // Calls fn(layer, kv, token, head, byte) for every payload byte of tokens [begin, end).
@@ -45,10 +46,11 @@ void ForEachByte(const TestLayout& l, uint32_t begin, uint32_t end, Fn fn) {
 void ReferenceGather(const TestLayout& l, const std::vector<uint8_t>& arena, const ChunkSpec& c,
                      std::vector<uint8_t>& flat) {
   const uint32_t bt = l.geometry.block_tokens;
-  ForEachByte(l, 0, c.num_tokens, [&](uint32_t layer, uint32_t kv, uint32_t t, uint32_t h, uint32_t b) {
-    flat[FlatByte(l, layer, kv, t, h, b)] =
-        arena[PagedByte(l, layer, c.block_ids[t / bt], kv, t % bt, h, b)];
-  });
+  ForEachByte(l, 0, c.num_tokens,
+              [&](uint32_t layer, uint32_t kv, uint32_t t, uint32_t h, uint32_t b) {
+                flat[FlatByte(l, layer, kv, t, h, b)] =
+                    arena[PagedByte(l, layer, c.block_ids[t / bt], kv, t % bt, h, b)];
+              });
   ForEachByte(l, c.num_tokens, l.chunk_tokens,
               [&](uint32_t layer, uint32_t kv, uint32_t t, uint32_t h, uint32_t b) {
                 flat[FlatByte(l, layer, kv, t, h, b)] = 0;
@@ -84,7 +86,8 @@ TEST_P(ChunkCopyCpuTest, GatherMatchesReferenceAndZerosPartialTails) {
   const std::vector<uint8_t> arena_before = arena;
   const std::vector<uint8_t*> bases = LayerBases(l, arena.data());
   const std::vector<ChunkSpec> specs = MixedBatch(l, 2);
-  std::vector<std::vector<uint8_t>> flats(specs.size(), std::vector<uint8_t>(l.flat_bytes(), kPoison));
+  std::vector<std::vector<uint8_t>> flats(specs.size(),
+                                          std::vector<uint8_t>(l.flat_bytes(), kPoison));
   std::vector<std::vector<uint8_t>> expected = flats;
   for (size_t i = 0; i < specs.size(); ++i) ReferenceGather(l, arena, specs[i], expected[i]);
 
@@ -138,7 +141,8 @@ TEST_P(ChunkCopyCpuTest, GatherThenScatterIntoOtherBlocksRoundTrips) {
     spec.skip_tokens = 0;
     written += ScatteredBytes(l, spec);
   }
-  std::vector<std::vector<uint8_t>> flats(from.size(), std::vector<uint8_t>(l.flat_bytes(), kPoison));
+  std::vector<std::vector<uint8_t>> flats(from.size(),
+                                          std::vector<uint8_t>(l.flat_bytes(), kPoison));
   std::vector<std::vector<uint8_t>> again = flats;
 
   const auto gather = MakeChunkCopies(from, Pointers(flats));
@@ -148,7 +152,8 @@ TEST_P(ChunkCopyCpuTest, GatherThenScatterIntoOtherBlocksRoundTrips) {
   const auto regather = MakeChunkCopies(to, Pointers(again));
   ASSERT_TRUE(GatherChunksCpu(MakeGroup(l, target_bases), regather.data(), regather.size()).ok());
 
-  for (size_t i = 0; i < flats.size(); ++i) EXPECT_TRUE(SameBytes(again[i], flats[i])) << "chunk " << i;
+  for (size_t i = 0; i < flats.size(); ++i)
+    EXPECT_TRUE(SameBytes(again[i], flats[i])) << "chunk " << i;
   EXPECT_EQ(CountNot(target, kPoison), written) << "bytes outside the named blocks changed";
 }
 

@@ -181,7 +181,8 @@ inline std::vector<ChunkCopy> MakeChunkCopies(const std::vector<ChunkSpec>& spec
 // Bases of the layers of `l` inside `arena` (see TestLayout::layer_offset).
 inline std::vector<uint8_t*> LayerBases(const TestLayout& l, uint8_t* arena) {
   std::vector<uint8_t*> bases;
-  for (uint32_t layer = 0; layer < l.num_layers; ++layer) bases.push_back(arena + l.layer_offset(layer));
+  for (uint32_t layer = 0; layer < l.num_layers; ++layer)
+    bases.push_back(arena + l.layer_offset(layer));
   return bases;
 }
 
@@ -191,7 +192,8 @@ inline GroupCopy MakeGroup(const TestLayout& l, const std::vector<uint8_t*>& bas
 
 // Payload bytes a scatter of `spec` writes.
 inline uint64_t ScatteredBytes(const TestLayout& l, const ChunkSpec& spec) {
-  const uint64_t tokens = spec.num_tokens > spec.skip_tokens ? spec.num_tokens - spec.skip_tokens : 0;
+  const uint64_t tokens =
+      spec.num_tokens > spec.skip_tokens ? spec.num_tokens - spec.skip_tokens : 0;
   return tokens * l.num_layers * l.geometry.kv_count * l.geometry.num_heads * l.geometry.head_bytes;
 }
 

@@ -32,8 +32,8 @@ void ExpectRejected(const Bytes& bytes, StatusCode code, const std::vector<std::
 }
 
 flatbuffers::Offset<wire::LayerDesc> Layer(FlatBufferBuilder& fbb) {
-  auto geometry = wire::CreateLayerGeometry(fbb, 16, 2, 16, 2, 128, 8192, 131072, 256, 128,
-                                            wire::DType::BF16);
+  auto geometry =
+      wire::CreateLayerGeometry(fbb, 16, 2, 16, 2, 128, 8192, 131072, 256, 128, wire::DType::BF16);
   return wire::CreateLayerDesc(fbb, 0, 0, geometry);
 }
 
@@ -156,7 +156,8 @@ TEST(MessageRules, RejectsAStoreWithoutChunksOrKeysOrBlocks) {
 
 TEST(MessageRules, AcceptsALookupOfNoKeysButNotOfAbsentKeys) {
   FlatBufferBuilder fbb;
-  auto body = wire::CreateLookupRequest(fbb, 1, fbb.CreateVectorOfStructs(std::vector<wire::Key>{}), 0);
+  auto body =
+      wire::CreateLookupRequest(fbb, 1, fbb.CreateVectorOfStructs(std::vector<wire::Key>{}), 0);
   EXPECT_TRUE(Verify(Finish(fbb, 1, wire::Body::LookupRequest, body.Union())).ok());
   FlatBufferBuilder absent;
   auto no_keys = wire::CreateLookupRequest(absent, 1, 0, 0);
@@ -184,10 +185,10 @@ TEST(MessageRules, Utf8CheckerFollowsTheStandard) {
 // request field without one fails here.
 TEST(MessageRules, EveryRequestStringHasALimit) {
   const reflection::Schema* schema = reflection::GetSchema(wire::EnvelopeBinarySchema::data());
-  const std::vector<std::string> request_side = {"HelloRequest", "RegisterKVRequest", "Allocation",
-                                                 "HostShmHandle", "CudaIpcHandle", "LayerDesc",
-                                                 "ChunkBlocks", "StoreRequest", "RetrieveRequest",
-                                                 "LookupRequest", "ReleaseRequest", "ClearRequest"};
+  const std::vector<std::string> request_side = {
+      "HelloRequest",    "RegisterKVRequest", "Allocation",     "HostShmHandle",
+      "CudaIpcHandle",   "LayerDesc",         "ChunkBlocks",    "StoreRequest",
+      "RetrieveRequest", "LookupRequest",     "ReleaseRequest", "ClearRequest"};
   size_t strings = 0;
   for (const reflection::Object* object : *schema->objects()) {
     std::string name = object->name()->str();

@@ -90,7 +90,8 @@ TEST_F(WriteBehindTest, AFailedWriteStillLetsTheChunkGo) {
   EXPECT_EQ(Put(5), ChunkStore::Reservation::kNoRoom);
   EndFlushes(false);
   EXPECT_EQ(stats_.write_behind_failed.load(), 4u);
-  EXPECT_EQ(Put(5), ChunkStore::Reservation::kReserved) << "L1 must not fill with chunks that cannot leave";
+  EXPECT_EQ(Put(5), ChunkStore::Reservation::kReserved)
+      << "L1 must not fill with chunks that cannot leave";
 }
 
 TEST_F(WriteBehindTest, PromotedChunksAreCleanAndNeverWrittenBack) {

@@ -20,9 +20,7 @@ namespace kvstash::server {
 namespace {
 
 // A connection of this process: its credentials open the shm it creates.
-Peer Self(const char* id) {
-  return Peer{id, PeerCredentials{::getuid(), ::getgid(), ::getpid()}};
-}
+Peer Self(const char* id) { return Peer{id, PeerCredentials{::getuid(), ::getgid(), ::getpid()}}; }
 
 using kvstash::testing::Blocks;
 using kvstash::testing::EngineKv;
@@ -62,7 +60,8 @@ class FaultInjection : public ::testing::Test {
   // or those that came through the reply queue once its copies finished).
   std::vector<proto::Bytes> Call(const proto::Bytes& message) {
     std::vector<proto::Bytes> out;
-    std::optional<proto::Bytes> now = service_->Handle(Self("peer"), message.data(), message.size());
+    std::optional<proto::Bytes> now =
+        service_->Handle(Self("peer"), message.data(), message.size());
     if (now) out.push_back(std::move(*now));
     while (service_->deferred_in_flight() > 0) std::this_thread::yield();
     for (OutgoingReply& r : replies_.TakeAll()) out.push_back(std::move(r.bytes));
@@ -83,10 +82,11 @@ class FaultInjection : public ::testing::Test {
         wire::CreateAllocation(fbb, wire::MemoryHandle::HostShmHandle, handle.Union())};
     std::vector<flatbuffers::Offset<wire::LayerDesc>> layers;
     for (const LayerDesc& l : options.layers) {
-      layers.push_back(wire::CreateLayerDesc(fbb, l.allocation, l.offset_bytes,
-                                             proto::ToWire(fbb, l.geometry)));
+      layers.push_back(
+          wire::CreateLayerDesc(fbb, l.allocation, l.offset_bytes, proto::ToWire(fbb, l.geometry)));
     }
-    auto body = wire::CreateRegisterKVRequestDirect(fbb, "fault-model", "", 0, 1, &allocations, &layers);
+    auto body =
+        wire::CreateRegisterKVRequestDirect(fbb, "fault-model", "", 0, 1, &allocations, &layers);
     const auto replies = Call(proto::Finish(fbb, 1, wire::Body::RegisterKVRequest, body.Union()));
     ASSERT_EQ(replies.size(), 1u);
     const auto* reply = Open(replies[0]).body_as_RegisterKVReply();
@@ -95,15 +95,18 @@ class FaultInjection : public ::testing::Test {
     reg_.chunk_tokens = reply->chunk_tokens();
     reg_.chunk_bytes = reply->chunk_bytes();
     reg_.block_tokens = reply->block_tokens();
-    std::copy(reply->namespace_id()->begin(), reply->namespace_id()->end(), reg_.namespace_id.begin());
+    std::copy(reply->namespace_id()->begin(), reply->namespace_id()->end(),
+              reg_.namespace_id.begin());
   }
 
-  std::vector<ChunkBlocks> Chunks(const std::vector<int32_t>& tokens, const std::vector<uint32_t>& blocks) {
+  std::vector<ChunkBlocks> Chunks(const std::vector<int32_t>& tokens,
+                                  const std::vector<uint32_t>& blocks) {
     auto chunks = PromptChunks(reg_, tokens.data(), tokens.size(), blocks.data(), blocks.size());
     EXPECT_TRUE(chunks.ok()) << chunks.status().ToString();
     return *chunks;
   }
-  proto::Bytes TransferMessage(uint64_t id, Direction direction, const std::vector<ChunkBlocks>& chunks) {
+  proto::Bytes TransferMessage(uint64_t id, Direction direction,
+                               const std::vector<ChunkBlocks>& chunks) {
     flatbuffers::FlatBufferBuilder fbb;
     std::vector<flatbuffers::Offset<wire::ChunkBlocks>> list;
     for (const ChunkBlocks& c : chunks) {
@@ -216,14 +219,15 @@ TEST_F(FaultInjection, RetrieveFailingPartWayFailsPerChunkAndTheStoredDataStaysI
 TEST_F(FaultInjection, StalledCopyGetsExactlyOneReplyAndDoesNotBlockOthers) {
   const auto tokens = PromptTokens(4, 64, 0);
   engine_->Fill(4, tokens, Blocks(0, 4));
-  faults_->AddRule({FaultRule::Action::kStall, Direction::kStore, 1, 0,
-                    std::chrono::milliseconds(300)});
+  faults_->AddRule(
+      {FaultRule::Action::kStall, Direction::kStore, 1, 0, std::chrono::milliseconds(300)});
   const auto started = std::chrono::steady_clock::now();
   const proto::Bytes store = TransferMessage(21, Direction::kStore, Chunks(tokens, Blocks(0, 4)));
   EXPECT_FALSE(service_->Handle(Self("peer"), store.data(), store.size()).has_value());
   // The frontend answers others while the copy stalls.
   flatbuffers::FlatBufferBuilder fbb;
-  const proto::Bytes ping = proto::Finish(fbb, 22, wire::Body::PingRequest, wire::CreatePingRequest(fbb).Union());
+  const proto::Bytes ping =
+      proto::Finish(fbb, 22, wire::Body::PingRequest, wire::CreatePingRequest(fbb).Union());
   auto pong = service_->Handle(Self("other"), ping.data(), ping.size());
   ASSERT_TRUE(pong.has_value());
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(200));

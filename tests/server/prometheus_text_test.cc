@@ -172,8 +172,9 @@ TEST(PrometheusText, RegistrationSeriesCarryIdModelAndRank) {
   EXPECT_EQ(Value(e, "kvstash_registration_lookup_miss_chunks_total" + labels), "2");
   EXPECT_EQ(Value(e, "kvstash_registration_retrieve_bytes_total" + labels), "0");
   // Quote, backslash and newline in a label value are escaped.
-  EXPECT_EQ(Value(e, "kvstash_registration_store_chunks_total{registration=\"9\",model=\"odd "
-                     "\\\"model\\\"\\\\\\n\",tp_rank=\"0\"}"),
+  EXPECT_EQ(Value(e,
+                  "kvstash_registration_store_chunks_total{registration=\"9\",model=\"odd "
+                  "\\\"model\\\"\\\\\\n\",tp_rank=\"0\"}"),
             "0");
 }
 

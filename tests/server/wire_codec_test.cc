@@ -13,13 +13,15 @@ Result<RequestBody> Decode(flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
                            flatbuffers::Offset<void> body) {
   static proto::Bytes bytes;
   bytes = proto::Finish(fbb, 7, type, body);
-  Result<const wire::Envelope*> envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), 1 << 20);
+  Result<const wire::Envelope*> envelope =
+      proto::VerifyEnvelope(bytes.data(), bytes.size(), 1 << 20);
   if (!envelope.ok()) return envelope.status();
   return DecodeRequest(**envelope, DecodeLimits{8});
 }
 
 TEST(WireCodecTest, AnAllocationNamingAHandleTypeWithoutItsTableIsInvalid) {
-  for (wire::MemoryHandle type : {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle}) {
+  for (wire::MemoryHandle type :
+       {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle}) {
     flatbuffers::FlatBufferBuilder fbb;
     std::vector<flatbuffers::Offset<wire::Allocation>> allocations = {
         wire::CreateAllocation(fbb, type, 0)};
@@ -75,7 +77,8 @@ TEST(WireCodecTest, CountsAndNamesAreCheckedAgainstTheirLimits) {
   std::vector<flatbuffers::Offset<wire::ChunkBlocks>> chunks;
   const wire::Key key;
   const std::vector<uint32_t> blocks = {0};
-  for (int i = 0; i < 9; ++i) chunks.push_back(wire::CreateChunkBlocksDirect(fbb, &key, 16, &blocks));
+  for (int i = 0; i < 9; ++i)
+    chunks.push_back(wire::CreateChunkBlocksDirect(fbb, &key, 16, &blocks));
   auto body = wire::CreateStoreRequestDirect(fbb, 1, &chunks);
   Result<RequestBody> decoded = Decode(fbb, wire::Body::StoreRequest, body.Union());
   ASSERT_FALSE(decoded.ok());

@@ -32,7 +32,8 @@ ProcessResult RunBinary(const std::string& name, const std::vector<std::string>&
   if (!pipe) return result;
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
@@ -57,7 +58,8 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::vector<st
 }
 
 Status DaemonProcess::Restart() {
-  if (pid_ > 0) return Status::Internal("kvstashd is still running (pid " + std::to_string(pid_) + ")");
+  if (pid_ > 0)
+    return Status::Internal("kvstashd is still running (pid " + std::to_string(pid_) + ")");
   pid_ = fork();
   if (pid_ == 0) {
     std::vector<char*> argv;

@@ -76,11 +76,13 @@ void EngineKv::Poison(const std::vector<uint32_t>& blocks, uint8_t value) {
   for (uint32_t block : blocks)
     for (uint32_t l = 0; l < s.num_layers; ++l)
       for (uint32_t k = 0; k < 2; ++k)
-        std::memset(Row(l, k, block, 0, 0), value, uint64_t(s.block_tokens) * s.num_heads * s.head_bytes);
+        std::memset(Row(l, k, block, 0, 0), value,
+                    uint64_t(s.block_tokens) * s.num_heads * s.head_bytes);
 }
 
 uint64_t EngineKv::CountMismatches(uint64_t seed, const std::vector<int32_t>& tokens,
-                                   const std::vector<uint32_t>& table, size_t from, size_t to) const {
+                                   const std::vector<uint32_t>& table, size_t from,
+                                   size_t to) const {
   const EngineShape& s = shape_;
   std::vector<uint8_t> expected(s.head_bytes);
   uint64_t mismatches = 0;
@@ -89,7 +91,8 @@ uint64_t EngineKv::CountMismatches(uint64_t seed, const std::vector<int32_t>& to
       for (uint32_t k = 0; k < 2; ++k)
         for (uint32_t h = 0; h < s.num_heads; ++h) {
           Pattern(seed, l, k, t, tokens[t], h, expected.data());
-          const uint8_t* row = Row(l, k, table[t / s.block_tokens], uint32_t(t % s.block_tokens), h);
+          const uint8_t* row =
+              Row(l, k, table[t / s.block_tokens], uint32_t(t % s.block_tokens), h);
           mismatches += std::memcmp(row, expected.data(), s.head_bytes) != 0;
         }
   return mismatches;
@@ -103,7 +106,8 @@ uint64_t EngineKv::CountNotPoison(const std::vector<uint32_t>& table, size_t fro
     for (uint32_t l = 0; l < s.num_layers; ++l)
       for (uint32_t k = 0; k < 2; ++k)
         for (uint32_t h = 0; h < s.num_heads; ++h) {
-          const uint8_t* row = Row(l, k, table[t / s.block_tokens], uint32_t(t % s.block_tokens), h);
+          const uint8_t* row =
+              Row(l, k, table[t / s.block_tokens], uint32_t(t % s.block_tokens), h);
           for (uint32_t b = 0; b < s.head_bytes; ++b) {
             if (row[b] != value) {
               ++changed;

@@ -32,7 +32,8 @@ class EngineKv {
   uint8_t* Row(uint32_t layer, uint32_t kv, uint32_t block, uint32_t slot, uint32_t head) const;
 
   // Writes the pattern of tokens[0:n] into block_table's blocks.
-  void Fill(uint64_t seed, const std::vector<int32_t>& tokens, const std::vector<uint32_t>& block_table);
+  void Fill(uint64_t seed, const std::vector<int32_t>& tokens,
+            const std::vector<uint32_t>& block_table);
   // Poisons every byte of the given blocks.
   void Poison(const std::vector<uint32_t>& blocks, uint8_t value = 0xCD);
   // Counts rows of tokens [from, to) that do not hold the pattern.

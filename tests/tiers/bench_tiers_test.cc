@@ -20,14 +20,34 @@ using testing::RedisProcess;
 using testing::TempDir;
 
 TEST(BenchTiers, MeasuresL2AndL3AgainstTheirRawLimitsInOneRun) {
-  if (!testing::RedisAvailable()) GTEST_SKIP() << "redis-server not found: scripts/setup.sh installs it";
+  if (!testing::RedisAvailable())
+    GTEST_SKIP() << "redis-server not found: scripts/setup.sh installs it";
   auto redis = RedisProcess::Start();
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   TempDir dir;
-  const ProcessResult run = RunBinary(
-      "kvstash", {"bench", "tiers", "--json", "--l2-path", dir.path(), "--l3-redis", (*redis)->endpoint(),
-                  "--chunk-mb", "1", "--chunks", "8", "--depth", "4", "--pool-threads", "2", "--value-mb",
-                  "1", "--values", "4", "--connections", "2", "--runs", "2"});
+  const ProcessResult run = RunBinary("kvstash", {"bench",
+                                                  "tiers",
+                                                  "--json",
+                                                  "--l2-path",
+                                                  dir.path(),
+                                                  "--l3-redis",
+                                                  (*redis)->endpoint(),
+                                                  "--chunk-mb",
+                                                  "1",
+                                                  "--chunks",
+                                                  "8",
+                                                  "--depth",
+                                                  "4",
+                                                  "--pool-threads",
+                                                  "2",
+                                                  "--value-mb",
+                                                  "1",
+                                                  "--values",
+                                                  "4",
+                                                  "--connections",
+                                                  "2",
+                                                  "--runs",
+                                                  "2"});
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto json = nlohmann::json::parse(run.output);
   ASSERT_EQ(json["l2"]["runs"].size(), 2u);

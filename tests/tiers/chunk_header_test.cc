@@ -22,7 +22,9 @@ struct Chunk {
   ChunkHeader header;
   std::vector<uint8_t> payload;
   std::vector<uint8_t> encoded = std::vector<uint8_t>(kChunkHeaderBytes);
-  ChunkExpectation expect() const { return {header.id, header.layout_fingerprint, header.payload_bytes}; }
+  ChunkExpectation expect() const {
+    return {header.id, header.layout_fingerprint, header.payload_bytes};
+  }
 };
 
 Chunk MakeChunk(size_t payload_bytes = 10000) {
@@ -58,7 +60,8 @@ TEST(ChunkHeader, RejectsAnyFlippedBitOfTheHeader) {
     for (int bit = 0; bit < 8; ++bit) {
       std::vector<uint8_t> bad = c.encoded;
       bad[byte] ^= static_cast<uint8_t>(1u << bit);
-      EXPECT_FALSE(DecodeChunkHeader(bad.data(), bad.size()).ok()) << "byte " << byte << " bit " << bit;
+      EXPECT_FALSE(DecodeChunkHeader(bad.data(), bad.size()).ok())
+          << "byte " << byte << " bit " << bit;
     }
   }
 }
@@ -105,8 +108,9 @@ TEST(ChunkHeader, AHeaderOfAnotherChunkIsMissing) {
     ChunkExpectation expect;
     const char* says;
   };
-  for (const Case& k : {Case{other_key, "key"}, Case{other_scope, "scope"},
-                        Case{other_layout, "layout fingerprint"}, Case{other_size, "payload bytes"}}) {
+  for (const Case& k :
+       {Case{other_key, "key"}, Case{other_scope, "scope"},
+        Case{other_layout, "layout fingerprint"}, Case{other_size, "payload bytes"}}) {
     Status s = VerifyChunk(c.header, k.expect, c.payload.data(), c.payload.size());
     EXPECT_EQ(s.code(), StatusCode::kNotFound) << k.says;
     EXPECT_NE(s.message().find(k.says), std::string::npos) << s.message();

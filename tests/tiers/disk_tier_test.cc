@@ -85,7 +85,8 @@ TEST_P(DiskTierEngines, RoundTripsByteExactAlignedOrNot) {
       ASSERT_EQ(put.outcome, PutOutcome::kStored) << put.status.ToString();
       EXPECT_TRUE(Present(*tier, id));
       Status got = GetChunk(*tier, id, size, 256 - misalign);
-      EXPECT_TRUE(got.ok()) << size << " bytes, misaligned by " << misalign << ": " << got.ToString();
+      EXPECT_TRUE(got.ok()) << size << " bytes, misaligned by " << misalign << ": "
+                            << got.ToString();
     }
   }
   EXPECT_EQ(tier->stats().get_hits.load(), index);
@@ -117,11 +118,14 @@ TEST_P(DiskTierEngines, ManyChunksInFlightStayByteExact) {
     gets.push_back({{MakeId(9, i), MakeFingerprint(1), size}, out.back().data()});
   }
   auto first_half = std::vector<PutRequest>(puts.begin(), puts.begin() + 20);
-  for (const PutResult& r : PutAsync(**tier, first_half).get()) ASSERT_EQ(r.outcome, PutOutcome::kStored);
+  for (const PutResult& r : PutAsync(**tier, first_half).get())
+    ASSERT_EQ(r.outcome, PutOutcome::kStored);
   auto second_half = PutAsync(**tier, std::vector<PutRequest>(puts.begin() + 20, puts.end()));
-  std::vector<GetResult> got = GetAsync(**tier, std::vector<GetRequest>(gets.begin(), gets.begin() + 20)).get();
+  std::vector<GetResult> got =
+      GetAsync(**tier, std::vector<GetRequest>(gets.begin(), gets.begin() + 20)).get();
   for (const PutResult& r : second_half.get()) ASSERT_EQ(r.outcome, PutOutcome::kStored);
-  std::vector<GetResult> rest = GetAsync(**tier, std::vector<GetRequest>(gets.begin() + 20, gets.end())).get();
+  std::vector<GetResult> rest =
+      GetAsync(**tier, std::vector<GetRequest>(gets.begin() + 20, gets.end())).get();
   got.insert(got.end(), rest.begin(), rest.end());
   for (uint64_t i = 0; i < 40; ++i) {
     ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.ToString();
@@ -254,7 +258,8 @@ TEST(DiskTier, RebuildDropsInvalidFiles) {
   std::string truncated, bad_header, renamed, stray;
   {
     auto tier = OpenTier(dir.path());
-    for (uint64_t i = 0; i < 5; ++i) ASSERT_EQ(PutChunk(*tier, MakeId(1, i), size).outcome, PutOutcome::kStored);
+    for (uint64_t i = 0; i < 5; ++i)
+      ASSERT_EQ(PutChunk(*tier, MakeId(1, i), size).outcome, PutOutcome::kStored);
     truncated = tier->PathOf(MakeId(1, 0));
     bad_header = tier->PathOf(MakeId(1, 1));
     // A valid file under another chunk's name.
@@ -278,10 +283,11 @@ TEST(DiskTier, RebuildDropsInvalidFiles) {
 
 TEST(DiskTier, EvictsLeastRecentlyUsedUnderCapacity) {
   TempDir dir;
-  const size_t size = 60 * 1024;                   // 15 blocks
-  const uint64_t file = 4096 + 60 * 1024;          // 16 blocks
-  auto tier = OpenTier(dir.path(), 3 * file);      // room for three
-  for (uint64_t i = 0; i < 3; ++i) ASSERT_EQ(PutChunk(*tier, MakeId(1, i), size).outcome, PutOutcome::kStored);
+  const size_t size = 60 * 1024;               // 15 blocks
+  const uint64_t file = 4096 + 60 * 1024;      // 16 blocks
+  auto tier = OpenTier(dir.path(), 3 * file);  // room for three
+  for (uint64_t i = 0; i < 3; ++i)
+    ASSERT_EQ(PutChunk(*tier, MakeId(1, i), size).outcome, PutOutcome::kStored);
   ASSERT_TRUE(GetChunk(*tier, MakeId(1, 0), size).ok());  // 0 is now the most recent
   ASSERT_EQ(PutChunk(*tier, MakeId(1, 3), size).outcome, PutOutcome::kStored);
   EXPECT_TRUE(Present(*tier, MakeId(1, 0)));

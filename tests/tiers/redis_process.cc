@@ -36,7 +36,8 @@ bool Bindable(int port) {
 // A port nobody listens on now, and its cluster bus port (port + 10000)
 // free too.
 int FreePort() {
-  static std::mt19937 random(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::time(nullptr)));
+  static std::mt19937 random(static_cast<unsigned>(::getpid()) ^
+                             static_cast<unsigned>(std::time(nullptr)));
   for (;;) {
     const int port = 20000 + static_cast<int>(random() % 35000);
     if (Bindable(port) && Bindable(port + 10000)) return port;
@@ -71,8 +72,20 @@ Result<std::unique_ptr<RedisProcess>> RedisProcess::Start(const std::vector<std:
   if (::mkdtemp(pattern.data()) == nullptr) return Status::Internal("mkdtemp failed");
   p->dir_ = pattern;
   p->port_ = FreePort();
-  p->args_ = {"--port", std::to_string(p->port_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-              "--dir", p->dir_, "--protected-mode", "no", "--loglevel", "warning"};
+  p->args_ = {"--port",
+              std::to_string(p->port_),
+              "--bind",
+              "127.0.0.1",
+              "--save",
+              "",
+              "--appendonly",
+              "no",
+              "--dir",
+              p->dir_,
+              "--protected-mode",
+              "no",
+              "--loglevel",
+              "warning"};
   p->args_.insert(p->args_.end(), extra.begin(), extra.end());
   KVSTASH_RETURN_IF_ERROR(p->Launch());
   return p;
@@ -95,15 +108,18 @@ Status RedisProcess::Launch() {
   while (std::chrono::steady_clock::now() < deadline) {
     // PONG, or a refusal that proves the server is up (no default user).
     const std::string pong = Cli({"PING"});
-    if (pong.find("PONG") != std::string::npos || pong.find("NOAUTH") != std::string::npos) return Status::Ok();
+    if (pong.find("PONG") != std::string::npos || pong.find("NOAUTH") != std::string::npos)
+      return Status::Ok();
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      return Status::Unavailable("redis-server exited at start: " + Run("cat " + Quote(dir_ + "/redis.log")));
+      return Status::Unavailable("redis-server exited at start: " +
+                                 Run("cat " + Quote(dir_ + "/redis.log")));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return Status::TimedOut("redis-server on port " + std::to_string(port_) + " did not answer PING in 10 s");
+  return Status::TimedOut("redis-server on port " + std::to_string(port_) +
+                          " did not answer PING in 10 s");
 }
 
 RedisProcess::~RedisProcess() {
@@ -158,7 +174,8 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(int nodes) {
   for (auto& node : cluster->nodes_) {
     while (node->Cli({"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) {
       if (std::chrono::steady_clock::now() > deadline) {
-        return Status::TimedOut("cluster node " + node->endpoint() + " never reached cluster_state:ok");
+        return Status::TimedOut("cluster node " + node->endpoint() +
+                                " never reached cluster_state:ok");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }

@@ -25,10 +25,10 @@ class RedisProcess {
 
   int port() const { return port_; }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
-  void Kill();                 // SIGKILL, and waits
-  void Pause();                // SIGSTOP: alive but silent (a hung server)
-  void Resume();               // SIGCONT
-  Status Restart();            // same port, same arguments, empty data
+  void Kill();       // SIGKILL, and waits
+  void Pause();      // SIGSTOP: alive but silent (a hung server)
+  void Resume();     // SIGCONT
+  Status Restart();  // same port, same arguments, empty data
   // Runs one command through redis-cli against this server; its output.
   std::string Cli(const std::vector<std::string>& args) const;
 

@@ -26,8 +26,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMiB = 1 << 20;
 
-#define SKIP_WITHOUT_REDIS()                                                              \
-  if (!testing::RedisAvailable()) {                                                       \
+#define SKIP_WITHOUT_REDIS()                                                             \
+  if (!testing::RedisAvailable()) {                                                      \
     GTEST_SKIP() << "redis-server or redis-cli not found on PATH: install redis-server " \
                     "(scripts/setup.sh does) to run the L3 tests";                       \
   }
@@ -103,7 +103,8 @@ void ExpectAllStored(const std::vector<PutResult>& results) {
 }
 
 void ExpectAllOk(const std::vector<Status>& results) {
-  for (size_t i = 0; i < results.size(); ++i) EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].ToString();
+  for (size_t i = 0; i < results.size(); ++i)
+    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].ToString();
 }
 
 TEST(RedisTier, SingleInstanceRoundTripsByteExactAcrossParts) {
@@ -113,7 +114,8 @@ TEST(RedisTier, SingleInstanceRoundTripsByteExactAcrossParts) {
   RedisTierOptions options = Options({redis->endpoint()});
   options.part_bytes = 64 * 1024;  // small parts: chunks of several parts
   auto tier = OpenTier(options);
-  for (size_t size : {size_t{1}, size_t{5000}, size_t{64 * 1024}, size_t{3 * 64 * 1024 + 17}, size_t{2 * kMiB}}) {
+  for (size_t size :
+       {size_t{1}, size_t{5000}, size_t{64 * 1024}, size_t{3 * 64 * 1024 + 17}, size_t{2 * kMiB}}) {
     const std::vector<ChunkId> ids = Ids(size, 6);
     ExpectAllStored(PutChunks(*tier, ids, size));
     ExpectAllOk(GetChunks(*tier, ids, size));
@@ -146,7 +148,8 @@ TEST(RedisTier, LargeChunksSplitIntoPartsUnderOneHashTag) {
   EXPECT_EQ(redis->Cli({"EXISTS", tier->KeyOf(id, 4)}), "0\n");
   // One slot for all parts: the hash tag is the chunk id.
   const std::string slot = redis->Cli({"CLUSTER", "KEYSLOT", tier->KeyOf(id, 0)});
-  for (uint32_t p = 1; p <= 3; ++p) EXPECT_EQ(redis->Cli({"CLUSTER", "KEYSLOT", tier->KeyOf(id, p)}), slot);
+  for (uint32_t p = 1; p <= 3; ++p)
+    EXPECT_EQ(redis->Cli({"CLUSTER", "KEYSLOT", tier->KeyOf(id, p)}), slot);
   ExpectAllOk(GetChunks(*tier, Ids(1, 2), size));
 }
 
@@ -206,13 +209,13 @@ TEST(RedisTier, CorruptedOrIncompleteValuesAreMissingNeverServed) {
   const std::vector<ChunkId> ids = Ids(3, 8);
   ExpectAllStored(PutChunks(*tier, ids, size));
   auto key = [&](size_t i, int part) { return tier->KeyOf(ids[i], static_cast<uint32_t>(part)); };
-  redis->Cli({"SETRANGE", key(0, 2), "100", "X"});                  // one payload byte
-  redis->Cli({"SETRANGE", key(1, 0), "20", "X"});                   // the header's key
-  redis->Cli({"SETRANGE", key(2, 0), "140", "\x01"});               // the part size
-  redis->Cli({"SET", key(3, 3), "short"});                          // a part cut short
-  redis->Cli({"DEL", key(4, 2)});                                   // a part evicted
-  redis->Cli({"SET", key(5, 0), "garbage"});                        // a header that is not one
-  redis->Cli({"APPEND", key(6, 1), "tail"});                        // a part too long
+  redis->Cli({"SETRANGE", key(0, 2), "100", "X"});     // one payload byte
+  redis->Cli({"SETRANGE", key(1, 0), "20", "X"});      // the header's key
+  redis->Cli({"SETRANGE", key(2, 0), "140", "\x01"});  // the part size
+  redis->Cli({"SET", key(3, 3), "short"});             // a part cut short
+  redis->Cli({"DEL", key(4, 2)});                      // a part evicted
+  redis->Cli({"SET", key(5, 0), "garbage"});           // a header that is not one
+  redis->Cli({"APPEND", key(6, 1), "tail"});           // a part too long
   // Part 0 of chunk 7 replaced by chunk 6's: a header naming another chunk.
   redis->Cli({"COPY", key(6, 0), key(7, 0), "REPLACE"});
   std::vector<Status> got = GetChunks(*tier, ids, size);
@@ -258,7 +261,8 @@ TEST(RedisTier, KilledRedisFailsFastThenServiceResumesAfterRestart) {
   EXPECT_LT(elapsed, std::chrono::milliseconds(200));
   for (const PutResult& p : puts) EXPECT_EQ(p.outcome, PutOutcome::kFailed);
   EXPECT_GT(tier->stats().breaker_rejections.load(), 0u);
-  EXPECT_NE(failed[0].message().find("circuit breaker open"), std::string::npos) << failed[0].ToString();
+  EXPECT_NE(failed[0].message().find("circuit breaker open"), std::string::npos)
+      << failed[0].ToString();
   stop = true;
   reader.join();
   EXPECT_EQ(wrong.load(), 0u);
@@ -280,7 +284,8 @@ TEST(RedisTier, KilledRedisFailsFastThenServiceResumesAfterRestart) {
   } while (Clock::now() < resume_deadline);
   ExpectAllStored(again);
   ExpectAllOk(GetChunks(*tier, Ids(3, 4), size));
-  EXPECT_EQ(GetChunks(*tier, Ids(1, 1), size)[0].code(), StatusCode::kNotFound);  // lost with the restart
+  EXPECT_EQ(GetChunks(*tier, Ids(1, 1), size)[0].code(),
+            StatusCode::kNotFound);  // lost with the restart
 }
 
 TEST(RedisTier, HungRedisCostsOneTimeoutThenFailsFast) {
@@ -324,7 +329,8 @@ TEST(RedisTier, RedisDownAtStartIsReportedNotWaitedFor) {
 
 TEST(RedisTier, AuthenticatesAsAnAclUser) {
   SKIP_WITHOUT_REDIS();
-  auto redis = StartRedis({"--user", "default", "off", "--user", "kv", "on", ">s3cret", "~kvstash:*", "+@all"});
+  auto redis = StartRedis(
+      {"--user", "default", "off", "--user", "kv", "on", ">s3cret", "~kvstash:*", "+@all"});
   ASSERT_TRUE(redis);
   RedisTierOptions options = Options({redis->endpoint()});
   options.user = "kv";
@@ -332,7 +338,8 @@ TEST(RedisTier, AuthenticatesAsAnAclUser) {
   auto refused = OpenTier(options);
   std::vector<PutResult> puts = PutChunks(*refused, Ids(1, 1), 4096);
   EXPECT_EQ(puts[0].outcome, PutOutcome::kFailed);
-  EXPECT_NE(puts[0].status.message().find("AUTH as user kv failed"), std::string::npos) << puts[0].status.ToString();
+  EXPECT_NE(puts[0].status.message().find("AUTH as user kv failed"), std::string::npos)
+      << puts[0].status.ToString();
   options.password = "s3cret";
   auto tier = OpenTier(options);
   ExpectAllStored(PutChunks(*tier, Ids(1, 3), 4096));
@@ -375,8 +382,9 @@ TEST(RedisTier, ClusterFollowsMovedSlotsAfterAReshard) {
   auto trim = [](std::string s) { return s.substr(0, s.find_first_of("\r\n")); };
   const std::string from_id = trim(from.Cli({"CLUSTER", "MYID"}));
   const std::string to_id = trim(to.Cli({"CLUSTER", "MYID"}));
-  const std::string out = from.Cli({"--cluster", "reshard", from.endpoint(), "--cluster-from", from_id,
-                                    "--cluster-to", to_id, "--cluster-slots", "16384", "--cluster-yes"});
+  const std::string out =
+      from.Cli({"--cluster", "reshard", from.endpoint(), "--cluster-from", from_id, "--cluster-to",
+                to_id, "--cluster-slots", "16384", "--cluster-yes"});
   ASSERT_EQ(std::stoi(from.Cli({"DBSIZE"})), 0) << out;
   ExpectAllOk(GetChunks(*tier, ids, size));  // old map: MOVED, followed
   ExpectAllStored(PutChunks(*tier, Ids(2, 8), size));

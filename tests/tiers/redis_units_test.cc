@@ -10,7 +10,8 @@ namespace kvstash::tiers {
 namespace {
 
 TEST(RedisServers, ParsesAListAndNamesABadEntry) {
-  Result<std::vector<std::string>> ok = ParseRedisServers("10.0.0.1:6379,redis.local:7000,[::1]:6380");
+  Result<std::vector<std::string>> ok =
+      ParseRedisServers("10.0.0.1:6379,redis.local:7000,[::1]:6380");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->size(), 3u);
   for (const char* bad : {"", "host", "host:", ":6379", "h:0", "h:65536", "h:12a", "a:1,,b:2"}) {

@@ -51,7 +51,8 @@ inline void FillPayload(const ChunkId& id, uint8_t* out, size_t size) {
     const uint64_t v = SplitMix(state);
     std::memcpy(out + i, &v, 8);
   }
-  for (const uint64_t v = SplitMix(state); i < size; ++i) out[i] = static_cast<uint8_t>(v >> (8 * (i % 8)));
+  for (const uint64_t v = SplitMix(state); i < size; ++i)
+    out[i] = static_cast<uint8_t>(v >> (8 * (i % 8)));
 }
 
 // Page-aligned memory (as L1 slots are), optionally offset to test the
@@ -59,7 +60,8 @@ inline void FillPayload(const ChunkId& id, uint8_t* out, size_t size) {
 class TestBuffer {
  public:
   explicit TestBuffer(size_t size, size_t misalign = 0)
-      : raw_(static_cast<uint8_t*>(std::aligned_alloc(4096, (size + misalign + 4095) / 4096 * 4096 + 4096))),
+      : raw_(static_cast<uint8_t*>(
+            std::aligned_alloc(4096, (size + misalign + 4095) / 4096 * 4096 + 4096))),
         size_(size),
         misalign_(misalign) {
     std::memset(raw_.get(), 0xEE, size + misalign);

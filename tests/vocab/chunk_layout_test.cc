@@ -8,7 +8,8 @@ namespace {
 
 LayerGeometry Mha(uint32_t heads, uint32_t head_bytes, DType dtype, uint32_t blocks = 128) {
   const uint64_t token = uint64_t(heads) * head_bytes, block = 16 * token;
-  return LayerGeometry{blocks, 2, 16, heads, head_bytes, block, blocks * block, token, head_bytes, dtype};
+  return LayerGeometry{blocks,         2,     16,         heads, head_bytes, block,
+                       blocks * block, token, head_bytes, dtype};
 }
 LayerGeometry Mla(uint32_t entry_bytes, DType dtype) {
   return LayerGeometry{128, 1, 16, 1, entry_bytes, 16ull * entry_bytes, 0, entry_bytes, 0, dtype};

@@ -16,20 +16,23 @@ LayerGeometry FlashAttnNhd(uint32_t blocks = 64) {
 
 TEST(Geometry, PagedOffsetFollowsStrides) {
   const LayerGeometry g = FlashAttnNhd();
-  EXPECT_EQ(PagedOffset(g, 3, 1, 5, 7), 3 * g.block_stride + g.kv_stride + 5 * g.token_stride + 7 * 256);
+  EXPECT_EQ(PagedOffset(g, 3, 1, 5, 7),
+            3 * g.block_stride + g.kv_stride + 5 * g.token_stride + 7 * 256);
   EXPECT_EQ(LayerExtentBytes(g), 2 * g.kv_stride);
 }
 
 TEST(Geometry, AcceptsCommonLayouts) {
   EXPECT_TRUE(ValidateGeometry(FlashAttnNhd()).ok());
   // HND: [2, nb, h, bs, d]
-  LayerGeometry hnd{64, 2, 16, 8, 256, 16 * 8 * 256, 64ull * 16 * 8 * 256, 256, 16 * 256, DType::kBF16};
+  LayerGeometry hnd{64,  2,        16,          8, 256, 16 * 8 * 256, 64ull * 16 * 8 * 256,
+                    256, 16 * 256, DType::kBF16};
   EXPECT_TRUE(ValidateGeometry(hnd).ok());
   // MLA FP8 656-byte entries, block 64.
   LayerGeometry mla{32, 1, 64, 1, 656, 64 * 656, 0, 656, 0, DType::kF8E4M3};
   EXPECT_TRUE(ValidateGeometry(mla).ok());
   // int8 132-byte heads.
-  LayerGeometry int8{16, 2, 16, 4, 132, 16 * 4 * 132, 16ull * 16 * 4 * 132, 4 * 132, 132, DType::kI8};
+  LayerGeometry int8{16,      2,   16,        4, 132, 16 * 4 * 132, 16ull * 16 * 4 * 132,
+                     4 * 132, 132, DType::kI8};
   EXPECT_TRUE(ValidateGeometry(int8).ok());
 }
 
@@ -66,8 +69,9 @@ namespace {
 // Issue 8 (UBSan): a span past 2^64 bytes was converted from a float to an
 // integer (undefined) and printed as "must be at least 0 bytes".
 TEST(Geometry, RefusesASpanPastTheLimitWithExactFigures) {
-  const LayerGeometry g{1, 2, 0xffffffffu, 0xffffffffu, 64, 0, (uint64_t{1} << 38) + 1,
-                        uint64_t{1} << 38, 64, DType::kU8};
+  const LayerGeometry g{
+      1,  2,         0xffffffffu, 0xffffffffu, 64, 0, (uint64_t{1} << 38) + 1, uint64_t{1} << 38,
+      64, DType::kU8};
   const Status s = ValidateGeometry(g);
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message().find("at least 0 bytes"), std::string::npos) << s.message();
@@ -81,8 +85,9 @@ TEST(Geometry, OverlapMessageNamesTheExactSpan) {
   const LayerGeometry g{4, 1, 16, 3, 64, 16 * 100, 0, 100, 64, DType::kU8};
   const Status s = ValidateGeometry(g);
   ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("token_stride 100 makes entries overlap: it must be at least 192 bytes"),
-            std::string::npos)
+  EXPECT_NE(
+      s.message().find("token_stride 100 makes entries overlap: it must be at least 192 bytes"),
+      std::string::npos)
       << s.message();
 }
 

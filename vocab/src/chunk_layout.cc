@@ -49,10 +49,10 @@ Result<ChunkLayout> ChunkLayout::Build(const std::vector<LayerGeometry>& layers,
       return Status(valid.code(), "layer " + std::to_string(i) + ": " + valid.message());
     }
     if (g.block_tokens != layout.block_tokens_) {
-      return Status::InvalidArgument(
-          "layer " + std::to_string(i) + " has block_tokens " + std::to_string(g.block_tokens) +
-          " but layer 0 has " + std::to_string(layout.block_tokens_) +
-          ": one registration shares one block table");
+      return Status::InvalidArgument("layer " + std::to_string(i) + " has block_tokens " +
+                                     std::to_string(g.block_tokens) + " but layer 0 has " +
+                                     std::to_string(layout.block_tokens_) +
+                                     ": one registration shares one block table");
     }
     ChunkGroup* group = nullptr;
     for (ChunkGroup& existing : layout.groups_) {

@@ -20,13 +20,10 @@ uint32_t DTypeBytes(DType dtype) {
     case DType::kU8:
     case DType::kI8:
     case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      return 1;
+    case DType::kF8E5M2: return 1;
     case DType::kF16:
-    case DType::kBF16:
-      return 2;
-    case DType::kF32:
-      return 4;
+    case DType::kBF16: return 2;
+    case DType::kF32: return 4;
   }
   return 0;
 }
@@ -39,10 +36,9 @@ bool SameGroupGeometry(const LayerGeometry& a, const LayerGeometry& b) {
          a.head_stride == b.head_stride && a.dtype == b.dtype;
 }
 
-
 Status ValidateGeometry(const LayerGeometry& g) {
-  if (g.num_blocks == 0 || g.kv_count == 0 || g.block_tokens == 0 ||
-      g.num_heads == 0 || g.head_bytes == 0) {
+  if (g.num_blocks == 0 || g.kv_count == 0 || g.block_tokens == 0 || g.num_heads == 0 ||
+      g.head_bytes == 0) {
     return Status::InvalidArgument(
         "geometry counts must be positive: num_blocks " + std::to_string(g.num_blocks) +
         ", kv_count " + std::to_string(g.kv_count) + ", block_tokens " +
@@ -62,7 +58,11 @@ Status ValidateGeometry(const LayerGeometry& g) {
   // Entries must not overlap, whatever the nesting order (NHD, HND,
   // block-first): taken from the smallest stride up, each dimension's stride
   // must clear the span of everything nested inside it.
-  struct Dim { const char* name; uint64_t count; uint64_t stride; };
+  struct Dim {
+    const char* name;
+    uint64_t count;
+    uint64_t stride;
+  };
   Dim dims[] = {{"head_stride", g.num_heads, g.head_stride},
                 {"token_stride", g.block_tokens, g.token_stride},
                 {"kv_stride", g.kv_count, g.kv_stride},
@@ -93,11 +93,10 @@ Status ValidateGeometry(const LayerGeometry& g) {
   // Extents must not overflow: bound every term (each is below 2^32 * 2^64,
   // so long double, with its 64-bit mantissa, compares them without a cast
   // back to an integer).
-  const long double extent =
-      (long double)(g.num_blocks - 1) * g.block_stride +
-      (long double)(g.kv_count - 1) * g.kv_stride +
-      (long double)(g.block_tokens - 1) * g.token_stride +
-      (long double)(g.num_heads - 1) * g.head_stride + g.head_bytes;
+  const long double extent = (long double)(g.num_blocks - 1) * g.block_stride +
+                             (long double)(g.kv_count - 1) * g.kv_stride +
+                             (long double)(g.block_tokens - 1) * g.token_stride +
+                             (long double)(g.num_heads - 1) * g.head_stride + g.head_bytes;
   if (extent > (long double)kMaxLayerExtentBytes) {
     return Status::InvalidArgument("layer extent overflows: strides too large (the limit is " +
                                    std::to_string(kMaxLayerExtentBytes) + " bytes)");

@@ -18,8 +18,8 @@ ChunkKey NamespaceId(const KeyNamespace& ns) {
   return h.Finish();
 }
 
-std::vector<ChunkKey> ChainChunkKeys(const ChunkKey& seed, const int32_t* tokens,
-                                     size_t num_tokens, uint32_t chunk_tokens) {
+std::vector<ChunkKey> ChainChunkKeys(const ChunkKey& seed, const int32_t* tokens, size_t num_tokens,
+                                     uint32_t chunk_tokens) {
   std::vector<ChunkKey> keys;
   if (chunk_tokens == 0) return keys;
   keys.reserve((num_tokens + chunk_tokens - 1) / chunk_tokens);

@@ -12,7 +12,8 @@ void LatencyHistogram::Record(uint64_t micros) {
 
 LatencyHistogram::Snapshot LatencyHistogram::Read() const {
   Snapshot s;
-  for (size_t i = 0; i < buckets_.size(); ++i) s.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    s.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
   s.count = count_.load(std::memory_order_relaxed);
   s.sum_us = sum_us_.load(std::memory_order_relaxed);
   return s;

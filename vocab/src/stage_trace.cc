@@ -56,9 +56,9 @@ StageTrace::~StageTrace() {
 void StageTrace::Mark(uint64_t request_id, TraceStage stage, Clock::time_point at) {
   const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
   if (i >= records_.size()) return;
-  records_[i] = Record{request_id,
-                       std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count(),
-                       stage};
+  records_[i] = Record{
+      request_id,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count(), stage};
 }
 
 }  // namespace kvstash

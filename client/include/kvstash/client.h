@@ -93,8 +93,8 @@ class Client {
   // L2/L3 chunks into L1 now; a later Lookup of the same keys reports how
   // many are still on their way (LookupResult::prefetch_pending).
   std::future<Result<LookupResult>> Lookup(uint64_t registration_id,
-                                           const std::vector<ChunkKey>& keys,
-                                           uint32_t lease_ms = 0, bool prefetch = false);
+                                           const std::vector<ChunkKey>& keys, uint32_t lease_ms = 0,
+                                           bool prefetch = false);
   // Returns the number of chunks the lease held.
   std::future<Result<uint32_t>> Release(uint64_t lease_id);
 
@@ -123,9 +123,11 @@ class Client {
   // before it reads layers [LayerRangeBegin(L, R, k), LayerRangeBegin(L, R,
   // k + 1)) of the registration's L layers. stream may be null (CPU: poll
   // board.Released).
-  Result<GpuTransfer> RetrieveOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
-                                       CompletionBoard& board, void* stream, uint32_t skip_tokens = 0,
-                                       uint64_t lease_id = 0, uint32_t layer_ranges = 1);
+  Result<GpuTransfer> RetrieveOnStream(uint64_t registration_id,
+                                       const std::vector<ChunkBlocks>& chunks,
+                                       CompletionBoard& board, void* stream,
+                                       uint32_t skip_tokens = 0, uint64_t lease_id = 0,
+                                       uint32_t layer_ranges = 1);
   // Store: the daemon's gather waits until `stream` (cudaStream_t) reaches
   // the point of this call, with no host sync in the engine; then
   // board.WaitReusable(stream, signal) makes a stream wait until the blocks
@@ -134,17 +136,19 @@ class Client {
   // never released is released by kvstashd at the request's deadline or
   // when the engine is judged gone; its chunks are reported Failed, never
   // stored.
-  Result<GpuTransfer> StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
-                                    CompletionBoard& board, void* stream);
+  Result<GpuTransfer> StoreOnStream(uint64_t registration_id,
+                                    const std::vector<ChunkBlocks>& chunks, CompletionBoard& board,
+                                    void* stream);
   // The same two completing through a callback; they return the request's
   // slots, or an error (then `done` never runs and nothing was sent).
-  Result<BoardSignal> RetrieveOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+  Result<BoardSignal> RetrieveOnStream(uint64_t registration_id,
+                                       const std::vector<ChunkBlocks>& chunks,
                                        CompletionBoard& board, void* stream, uint32_t skip_tokens,
                                        uint64_t lease_id, uint32_t layer_ranges,
                                        Done<Result<std::vector<ChunkOutcome>>> done);
-  Result<BoardSignal> StoreOnStream(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
-                                    CompletionBoard& board, void* stream,
-                                    Done<Result<std::vector<ChunkOutcome>>> done);
+  Result<BoardSignal> StoreOnStream(uint64_t registration_id,
+                                    const std::vector<ChunkBlocks>& chunks, CompletionBoard& board,
+                                    void* stream, Done<Result<std::vector<ChunkOutcome>>> done);
 
   // Empty model: everything. Returns the number of chunks dropped.
   std::future<Result<uint64_t>> Clear(const std::string& model = {},
@@ -171,7 +175,6 @@ std::vector<ChunkKey> ChunkKeys(const Registration& registration, const int32_t*
 // when block_table has fewer than ceil(num_tokens / block_tokens) entries.
 Result<std::vector<ChunkBlocks>> PromptChunks(const Registration& registration,
                                               const int32_t* tokens, size_t num_tokens,
-                                              const uint32_t* block_table,
-                                              size_t block_table_size);
+                                              const uint32_t* block_table, size_t block_table_size);
 
 }  // namespace kvstash

@@ -138,7 +138,7 @@ struct LookupResult {
 
 struct StatsResult {
   std::vector<std::pair<std::string, uint64_t>> counters;  // name, value
-  std::string json;  // the same figures with derived rates
+  std::string json;                                        // the same figures with derived rates
 };
 
 }  // namespace kvstash

@@ -81,15 +81,16 @@ class CompletionBoard {
   }
 
  private:
-  CompletionBoard(HostKvMemory memory, uint32_t slots) : memory_(std::move(memory)), slots_(slots) {}
+  CompletionBoard(HostKvMemory memory, uint32_t slots)
+      : memory_(std::move(memory)), slots_(slots) {}
 
   HostKvMemory memory_;
   const uint32_t slots_;
   int gpu_ = -1;
   uint8_t* device_base_ = nullptr;  // where streams address the board
   std::mutex mutex_;
-  uint32_t next_sequence_ = 1;        // GUARDED_BY(mutex_)
-  std::vector<bool> taken_;           // GUARDED_BY(mutex_)
+  uint32_t next_sequence_ = 1;  // GUARDED_BY(mutex_)
+  std::vector<bool> taken_;     // GUARDED_BY(mutex_)
 };
 
 // A store or retrieve signalling on a board: its slots, and the CPU reply.

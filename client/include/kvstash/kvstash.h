@@ -121,11 +121,11 @@ typedef struct kvstash_geometry {
  * for host (POSIX shm) memory; for GPU memory use kvstash_register_options'
  * cuda_layers, which shares CUDA allocations for you. */
 typedef struct kvstash_allocation {
-  uint32_t kind;           /* KVSTASH_ALLOCATION_* */
-  const char* shm_name;    /* SHM: shm_open name, "/kvstash-1234-0" */
-  uint64_t size_bytes;     /* both kinds */
-  uint8_t ipc_handle[64];  /* CUDA_IPC: cudaIpcMemHandle_t of the allocation base */
-  uint8_t gpu_uuid[16];    /* CUDA_IPC */
+  uint32_t kind;          /* KVSTASH_ALLOCATION_* */
+  const char* shm_name;   /* SHM: shm_open name, "/kvstash-1234-0" */
+  uint64_t size_bytes;    /* both kinds */
+  uint8_t ipc_handle[64]; /* CUDA_IPC: cudaIpcMemHandle_t of the allocation base */
+  uint8_t gpu_uuid[16];   /* CUDA_IPC */
 } kvstash_allocation;
 
 typedef struct kvstash_layer {
@@ -219,12 +219,12 @@ typedef struct kvstash_lookup_result {
 /* What the daemon said in its latest Hello, and what this client saw. */
 typedef struct kvstash_server_info {
   uint32_t protocol_version;
-  char server_version[32];   /* NUL-terminated */
-  uint8_t boot_id[16];       /* new on every daemon start */
+  char server_version[32]; /* NUL-terminated */
+  uint8_t boot_id[16];     /* new on every daemon start */
   uint32_t chunk_tokens;
   uint32_t max_chunks_per_request;
   uint64_t max_message_bytes;
-  char backend[16];          /* "host" or "cuda", NUL-terminated */
+  char backend[16]; /* "host" or "cuda", NUL-terminated */
   uint32_t peer_timeout_ms;
   /* Daemon restarts this client has seen (boot id changes). After each, the
    * library registered every live registration again by itself: their ids
@@ -239,8 +239,7 @@ typedef struct kvstash_server_info {
  * why; close it with kvstash_close either way. Fails at once with
  * KVSTASH_UNAVAILABLE naming the socket when nothing listens there (no
  * socket file, or a stale one), whatever timeout_ms says. */
-KVSTASH_API kvstash_status kvstash_connect(const kvstash_options* options,
-                                           kvstash_client** client);
+KVSTASH_API kvstash_status kvstash_connect(const kvstash_options* options, kvstash_client** client);
 /* Fails requests still pending with KVSTASH_CANCELLED; NULL is ignored. */
 KVSTASH_API void kvstash_close(kvstash_client* client);
 /* The message of the calling thread's last call on this handle ("" after a
@@ -279,8 +278,7 @@ KVSTASH_API kvstash_status kvstash_unregister(kvstash_client* client, uint64_t r
 /* ---- keys (no I/O) ---- */
 
 /* Chunks covering num_tokens tokens: ceil(num_tokens / chunk_tokens). */
-KVSTASH_API size_t kvstash_num_chunks(const kvstash_registration* registration,
-                                      size_t num_tokens);
+KVSTASH_API size_t kvstash_num_chunks(const kvstash_registration* registration, size_t num_tokens);
 /* Writes kvstash_num_chunks(...) chained keys of tokens[0:num_tokens]. */
 KVSTASH_API kvstash_status kvstash_chunk_keys(const kvstash_registration* registration,
                                               const int32_t* tokens, size_t num_tokens,
@@ -291,8 +289,7 @@ KVSTASH_API kvstash_status kvstash_chunk_keys(const kvstash_registration* regist
 KVSTASH_API kvstash_status kvstash_prompt_chunks(const kvstash_registration* registration,
                                                  const int32_t* tokens, size_t num_tokens,
                                                  const uint32_t* block_table,
-                                                 size_t block_table_size,
-                                                 kvstash_chunk* chunks);
+                                                 size_t block_table_size, kvstash_chunk* chunks);
 
 /* ---- data ---- */
 
@@ -334,8 +331,7 @@ typedef struct kvstash_call kvstash_call;
 KVSTASH_API kvstash_status kvstash_store_submit(kvstash_client* client, uint64_t registration_id,
                                                 const kvstash_chunk* chunks, size_t num_chunks,
                                                 uint64_t user_data, kvstash_call** call);
-KVSTASH_API kvstash_status kvstash_retrieve_submit(kvstash_client* client,
-                                                   uint64_t registration_id,
+KVSTASH_API kvstash_status kvstash_retrieve_submit(kvstash_client* client, uint64_t registration_id,
                                                    const kvstash_chunk* chunks, size_t num_chunks,
                                                    uint32_t skip_tokens, uint64_t lease_id,
                                                    uint64_t user_data, kvstash_call** call);
@@ -364,8 +360,8 @@ KVSTASH_API kvstash_status kvstash_call_status(const kvstash_call* call);
 KVSTASH_API const char* kvstash_call_error(const kvstash_call* call);
 /* Store and retrieve: copies min(capacity, chunks) outcomes in request
  * order; returns the number of chunks of the request. */
-KVSTASH_API size_t kvstash_call_outcomes(const kvstash_call* call,
-                                         kvstash_chunk_outcome* outcomes, size_t capacity);
+KVSTASH_API size_t kvstash_call_outcomes(const kvstash_call* call, kvstash_chunk_outcome* outcomes,
+                                         size_t capacity);
 /* Lookup: its result. Release: result->hit_chunks holds the released count. */
 KVSTASH_API kvstash_status kvstash_call_lookup_result(const kvstash_call* call,
                                                       kvstash_lookup_result* result);
@@ -379,8 +375,7 @@ KVSTASH_API int kvstash_completion_fd(kvstash_client* client);
  * call freed first is never returned. Calls collected with kvstash_call_wait
  * are takeable too until freed: on one handle, collect calls one way, or
  * free each call in one place only. */
-KVSTASH_API size_t kvstash_take_completed(kvstash_client* client, kvstash_call** calls,
-                                          size_t max);
+KVSTASH_API size_t kvstash_take_completed(kvstash_client* client, kvstash_call** calls, size_t max);
 
 /* ---- GPU-side completion (docs/protocol.md "GPU-side completion") ----
  *
@@ -412,8 +407,8 @@ KVSTASH_API void kvstash_board_destroy(kvstash_board* board);
  * a stream, the stream already waits for the data. Layer range k covers
  * layers [k * L / R, (k + 1) * L / R) of the registration's L layers. */
 KVSTASH_API kvstash_status kvstash_retrieve_on_stream(
-    kvstash_client* client, uint64_t registration_id, const kvstash_chunk* chunks, size_t num_chunks,
-    uint32_t skip_tokens, uint64_t lease_id, kvstash_board* board, void* stream,
+    kvstash_client* client, uint64_t registration_id, const kvstash_chunk* chunks,
+    size_t num_chunks, uint32_t skip_tokens, uint64_t lease_id, kvstash_board* board, void* stream,
     uint32_t layer_ranges, uint64_t user_data, kvstash_board_signal* signal, kvstash_call** call);
 /* Store: the daemon's gather waits until `stream` gets past this point. A
  * NULL stream leaves the gate to kvstash_board_release(board, slot, ...). */
@@ -428,8 +423,8 @@ KVSTASH_API kvstash_status kvstash_board_wait(kvstash_client* client, const kvst
                                               void* stream, const kvstash_board_signal* signal,
                                               uint32_t k);
 /* CPU view: 1 once slot signal->slot + k is released; its status word. */
-KVSTASH_API int kvstash_board_released(const kvstash_board* board, const kvstash_board_signal* signal,
-                                       uint32_t k);
+KVSTASH_API int kvstash_board_released(const kvstash_board* board,
+                                       const kvstash_board_signal* signal, uint32_t k);
 KVSTASH_API uint32_t kvstash_board_status(const kvstash_board* board, uint32_t slot);
 /* Writes status, then sequence: releases whatever waits on the slot. */
 KVSTASH_API void kvstash_board_release(kvstash_board* board, uint32_t slot, uint32_t sequence,

@@ -20,8 +20,9 @@ namespace kvstash::bench {
 class BaselineCopy {
  public:
   // Layers of one geometry; room for `max_blocks` blocks per request.
-  static Result<std::unique_ptr<BaselineCopy>> Create(const std::vector<const uint8_t*>& layers, const LayerGeometry& geometry,
-                                     uint32_t max_blocks);
+  static Result<std::unique_ptr<BaselineCopy>> Create(const std::vector<const uint8_t*>& layers,
+                                                      const LayerGeometry& geometry,
+                                                      uint32_t max_blocks);
   // Seconds of one save (gather + D2H) or load (H2D + scatter) of `blocks`,
   // from the call to the completion of an event recorded after it.
   Result<double> Save(const std::vector<uint32_t>& blocks);

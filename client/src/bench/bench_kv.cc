@@ -105,10 +105,9 @@ void SyntheticKv::CheckPoison(size_t begin, size_t end, const uint32_t* block_ta
           for (uint32_t i = 0; i < geometry_.head_bytes; ++i) {
             if (row[i] == kPoisonByte) continue;
             if (found.rows++ == 0) {
-              found.first = "layer " + std::to_string(layer) + (kv ? " V" : " K") +
-                            " position " + std::to_string(p) + " head " + std::to_string(head) +
-                            " byte " + std::to_string(i) +
-                            " was written but lies outside what was retrieved";
+              found.first = "layer " + std::to_string(layer) + (kv ? " V" : " K") + " position " +
+                            std::to_string(p) + " head " + std::to_string(head) + " byte " +
+                            std::to_string(i) + " was written but lies outside what was retrieved";
             }
             break;
           }

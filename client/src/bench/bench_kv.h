@@ -45,11 +45,10 @@ class SyntheticKv {
   // Fills every row of the given blocks with kPoisonByte.
   void Poison(const uint32_t* block_table, size_t num_blocks);
   // Positions [begin, end) must hold the pattern of their tokens.
-  void CheckPattern(const int32_t* tokens, size_t begin, size_t end,
-                    const uint32_t* block_table, Mismatches& found) const;
+  void CheckPattern(const int32_t* tokens, size_t begin, size_t end, const uint32_t* block_table,
+                    Mismatches& found) const;
   // Positions [begin, end) must still hold poison.
-  void CheckPoison(size_t begin, size_t end, const uint32_t* block_table,
-                   Mismatches& found) const;
+  void CheckPoison(size_t begin, size_t end, const uint32_t* block_table, Mismatches& found) const;
 
  private:
   SyntheticKv(KvShape shape, LayerGeometry geometry, uint64_t layer_bytes, HostKvMemory memory)

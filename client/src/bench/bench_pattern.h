@@ -11,9 +11,9 @@ namespace kvstash::bench {
 // Identifies one head row: head_bytes contiguous bytes in the engine layout.
 struct RowId {
   uint32_t layer = 0;
-  uint32_t kv = 0;         // 0 = K, 1 = V
-  int32_t token = 0;       // token id
-  uint32_t position = 0;   // position in the prompt
+  uint32_t kv = 0;        // 0 = K, 1 = V
+  int32_t token = 0;      // token id
+  uint32_t position = 0;  // position in the prompt
   uint32_t head = 0;
 };
 

@@ -49,17 +49,19 @@ std::string BenchText(const BenchConfig& config, const BenchResults& r) {
   line("phase", config.phase + ", seed " + std::to_string(config.seed));
   line("chunks stored", std::to_string(r.chunks_stored));
   line("chunks already present", std::to_string(r.chunks_already_present));
-  if (r.chunks_skipped_no_room) line("chunks skipped (no room)", std::to_string(r.chunks_skipped_no_room));
+  if (r.chunks_skipped_no_room)
+    line("chunks skipped (no room)", std::to_string(r.chunks_skipped_no_room));
   line("lookup hit rate",
        Format("%.1f%% of chunks", 100 * Ratio(r.hit_chunks, r.lookup_chunks)) + " (" +
            std::to_string(r.hit_chunks) + "/" + std::to_string(r.lookup_chunks) + "), " +
            Format("%.1f%% of tokens", 100 * Ratio(r.hit_tokens, r.lookup_tokens)) + " (" +
            std::to_string(r.hit_tokens) + "/" + std::to_string(r.lookup_tokens) + ")");
-  if (r.daemon_counters_read) line("evicted (daemon)", std::to_string(r.daemon_evicted_chunks) + " chunks");
+  if (r.daemon_counters_read)
+    line("evicted (daemon)", std::to_string(r.daemon_evicted_chunks) + " chunks");
   const std::string shortfall = HitShortfallReason(r);
   if (!shortfall.empty()) {
-    line("why not 100%", Format("hit rate %.0f%%: ", 100 * Ratio(r.hit_chunks, r.lookup_chunks)) +
-                             shortfall);
+    line("why not 100%",
+         Format("hit rate %.0f%%: ", 100 * Ratio(r.hit_chunks, r.lookup_chunks)) + shortfall);
   }
   if (r.chunks_missing) line("chunks missing", std::to_string(r.chunks_missing));
   line("store", Format("%.2f GB/s", GBps(r.bytes_stored, r.store_seconds)) + " (" +

@@ -43,22 +43,23 @@ Status CheckConfig(const BenchConfig& config, const ServerInfo& server) {
                                    " is not supported yet; only host");
   }
   if (!server.backend.empty() && server.backend != config.backend) {
-    return Status::InvalidArgument("kvstashd runs the " + server.backend +
-                                   " backend; --backend " + config.backend +
+    return Status::InvalidArgument("kvstashd runs the " + server.backend + " backend; --backend " +
+                                   config.backend +
                                    " needs a daemon started with the same backend");
   }
   if (config.prompts == 0 || config.prompt_tokens == 0 || config.rounds == 0) {
     return Status::InvalidArgument("--prompts, --prompt-tokens and --rounds must be positive");
   }
   if (config.shared_prefix_tokens > config.prompt_tokens) {
-    return Status::InvalidArgument("--shared-prefix-tokens " +
-                                   std::to_string(config.shared_prefix_tokens) +
-                                   " exceeds --prompt-tokens " +
-                                   std::to_string(config.prompt_tokens));
+    return Status::InvalidArgument(
+        "--shared-prefix-tokens " + std::to_string(config.shared_prefix_tokens) +
+        " exceeds --prompt-tokens " + std::to_string(config.prompt_tokens));
   }
-  if (config.shape.block_tokens == 0) return Status::InvalidArgument("--block-tokens must be positive");
+  if (config.shape.block_tokens == 0)
+    return Status::InvalidArgument("--block-tokens must be positive");
   if (config.phase != "both" && config.phase != "store" && config.phase != "retrieve") {
-    return Status::InvalidArgument("--phase " + config.phase + " is not one of store, retrieve, both");
+    return Status::InvalidArgument("--phase " + config.phase +
+                                   " is not one of store, retrieve, both");
   }
   return Status::Ok();
 }
@@ -79,7 +80,10 @@ class RegistrationScope {
 class Workload {
  public:
   Workload(Client& client, const BenchConfig& config, SyntheticKv& kv, const Registration& reg)
-      : client_(client), config_(config), kv_(kv), reg_(reg),
+      : client_(client),
+        config_(config),
+        kv_(kv),
+        reg_(reg),
         blocks_per_prompt_((config.prompt_tokens + reg.block_tokens - 1) / reg.block_tokens) {
     for (uint32_t j = 0; j < blocks_per_prompt_; ++j) {
       source_.push_back(j);
@@ -112,7 +116,8 @@ class Workload {
 
  private:
   void NoteError(const std::string& what, const Status& error) {
-    if (results_.errors.size() < kMaxErrorsKept) results_.errors.push_back(what + ": " + error.ToString());
+    if (results_.errors.size() < kMaxErrorsKept)
+      results_.errors.push_back(what + ": " + error.ToString());
   }
 
   Status Store(const std::vector<int32_t>& tokens) {
@@ -158,8 +163,8 @@ class Workload {
       return Status::Ok();
     }
     const size_t hit_tokens = std::min<size_t>(hit->hit_tokens, tokens.size());
-    auto chunks = PromptChunks(reg_, tokens.data(), hit_tokens, destination_.data(),
-                               destination_.size());
+    auto chunks =
+        PromptChunks(reg_, tokens.data(), hit_tokens, destination_.data(), destination_.size());
     if (!chunks.ok()) return chunks.status();
     if (chunks->size() != hit->hit_chunks) {
       NoteError("lookup", Status::Internal(std::to_string(hit->hit_chunks) + " chunks hit but " +
@@ -237,9 +242,10 @@ std::string HitShortfallReason(const BenchResults& r) {
   if (r.hit_chunks >= r.lookup_chunks) return "";
   std::vector<std::string> reasons;
   if (r.every_chunk_expected) {
-    reasons.push_back("--phase retrieve expects every chunk an earlier --phase store stored with "
-                      "the same --seed and shape (through L1, L2 or a shared L3); " +
-                      std::to_string(r.lookup_chunks - r.hit_chunks) + " were not found");
+    reasons.push_back(
+        "--phase retrieve expects every chunk an earlier --phase store stored with "
+        "the same --seed and shape (through L1, L2 or a shared L3); " +
+        std::to_string(r.lookup_chunks - r.hit_chunks) + " were not found");
   }
   if (r.daemon_evicted_chunks) {
     reasons.push_back("the pool was full and " + std::to_string(r.daemon_evicted_chunks) +

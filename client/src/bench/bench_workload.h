@@ -15,12 +15,12 @@ namespace kvstash::bench {
 struct BenchConfig {
   std::string backend = "host";
   std::string model = "kvstash-bench";
-  KvShape shape;                  // num_blocks 0: twice the blocks of one prompt
+  KvShape shape;  // num_blocks 0: twice the blocks of one prompt
   uint32_t prompts = 8;
   uint32_t prompt_tokens = 1024;
   uint32_t shared_prefix_tokens = 512;
   uint32_t rounds = 1;
-  uint32_t seed = 1;              // different seeds make different prompts
+  uint32_t seed = 1;  // different seeds make different prompts
   bool verify = true;
   // "both": store then retrieve each round. "store": only store. "retrieve":
   // only look up and retrieve what an earlier "store" run with the same
@@ -35,7 +35,7 @@ struct BenchResults {
   uint32_t chunk_tokens = 0;
   uint64_t chunk_bytes = 0;
   uint32_t num_blocks = 0;
-  uint64_t token_bytes = 0;       // one token across every layer, K and V
+  uint64_t token_bytes = 0;  // one token across every layer, K and V
   // Store.
   uint64_t chunks_stored = 0;
   uint64_t chunks_already_present = 0;
@@ -44,7 +44,7 @@ struct BenchResults {
   uint64_t bytes_stored = 0;
   double store_seconds = 0;
   // Lookup and retrieve.
-  uint64_t lookup_chunks = 0;     // keys asked
+  uint64_t lookup_chunks = 0;  // keys asked
   uint64_t hit_chunks = 0;
   uint64_t lookup_tokens = 0;
   uint64_t hit_tokens = 0;
@@ -70,9 +70,7 @@ struct BenchResults {
   // fails the run, since the store phase stored all of them.
   bool every_chunk_expected = false;
 
-  bool every_chunk_found() const {
-    return hit_chunks == lookup_chunks && chunks_missing == 0;
-  }
+  bool every_chunk_found() const { return hit_chunks == lookup_chunks && chunks_missing == 0; }
   bool passed() const {
     return mismatches.rows == 0 && chunks_store_failed == 0 && chunks_retrieve_failed == 0 &&
            errors.empty() && (!every_chunk_expected || every_chunk_found());

@@ -11,12 +11,12 @@
 #include "baseline_copy.h"
 #include "bench_report.h"
 #include "cuda_bench_kv.h"
-#include "raw_copy.h"
-#include "zmq_echo.h"
 #include "kvstash/completion_board.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/cuda/streams.h"
 #include "kvstash/gpu_completion.h"
+#include "raw_copy.h"
+#include "zmq_echo.h"
 
 namespace kvstash::bench {
 
@@ -26,7 +26,9 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 double Median(std::vector<double> values) { return Percentile(std::move(values), 0.5); }
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
 
 // The daemon as Describe shows it, once its L1 pool is pinned.
 Result<json> DescribeWhenReady(Client& client) {
@@ -36,7 +38,8 @@ Result<json> DescribeWhenReady(Client& client) {
     if (!described.ok()) return described.status();
     json doc = json::parse(*described);
     if (doc["server"]["backend"] != "cuda") {
-      return Status::InvalidArgument("kvstashd runs the " + doc["server"]["backend"].get<std::string>() +
+      return Status::InvalidArgument("kvstashd runs the " +
+                                     doc["server"]["backend"].get<std::string>() +
                                      " backend; start it with --backend cuda");
     }
     const json& pool = doc["tiers"][0]["pool"];
@@ -44,7 +47,8 @@ Result<json> DescribeWhenReady(Client& client) {
         pool["slabs"].get<uint64_t>()) {
       return doc;
     }
-    if (Clock::now() > deadline) return Status::TimedOut("the L1 pool was not pinned within 2 minutes");
+    if (Clock::now() > deadline)
+      return Status::TimedOut("the L1 pool was not pinned within 2 minutes");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
@@ -52,7 +56,8 @@ Result<json> DescribeWhenReady(Client& client) {
 // One registered layout and the requests the bench sends for it.
 class LayoutRun {
  public:
-  LayoutRun(Client& client, const Registration& reg, std::vector<uint32_t> blocks, uint32_t max_chunks)
+  LayoutRun(Client& client, const Registration& reg, std::vector<uint32_t> blocks,
+            uint32_t max_chunks)
       : client_(client), reg_(reg), blocks_(std::move(blocks)), max_chunks_(max_chunks) {
     nonce_ = std::random_device{}();
   }
@@ -173,7 +178,8 @@ Status SpinOn(cudaEvent_t event) {
   return cuda::CudaStatus(state, "cudaEventQuery");
 }
 
-Status CheckAll(const char* what, Result<std::vector<ChunkOutcome>> outcomes, ChunkResult expected) {
+Status CheckAll(const char* what, Result<std::vector<ChunkOutcome>> outcomes,
+                ChunkResult expected) {
   if (!outcomes.ok()) return outcomes.status();
   for (const ChunkOutcome& o : *outcomes) {
     if (o.result != expected) {
@@ -186,7 +192,8 @@ Status CheckAll(const char* what, Result<std::vector<ChunkOutcome>> outcomes, Ch
 
 std::vector<uint32_t> BlocksOf(const std::vector<ChunkBlocks>& chunks) {
   std::vector<uint32_t> blocks;
-  for (const ChunkBlocks& c : chunks) blocks.insert(blocks.end(), c.block_ids.begin(), c.block_ids.end());
+  for (const ChunkBlocks& c : chunks)
+    blocks.insert(blocks.end(), c.block_ids.begin(), c.block_ids.end());
   return blocks;
 }
 
@@ -195,14 +202,16 @@ std::vector<uint32_t> BlocksOf(const std::vector<ChunkBlocks>& chunks) {
 // until the blocks may be reused), each paired with the raw copy of the same
 // bytes and the in-process baseline, in turns. Then a layer-wise retrieve:
 // the time to the first and to the last layer range.
-Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& run, EngineSide& engine,
-                            RawCopy& raw, const std::string& layout, uint32_t layers, uint32_t n,
-                            const std::vector<ChunkBlocks>& targets, CudaBenchResults& out) {
+Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& run,
+                            EngineSide& engine, RawCopy& raw, const std::string& layout,
+                            uint32_t layers, uint32_t n, const std::vector<ChunkBlocks>& targets,
+                            CudaBenchResults& out) {
   const uint64_t bytes = n * reg.chunk_bytes;
   const int reps = Reps(n);
   auto retrieve = [&]() -> Result<double> {
     const auto start = Clock::now();
-    Result<GpuTransfer> load = client.RetrieveOnStream(reg.id, targets, engine.board, engine.stream);
+    Result<GpuTransfer> load =
+        client.RetrieveOnStream(reg.id, targets, engine.board, engine.stream);
     if (!load.ok()) return load.status();
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(engine.last, engine.stream));
     KVSTASH_RETURN_IF_ERROR(SpinOn(engine.last));
@@ -240,7 +249,8 @@ Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& 
       const double first = Seconds(start);
       KVSTASH_RETURN_IF_ERROR(SpinOn(engine.last));
       const double last = Seconds(start);
-      KVSTASH_RETURN_IF_ERROR(CheckAll("layer-wise retrieve", load->outcomes.get(), ChunkResult::kRetrieved));
+      KVSTASH_RETURN_IF_ERROR(
+          CheckAll("layer-wise retrieve", load->outcomes.get(), ChunkResult::kRetrieved));
       Result<double> raw_one = raw.Seconds(RawCopy::Way::kHostToDevice, bytes);
       if (!raw_one.ok()) return raw_one.status();
       if (r < 0) continue;
@@ -249,12 +259,14 @@ Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& 
       raw_us.push_back(*raw_one * 1e6);
     }
     const double raw_p50 = Median(raw_us);
-    const std::string what = layout + " x" + std::to_string(n) + ", " + std::to_string(ranges) + " ranges";
+    const std::string what =
+        layout + " x" + std::to_string(n) + ", " + std::to_string(ranges) + " ranges";
     // Target: usable within the raw copy time / L + 60 us (ratio <= 1).
-    out.latency.push_back({"first layer, " + what, Percentile(first_us, 0.5), Percentile(first_us, 0.9),
-                           "raw copy / L + 60 us", raw_p50 / ranges + 60, 1.0});
-    out.latency.push_back({"last layer, " + what, Percentile(last_us, 0.5), Percentile(last_us, 0.9),
-                           "raw H2D copy", raw_p50, 0});
+    out.latency.push_back({"first layer, " + what, Percentile(first_us, 0.5),
+                           Percentile(first_us, 0.9), "raw copy / L + 60 us", raw_p50 / ranges + 60,
+                           1.0});
+    out.latency.push_back({"last layer, " + what, Percentile(last_us, 0.5),
+                           Percentile(last_us, 0.9), "raw H2D copy", raw_p50, 0});
     return Status::Ok();
   };
   const std::vector<uint32_t> blocks = BlocksOf(targets);
@@ -267,7 +279,8 @@ Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& 
       if (!one.ok()) return one.status();
       Result<double> raw_one = raw.Seconds(way, bytes);
       if (!raw_one.ok()) return raw_one.status();
-      Result<double> base_one = is_store ? engine.baseline.Save(blocks) : engine.baseline.Load(blocks);
+      Result<double> base_one =
+          is_store ? engine.baseline.Save(blocks) : engine.baseline.Load(blocks);
       if (!base_one.ok()) return base_one.status();
       if (r < 0) continue;
       seconds.push_back(*one);
@@ -289,7 +302,8 @@ Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& 
     // The same kvstash times against the in-process baseline ("raw" column:
     // the baseline); above 1: kvstash is faster than doing it yourself.
     ThroughputRow versus = row;
-    versus.op = is_store ? "store (engine) vs in-process baseline" : "retrieve (engine) vs in-process baseline";
+    versus.op = is_store ? "store (engine) vs in-process baseline"
+                         : "retrieve (engine) vs in-process baseline";
     versus.raw_seconds = Median(base_seconds);
     versus.ratio_median = Median(base_ratios);
     versus.ratio_p10 = Percentile(base_ratios, 0.1);
@@ -303,7 +317,8 @@ Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& 
 
 Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBenchConfig& config,
                      RawCopy& raw, CudaBenchResults& out) {
-  const uint32_t max_chunks = *std::max_element(config.chunk_counts.begin(), config.chunk_counts.end());
+  const uint32_t max_chunks =
+      *std::max_element(config.chunk_counts.begin(), config.chunk_counts.end());
   const uint32_t chunk_tokens = client.server_info().chunk_tokens;
   const uint32_t per_chunk = chunk_tokens / layout.block_tokens;
   const uint32_t num_blocks = 2 * max_chunks * per_chunk;
@@ -318,9 +333,10 @@ Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBe
   if (!board.ok()) return board.status();
   options.board = (*board)->shm();
   std::vector<const uint8_t*> layer_bases;
-  for (const CudaLayer& l : kv->Layers()) layer_bases.push_back(static_cast<const uint8_t*>(l.data));
-  Result<std::unique_ptr<BaselineCopy>> baseline =
-      BaselineCopy::Create(layer_bases, kv->geometry(), max_chunks * (chunk_tokens / layout.block_tokens));
+  for (const CudaLayer& l : kv->Layers())
+    layer_bases.push_back(static_cast<const uint8_t*>(l.data));
+  Result<std::unique_ptr<BaselineCopy>> baseline = BaselineCopy::Create(
+      layer_bases, kv->geometry(), max_chunks * (chunk_tokens / layout.block_tokens));
   if (!baseline.ok()) return baseline.status();
   Result<cuda::Stream> stream = cuda::Stream::Create();
   Result<cuda::Event> first = cuda::Event::Create(cuda::Event::Wait::kSpin);
@@ -359,8 +375,8 @@ Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBe
     KVSTASH_RETURN_IF_ERROR(measure("concurrent", 2 * bytes, 0.9, RawCopy::Way::kBoth,
                                     [&] { return run.Both(run.Fresh(n), targets); }));
     if (config.engine_visible) {
-      KVSTASH_RETURN_IF_ERROR(
-          MeasureEngineVisible(client, *reg, run, engine, raw, layout.name, layout.layers, n, targets, out));
+      KVSTASH_RETURN_IF_ERROR(MeasureEngineVisible(client, *reg, run, engine, raw, layout.name,
+                                                   layout.layers, n, targets, out));
     }
   }
 
@@ -424,21 +440,23 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
     if (!ping.ok()) return ping.status();
     pings.push_back(Seconds(start) * 1e6);
   }
-  out.latency.push_back({"ping", Percentile(pings, 0.5), Percentile(pings, 0.99), "raw ZeroMQ round trip",
-                         zmq_p50, 0});
+  out.latency.push_back({"ping", Percentile(pings, 0.5), Percentile(pings, 0.99),
+                         "raw ZeroMQ round trip", zmq_p50, 0});
 
-  const uint32_t max_chunks = *std::max_element(config.chunk_counts.begin(), config.chunk_counts.end());
+  const uint32_t max_chunks =
+      *std::max_element(config.chunk_counts.begin(), config.chunk_counts.end());
   uint64_t largest_chunk = 0;
   for (const CudaBenchLayout& l : CudaBenchLayouts()) {
-    largest_chunk = std::max<uint64_t>(largest_chunk, uint64_t(l.kv_count) * l.layers * out.chunk_tokens *
-                                                          l.kv_heads * l.head_dim * DTypeBytes(l.dtype));
+    largest_chunk =
+        std::max<uint64_t>(largest_chunk, uint64_t(l.kv_count) * l.layers * out.chunk_tokens *
+                                              l.kv_heads * l.head_dim * DTypeBytes(l.dtype));
   }
   // Copies longer than the raw buffers repeat them back to back.
   Result<RawCopy> raw = RawCopy::Create(std::min<uint64_t>(max_chunks, 16) * largest_chunk);
   if (!raw.ok()) return raw.status();
   for (const CudaBenchLayout& layout : CudaBenchLayouts()) {
-    if (!config.layouts.empty() &&
-        std::find(config.layouts.begin(), config.layouts.end(), layout.name) == config.layouts.end()) {
+    if (!config.layouts.empty() && std::find(config.layouts.begin(), config.layouts.end(),
+                                             layout.name) == config.layouts.end()) {
       continue;
     }
     if (Status s = MeasureLayout(client, layout, config, *raw, out); !s.ok()) {
@@ -451,7 +469,9 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
   if (stats.ok()) {
     const json latency = json::parse(stats->json)["latency"];
     for (LatencyRow& row : out.latency) {
-      const char* kind = row.name == "ping" ? "ping" : row.name.find("lookup") != std::string::npos ? "lookup" : "";
+      const char* kind = row.name == "ping"                             ? "ping"
+                         : row.name.find("lookup") != std::string::npos ? "lookup"
+                                                                        : "";
       if (*kind && latency.contains(kind)) row.daemon_mean_us = latency[kind].value("mean_us", 0.0);
     }
   }
@@ -471,8 +491,9 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
   }
   for (const ThroughputRow& r : out.throughput) {
     if (r.ratio() < r.target) {
-      out.short_of_targets.push_back(r.layout + " " + r.op + " x" + std::to_string(r.chunks) + ": " +
-                                     std::to_string(r.ratio()) + " of raw < " + std::to_string(r.target));
+      out.short_of_targets.push_back(r.layout + " " + r.op + " x" + std::to_string(r.chunks) +
+                                     ": " + std::to_string(r.ratio()) + " of raw < " +
+                                     std::to_string(r.target));
     }
   }
   for (const LatencyRow& r : out.latency) {
@@ -482,7 +503,8 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
     }
   }
   if (out.transfer_mode == "direct" && out.daemon_gpu_memory_bytes != 0) {
-    out.short_of_targets.push_back("direct mode holds " + std::to_string(out.daemon_gpu_memory_bytes) +
+    out.short_of_targets.push_back("direct mode holds " +
+                                   std::to_string(out.daemon_gpu_memory_bytes) +
                                    " bytes of GPU staging, not 0");
   }
   return out;

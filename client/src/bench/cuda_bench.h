@@ -29,7 +29,7 @@ struct CudaBenchConfig {
 struct ThroughputRow {
   std::string layout;
   uint64_t chunk_bytes = 0;
-  std::string op;          // store | retrieve | concurrent
+  std::string op;  // store | retrieve | concurrent
   uint32_t chunks = 0;
   uint64_t bytes = 0;      // moved, both directions counted for concurrent
   double seconds = 0;      // median of the kvstash requests
@@ -41,7 +41,7 @@ struct ThroughputRow {
   double ratio_p10 = 0;
   double ratio_p90 = 0;
   int samples = 0;
-  double target = 0;       // ratio to reach
+  double target = 0;  // ratio to reach
   double gbps() const { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0; }
   double raw_gbps() const { return raw_seconds > 0 ? double(bytes) / raw_seconds / 1e9 : 0; }
   double ratio() const { return ratio_median; }
@@ -51,9 +51,9 @@ struct LatencyRow {
   std::string name;
   double p50_us = 0;
   double p99_us = 0;
-  std::string reference;   // what the ratio divides by
+  std::string reference;  // what the ratio divides by
   double reference_us = 0;
-  double target = 0;       // the highest ratio allowed; 0: none
+  double target = 0;          // the highest ratio allowed; 0: none
   double daemon_mean_us = 0;  // inside kvstashd, receive to reply (0: not measured)
   double ratio() const { return reference_us > 0 ? p50_us / reference_us : 0; }
 };

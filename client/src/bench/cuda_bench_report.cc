@@ -23,12 +23,14 @@ const char* Mark(bool met) { return met ? "ok" : "SHORT"; }
 }  // namespace
 
 std::string CudaBenchText(const CudaBenchResults& r) {
-  std::string out = "kvstash bench --backend cuda: " + r.gpu + ", transfer mode " + r.transfer_mode +
-                    ", " + std::to_string(r.chunk_tokens) + " tokens per chunk\n\n";
-  out += "ratio: median over pairs of a request and the raw copy timed after it; p10-p90 of the "
-         "pairs beside it\n";
-  out += Printf("%-14s %9s %-11s %6s %9s %9s %7s %13s %7s\n", "layout", "chunk", "op", "chunks", "GB/s",
-                "raw GB/s", "ratio", "p10-p90", "target");
+  std::string out = "kvstash bench --backend cuda: " + r.gpu + ", transfer mode " +
+                    r.transfer_mode + ", " + std::to_string(r.chunk_tokens) +
+                    " tokens per chunk\n\n";
+  out +=
+      "ratio: median over pairs of a request and the raw copy timed after it; p10-p90 of the "
+      "pairs beside it\n";
+  out += Printf("%-14s %9s %-11s %6s %9s %9s %7s %13s %7s\n", "layout", "chunk", "op", "chunks",
+                "GB/s", "raw GB/s", "ratio", "p10-p90", "target");
   for (const ThroughputRow& t : r.throughput) {
     out += Printf("%-14s %6.2f MiB %-11s %6u %9.2f %9.2f %7.3f %6.3f-%-6.3f %5.2f %s\n",
                   t.layout.c_str(), double(t.chunk_bytes) / (1 << 20), t.op.c_str(), t.chunks,
@@ -41,15 +43,17 @@ std::string CudaBenchText(const CudaBenchResults& r) {
     std::string against;
     if (l.reference_us > 0) {
       against = Printf("%.2fx %s (%.1f us)", l.ratio(), l.reference.c_str(), l.reference_us);
-      if (l.target > 0) against += Printf(", target <= %.1fx %s", l.target, Mark(l.ratio() <= l.target));
+      if (l.target > 0)
+        against += Printf(", target <= %.1fx %s", l.target, Mark(l.ratio() <= l.target));
     }
     out += Printf("%-32s %9.1f %9.1f %9s  ", l.name.c_str(), l.p50_us, l.p99_us,
                   l.daemon_mean_us > 0 ? Printf("%.0f", l.daemon_mean_us).c_str() : "") +
            against + "\n";
   }
-  out += "\n" + Printf("daemon GPU memory: %.1f MiB staging, %.2f MiB plan arenas (as much pinned)\n",
-                       double(r.daemon_gpu_memory_bytes) / (1 << 20),
-                       double(r.daemon_plan_bytes) / (1 << 20));
+  out +=
+      "\n" + Printf("daemon GPU memory: %.1f MiB staging, %.2f MiB plan arenas (as much pinned)\n",
+                    double(r.daemon_gpu_memory_bytes) / (1 << 20),
+                    double(r.daemon_plan_bytes) / (1 << 20));
   for (const std::string& e : r.errors) out += "error: " + e + "\n";
   for (const std::string& s : r.short_of_targets) out += "short of target: " + s + "\n";
   out += r.passed() ? "PASS\n" : (r.errors.empty() ? "targets missed\n" : "FAIL\n");
@@ -59,17 +63,31 @@ std::string CudaBenchText(const CudaBenchResults& r) {
 nlohmann::ordered_json CudaBenchJson(const CudaBenchResults& r) {
   nlohmann::ordered_json throughput = nlohmann::ordered_json::array();
   for (const ThroughputRow& t : r.throughput) {
-    throughput.push_back({{"layout", t.layout}, {"chunk_bytes", t.chunk_bytes}, {"op", t.op},
-                          {"chunks", t.chunks}, {"bytes", t.bytes}, {"seconds", t.seconds},
-                          {"raw_seconds", t.raw_seconds}, {"gbps", t.gbps()}, {"raw_gbps", t.raw_gbps()},
-                          {"ratio", t.ratio()}, {"ratio_p10", t.ratio_p10}, {"ratio_p90", t.ratio_p90},
-                          {"samples", t.samples}, {"target", t.target}});
+    throughput.push_back({{"layout", t.layout},
+                          {"chunk_bytes", t.chunk_bytes},
+                          {"op", t.op},
+                          {"chunks", t.chunks},
+                          {"bytes", t.bytes},
+                          {"seconds", t.seconds},
+                          {"raw_seconds", t.raw_seconds},
+                          {"gbps", t.gbps()},
+                          {"raw_gbps", t.raw_gbps()},
+                          {"ratio", t.ratio()},
+                          {"ratio_p10", t.ratio_p10},
+                          {"ratio_p90", t.ratio_p90},
+                          {"samples", t.samples},
+                          {"target", t.target}});
   }
   nlohmann::ordered_json latency = nlohmann::ordered_json::array();
   for (const LatencyRow& l : r.latency) {
-    latency.push_back({{"name", l.name}, {"p50_us", l.p50_us}, {"p99_us", l.p99_us},
-                       {"reference", l.reference}, {"reference_us", l.reference_us},
-                       {"ratio", l.ratio()}, {"target", l.target}, {"daemon_mean_us", l.daemon_mean_us}});
+    latency.push_back({{"name", l.name},
+                       {"p50_us", l.p50_us},
+                       {"p99_us", l.p99_us},
+                       {"reference", l.reference},
+                       {"reference_us", l.reference_us},
+                       {"ratio", l.ratio()},
+                       {"target", l.target},
+                       {"daemon_mean_us", l.daemon_mean_us}});
   }
   return {{"gpu", r.gpu},
           {"transfer_mode", r.transfer_mode},

@@ -33,7 +33,9 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kBlock = 4096;
 
-double Seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 double Gbps(uint64_t bytes, double seconds) { return bytes / seconds / 1e9; }
 
 struct FreeDeleter {
@@ -41,7 +43,8 @@ struct FreeDeleter {
 };
 using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
 Buffer Aligned(uint64_t bytes) {
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kBlock, (bytes + kBlock - 1) / kBlock * kBlock));
+  auto* p =
+      static_cast<uint8_t*>(std::aligned_alloc(kBlock, (bytes + kBlock - 1) / kBlock * kBlock));
   if (p == nullptr) throw std::bad_alloc();
   return Buffer(p);
 }
@@ -91,7 +94,9 @@ void Uncache(const std::string& path) {
   ::close(fd);
 }
 
-Status Errno(const std::string& what) { return Status::Internal(what + ": " + std::strerror(errno)); }
+Status Errno(const std::string& what) {
+  return Status::Internal(what + ": " + std::strerror(errno));
+}
 
 // ---------------------------------------------------------------- raw disk
 
@@ -107,13 +112,15 @@ Status Preallocate(const std::string& path, uint64_t total) {
   const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
   ::fsync(fd);
   ::close(fd);
-  if (err != 0) return Status::Internal("cannot allocate " + std::to_string(total) + " bytes for " + path);
+  if (err != 0)
+    return Status::Internal("cannot allocate " + std::to_string(total) + " bytes for " + path);
   return Status::Ok();
 }
 
 // Sequential O_DIRECT transfer of `total` bytes in `block`-byte pieces, one
 // at a time (pwrite / pread). Seconds.
-Result<double> RawSync(const std::string& path, bool write, uint64_t block, uint64_t total, uint8_t* buffer) {
+Result<double> RawSync(const std::string& path, bool write, uint64_t block, uint64_t total,
+                       uint8_t* buffer) {
   const int fd = ::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC, 0640);
   if (fd < 0) return Errno("cannot open " + path + " with O_DIRECT");
   const auto start = Clock::now();
@@ -132,8 +139,8 @@ Result<double> RawSync(const std::string& path, bool write, uint64_t block, uint
 }
 
 // The same through io_uring with `depth` transfers in flight. Seconds.
-Result<double> RawUring(const std::string& path, bool write, uint64_t block, uint64_t total, uint32_t depth,
-                        const std::vector<uint8_t*>& buffers) {
+Result<double> RawUring(const std::string& path, bool write, uint64_t block, uint64_t total,
+                        uint32_t depth, const std::vector<uint8_t*>& buffers) {
   const int fd = ::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_DIRECT | O_CLOEXEC, 0640);
   if (fd < 0) return Errno("cannot open " + path + " with O_DIRECT");
   io_uring ring;
@@ -178,8 +185,9 @@ Result<double> RawUring(const std::string& path, bool write, uint64_t block, uin
 // One DiskTier: every chunk a Put, all in one batch, then (pages dropped)
 // every chunk a Get into faulted-in buffers (as L1's pinned slots are),
 // verified. GB/s each way.
-Result<std::pair<double, double>> MeasureTier(const std::string& dir, DiskTierOptions options, uint64_t chunk,
-                                              uint32_t count, const std::vector<uint8_t*>& buffers) {
+Result<std::pair<double, double>> MeasureTier(const std::string& dir, DiskTierOptions options,
+                                              uint64_t chunk, uint32_t count,
+                                              const std::vector<uint8_t*>& buffers) {
   const uint64_t total = chunk * count;
   std::pair<double, double> out;
   Status status;
@@ -192,10 +200,12 @@ Result<std::pair<double, double>> MeasureTier(const std::string& dir, DiskTierOp
       return Status::Unavailable("io_uring was refused: " + (*tier)->io_uring_refused_reason());
     }
     std::vector<PutRequest> puts;
-    for (uint32_t i = 0; i < count; ++i) puts.push_back({Id(i), {}, 256, buffers[i % buffers.size()], chunk});
+    for (uint32_t i = 0; i < count; ++i)
+      puts.push_back({Id(i), {}, 256, buffers[i % buffers.size()], chunk});
     auto start = Clock::now();
     for (const PutResult& r : PutAsync(**tier, puts).get()) {
-      if (r.outcome != PutOutcome::kStored) return Status::Internal("L2 put failed: " + r.status.ToString());
+      if (r.outcome != PutOutcome::kStored)
+        return Status::Internal("L2 put failed: " + r.status.ToString());
     }
     out.first = Gbps(total, Seconds(start));
     for (uint32_t i = 0; i < count; ++i) Uncache((*tier)->PathOf(Id(i)));
@@ -294,18 +304,20 @@ Result<redisContext*> Connect(const Endpoint& e, const RedisLimitConfig& c) {
   if (ctx == nullptr || ctx->err) {
     const std::string why = ctx ? ctx->errstr : "out of memory";
     if (ctx) redisFree(ctx);
-    return Status::Unavailable("cannot connect to Redis " + e.host + ":" + std::to_string(e.port) + ": " + why);
+    return Status::Unavailable("cannot connect to Redis " + e.host + ":" + std::to_string(e.port) +
+                               ": " + why);
   }
   if (!c.password.empty()) {
     auto* r = static_cast<redisReply*>(
         c.user.empty() ? redisCommand(ctx, "AUTH %b", c.password.data(), c.password.size())
-                       : redisCommand(ctx, "AUTH %b %b", c.user.data(), c.user.size(), c.password.data(),
-                                      c.password.size()));
+                       : redisCommand(ctx, "AUTH %b %b", c.user.data(), c.user.size(),
+                                      c.password.data(), c.password.size()));
     const bool ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
     if (r) freeReplyObject(r);
     if (!ok) {
       redisFree(ctx);
-      return Status::Unavailable("Redis " + e.host + ":" + std::to_string(e.port) + " refused AUTH");
+      return Status::Unavailable("Redis " + e.host + ":" + std::to_string(e.port) +
+                                 " refused AUTH");
     }
   }
   return ctx;
@@ -313,7 +325,8 @@ Result<redisContext*> Connect(const Endpoint& e, const RedisLimitConfig& c) {
 
 // `connections` connections, each pipelining SET (or GET) of its share of
 // the keys. Seconds.
-Result<double> RawRedis(const Endpoint& e, const RedisLimitConfig& c, bool set, const uint8_t* data) {
+Result<double> RawRedis(const Endpoint& e, const RedisLimitConfig& c, bool set,
+                        const uint8_t* data) {
   std::atomic<bool> ok{true};
   std::string error;
   std::mutex error_mutex;
@@ -329,7 +342,8 @@ Result<double> RawRedis(const Endpoint& e, const RedisLimitConfig& c, bool set, 
         return;
       }
       std::vector<std::string> keys;
-      for (uint32_t i = t; i < c.values; i += c.connections) keys.push_back("kvstash-rawbench:" + std::to_string(i));
+      for (uint32_t i = t; i < c.values; i += c.connections)
+        keys.push_back("kvstash-rawbench:" + std::to_string(i));
       for (const std::string& k : keys) {
         if (set) {
           const char* argv[] = {"SET", k.c_str(), reinterpret_cast<const char*>(data)};
@@ -348,10 +362,12 @@ Result<double> RawRedis(const Endpoint& e, const RedisLimitConfig& c, bool set, 
           break;
         }
         const redisReply* r = static_cast<redisReply*>(reply);
-        if (r->type == REDIS_REPLY_ERROR || (!set && (r->type != REDIS_REPLY_STRING || r->len != c.value_bytes))) {
+        if (r->type == REDIS_REPLY_ERROR ||
+            (!set && (r->type != REDIS_REPLY_STRING || r->len != c.value_bytes))) {
           ok = false;
           std::lock_guard<std::mutex> lock(error_mutex);
-          error = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "GET returned another value";
+          error = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len)
+                                               : "GET returned another value";
         }
         freeReplyObject(reply);
       }
@@ -359,7 +375,9 @@ Result<double> RawRedis(const Endpoint& e, const RedisLimitConfig& c, bool set, 
     });
   }
   for (std::thread& w : workers) w.join();
-  if (!ok) return Status::Unavailable("raw pipelined " + std::string(set ? "SET" : "GET") + " failed: " + error);
+  if (!ok)
+    return Status::Unavailable("raw pipelined " + std::string(set ? "SET" : "GET") +
+                               " failed: " + error);
   return Seconds(start);
 }
 
@@ -372,7 +390,8 @@ void DeleteRawKeys(const Endpoint& e, const RedisLimitConfig& c) {
   redisFree(*ctx);
 }
 
-Result<RedisRun> MeasureRedisOnce(const Endpoint& e, const RedisLimitConfig& c, const uint8_t* data) {
+Result<RedisRun> MeasureRedisOnce(const Endpoint& e, const RedisLimitConfig& c,
+                                  const uint8_t* data) {
   RedisRun run;
   const uint64_t total = c.value_bytes * c.values;
   Result<double> set = RawRedis(e, c, true, data);
@@ -401,7 +420,8 @@ Result<RedisRun> MeasureRedisOnce(const Endpoint& e, const RedisLimitConfig& c, 
   }
   auto start = Clock::now();
   for (const PutResult& r : PutAsync(**tier, puts).get()) {
-    if (r.outcome != PutOutcome::kStored) return Status::Internal("L3 put failed: " + r.status.ToString());
+    if (r.outcome != PutOutcome::kStored)
+      return Status::Internal("L3 put failed: " + r.status.ToString());
   }
   run.tier_put = Gbps(total, Seconds(start));
   std::vector<Buffer> out;
@@ -432,11 +452,13 @@ Result<RedisRun> MeasureRedisOnce(const Endpoint& e, const RedisLimitConfig& c, 
 Result<DiskLimits> MeasureDiskLimits(const DiskLimitConfig& config) {
   if (config.chunk_bytes == 0 || config.chunks == 0 || config.rings == 0 || config.depth == 0 ||
       config.runs == 0) {
-    return Status::InvalidArgument("the L2 bench needs a chunk size, a chunk count, rings, a depth and runs "
-                                   "above 0");
+    return Status::InvalidArgument(
+        "the L2 bench needs a chunk size, a chunk count, rings, a depth and runs "
+        "above 0");
   }
   std::string pattern = config.dir + "/kvstash-tier-bench-XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr) return Errno("cannot create a scratch folder in " + config.dir);
+  if (::mkdtemp(pattern.data()) == nullptr)
+    return Errno("cannot create a scratch folder in " + config.dir);
   const std::string scratch = pattern;
   std::vector<Buffer> owned;
   std::vector<uint8_t*> buffers;
@@ -469,35 +491,40 @@ Result<DiskLimits> MeasureDiskLimits(const DiskLimitConfig& config) {
 
 std::string DiskLimitsText(const DiskLimits& l) {
   const DiskLimitConfig& c = l.config;
-  std::string out = Format("L2 local disk: %u chunks of %.1f MiB (%.2f GB) in %s, io_uring %u x depth %u",
-                           c.chunks, double(c.chunk_bytes) / kMiB, double(c.chunk_bytes) * c.chunks / 1e9,
-                           c.dir.c_str(), c.rings, c.depth);
+  std::string out =
+      Format("L2 local disk: %u chunks of %.1f MiB (%.2f GB) in %s, io_uring %u x depth %u",
+             c.chunks, double(c.chunk_bytes) / kMiB, double(c.chunk_bytes) * c.chunks / 1e9,
+             c.dir.c_str(), c.rings, c.depth);
   if (c.pool_threads) out += Format(", thread pool of %u", c.pool_threads);
   out += Format(", %u runs\n", c.runs);
   for (size_t i = 0; i < l.runs.size(); ++i) {
     const DiskRun& m = l.runs[i];
-    out += Format("  run %zu: raw O_DIRECT write %.3f read %.3f GB/s (QD1 %.3f %.3f, io_uring QD%u %.3f %.3f) | "
-                  "L2 write %.3f read %.3f GB/s, ratio %.2f %.2f",
-                  i + 1, m.raw_w(), m.raw_r(), m.w_sync, m.r_sync, c.rings * c.depth, m.w_uring, m.r_uring, m.tier_w,
-                  m.tier_r, m.tier_w / m.raw_w(), m.tier_r / m.raw_r());
+    out += Format(
+        "  run %zu: raw O_DIRECT write %.3f read %.3f GB/s (QD1 %.3f %.3f, io_uring QD%u %.3f "
+        "%.3f) | "
+        "L2 write %.3f read %.3f GB/s, ratio %.2f %.2f",
+        i + 1, m.raw_w(), m.raw_r(), m.w_sync, m.r_sync, c.rings * c.depth, m.w_uring, m.r_uring,
+        m.tier_w, m.tier_r, m.tier_w / m.raw_w(), m.tier_r / m.raw_r());
     if (c.pool_threads) {
-      out += Format(" | thread pool %.3f %.3f, ratio %.2f %.2f", m.pool_w, m.pool_r, m.pool_w / m.raw_w(),
-                    m.pool_r / m.raw_r());
+      out += Format(" | thread pool %.3f %.3f, ratio %.2f %.2f", m.pool_w, m.pool_r,
+                    m.pool_w / m.raw_w(), m.pool_r / m.raw_r());
     }
     out += "\n";
   }
-  out += Format("  L2 (io_uring) vs raw, median run:     write %.2f  read %.2f  (target 0.90)\n", l.write_ratio,
-                l.read_ratio);
+  out += Format("  L2 (io_uring) vs raw, median run:     write %.2f  read %.2f  (target 0.90)\n",
+                l.write_ratio, l.read_ratio);
   if (c.pool_threads) {
-    out += Format("  L2 (thread pool) vs raw, median run:  write %.2f  read %.2f\n", l.pool_write_ratio,
-                  l.pool_read_ratio);
+    out += Format("  L2 (thread pool) vs raw, median run:  write %.2f  read %.2f\n",
+                  l.pool_write_ratio, l.pool_read_ratio);
   }
   return out;
 }
 
 Result<RedisLimits> MeasureRedisLimits(const RedisLimitConfig& config) {
-  if (config.value_bytes == 0 || config.values == 0 || config.connections == 0 || config.runs == 0) {
-    return Status::InvalidArgument("the L3 bench needs a value size, a value count, connections and runs above 0");
+  if (config.value_bytes == 0 || config.values == 0 || config.connections == 0 ||
+      config.runs == 0) {
+    return Status::InvalidArgument(
+        "the L3 bench needs a value size, a value count, connections and runs above 0");
   }
   Result<Endpoint> endpoint = ParseEndpoint(config.endpoint);
   if (!endpoint.ok()) return endpoint.status();
@@ -518,16 +545,20 @@ Result<RedisLimits> MeasureRedisLimits(const RedisLimitConfig& config) {
 
 std::string RedisLimitsText(const RedisLimits& l) {
   const RedisLimitConfig& c = l.config;
-  std::string out = Format("L3 Redis %s: %u values of %.1f MiB (%.2f GB), %u connections, %u runs\n",
-                           c.endpoint.c_str(), c.values, double(c.value_bytes) / kMiB,
-                           double(c.value_bytes) * c.values / 1e9, c.connections, c.runs);
+  std::string out =
+      Format("L3 Redis %s: %u values of %.1f MiB (%.2f GB), %u connections, %u runs\n",
+             c.endpoint.c_str(), c.values, double(c.value_bytes) / kMiB,
+             double(c.value_bytes) * c.values / 1e9, c.connections, c.runs);
   for (size_t i = 0; i < l.runs.size(); ++i) {
     const RedisRun& m = l.runs[i];
-    out += Format("  run %zu: raw pipelined SET %.3f GET %.3f GB/s | L3 put %.3f get %.3f GB/s, ratio %.2f %.2f\n",
-                  i + 1, m.raw_set, m.raw_get, m.tier_put, m.tier_get, m.tier_put / m.raw_set,
-                  m.tier_get / m.raw_get);
+    out += Format(
+        "  run %zu: raw pipelined SET %.3f GET %.3f GB/s | L3 put %.3f get %.3f GB/s, ratio %.2f "
+        "%.2f\n",
+        i + 1, m.raw_set, m.raw_get, m.tier_put, m.tier_get, m.tier_put / m.raw_set,
+        m.tier_get / m.raw_get);
   }
-  out += Format("  L3 vs raw, median run:  put %.2f  get %.2f  (target 0.80)\n", l.put_ratio, l.get_ratio);
+  out += Format("  L3 vs raw, median run:  put %.2f  get %.2f  (target 0.80)\n", l.put_ratio,
+                l.get_ratio);
   return out;
 }
 

@@ -21,12 +21,12 @@
 namespace kvstash::bench {
 
 struct DiskLimitConfig {
-  std::string dir;                     // on the disk to measure; a scratch folder is made inside
+  std::string dir;  // on the disk to measure; a scratch folder is made inside
   uint64_t chunk_bytes = 8ull << 20;
   uint32_t chunks = 128;
-  uint32_t rings = 2;                  // io_uring rings of the tier (the daemon's default)
-  uint32_t depth = 8;                  // chunks in flight per ring; raw: rings x depth
-  uint32_t pool_threads = 4;           // the thread-pool tier (the fallback), 0: not measured
+  uint32_t rings = 2;         // io_uring rings of the tier (the daemon's default)
+  uint32_t depth = 8;         // chunks in flight per ring; raw: rings x depth
+  uint32_t pool_threads = 4;  // the thread-pool tier (the fallback), 0: not measured
   uint32_t runs = 3;
 };
 

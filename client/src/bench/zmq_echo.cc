@@ -12,7 +12,8 @@
 namespace kvstash::bench {
 
 Result<std::vector<double>> ZmqRoundTripsUs(size_t message_bytes, int count) {
-  const std::string endpoint = "ipc:///tmp/kvstash-bench-echo-" + std::to_string(::getpid()) + ".sock";
+  const std::string endpoint =
+      "ipc:///tmp/kvstash-bench-echo-" + std::to_string(::getpid()) + ".sock";
   constexpr int kWarmup = 100;
   try {
     zmq::context_t context(1);
@@ -50,7 +51,9 @@ Result<std::vector<double>> ZmqRoundTripsUs(size_t message_bytes, int count) {
       zmq::message_t reply;
       (void)dealer.recv(reply, zmq::recv_flags::none);
       if (i >= kWarmup) {
-        micros.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+        micros.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count());
       }
     }
     ::unlink(endpoint.substr(6).c_str());

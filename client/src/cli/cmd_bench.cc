@@ -29,7 +29,8 @@ struct TierBenchOptions {
   std::string l3_redis;
   std::string l3_user, l3_password;
   double chunk_mb = 8, value_mb = 32;
-  uint32_t chunks = 128, rings = 2, depth = 8, pool_threads = 4, values = 32, connections = 4, runs = 3;
+  uint32_t chunks = 128, rings = 2, depth = 8, pool_threads = 4, values = 32, connections = 4,
+           runs = 3;
 };
 
 struct BenchOptions {
@@ -43,10 +44,10 @@ struct BenchOptions {
 
 const std::map<std::string, DType>& DTypeNames() {
   static const std::map<std::string, DType> names = {
-      {"bf16", DType::kBF16},   {"f16", DType::kF16},       {"fp16", DType::kF16},
-      {"f32", DType::kF32},     {"fp32", DType::kF32},      {"fp8", DType::kF8E4M3},
+      {"bf16", DType::kBF16},     {"f16", DType::kF16},       {"fp16", DType::kF16},
+      {"f32", DType::kF32},       {"fp32", DType::kF32},      {"fp8", DType::kF8E4M3},
       {"f8e4m3", DType::kF8E4M3}, {"f8e5m2", DType::kF8E5M2}, {"u8", DType::kU8},
-      {"i8", DType::kI8},       {"int8", DType::kI8},
+      {"i8", DType::kI8},         {"int8", DType::kI8},
   };
   return names;
 }
@@ -92,14 +93,22 @@ int RunTierBenchCommand(const CommonOptions& common, const TierBenchOptions& o) 
     Result<bench::DiskLimits> l2 = bench::MeasureDiskLimits(c);
     if (!l2.ok()) return Fail("bench tiers", l2.status());
     if (common.json) {
-      json["l2"] = {{"dir", c.dir}, {"chunk_bytes", c.chunk_bytes}, {"chunks", c.chunks},
-                    {"rings", c.rings}, {"depth", c.depth}, {"write_ratio", l2->write_ratio},
-                    {"read_ratio", l2->read_ratio}, {"pool_write_ratio", l2->pool_write_ratio},
+      json["l2"] = {{"dir", c.dir},
+                    {"chunk_bytes", c.chunk_bytes},
+                    {"chunks", c.chunks},
+                    {"rings", c.rings},
+                    {"depth", c.depth},
+                    {"write_ratio", l2->write_ratio},
+                    {"read_ratio", l2->read_ratio},
+                    {"pool_write_ratio", l2->pool_write_ratio},
                     {"pool_read_ratio", l2->pool_read_ratio}};
       for (const bench::DiskRun& r : l2->runs) {
-        json["l2"]["runs"].push_back({{"raw_write_gbps", r.raw_w()}, {"raw_read_gbps", r.raw_r()},
-                                      {"write_gbps", r.tier_w}, {"read_gbps", r.tier_r},
-                                      {"pool_write_gbps", r.pool_w}, {"pool_read_gbps", r.pool_r}});
+        json["l2"]["runs"].push_back({{"raw_write_gbps", r.raw_w()},
+                                      {"raw_read_gbps", r.raw_r()},
+                                      {"write_gbps", r.tier_w},
+                                      {"read_gbps", r.tier_r},
+                                      {"pool_write_gbps", r.pool_w},
+                                      {"pool_read_gbps", r.pool_r}});
       }
     } else {
       std::cout << bench::DiskLimitsText(*l2);
@@ -117,12 +126,14 @@ int RunTierBenchCommand(const CommonOptions& common, const TierBenchOptions& o) 
     Result<bench::RedisLimits> l3 = bench::MeasureRedisLimits(c);
     if (!l3.ok()) return Fail("bench tiers", l3.status());
     if (common.json) {
-      json["l3"] = {{"endpoint", c.endpoint}, {"value_bytes", c.value_bytes}, {"values", c.values},
-                    {"connections", c.connections}, {"put_ratio", l3->put_ratio},
-                    {"get_ratio", l3->get_ratio}};
+      json["l3"] = {{"endpoint", c.endpoint},     {"value_bytes", c.value_bytes},
+                    {"values", c.values},         {"connections", c.connections},
+                    {"put_ratio", l3->put_ratio}, {"get_ratio", l3->get_ratio}};
       for (const bench::RedisRun& r : l3->runs) {
-        json["l3"]["runs"].push_back({{"raw_set_gbps", r.raw_set}, {"raw_get_gbps", r.raw_get},
-                                      {"put_gbps", r.tier_put}, {"get_gbps", r.tier_get}});
+        json["l3"]["runs"].push_back({{"raw_set_gbps", r.raw_set},
+                                      {"raw_get_gbps", r.raw_get},
+                                      {"put_gbps", r.tier_put},
+                                      {"get_gbps", r.tier_get}});
       }
     } else {
       std::cout << bench::RedisLimitsText(*l3);
@@ -153,34 +164,42 @@ Command AddBenchCommand(CLI::App& app, SharedOptions common) {
   auto options = std::make_shared<BenchOptions>();
   BenchConfig& c = options->config;
   CLI::App* command = app.add_subcommand(
-      "bench", "Run a synthetic engine: register, store prompts sharing a prefix, look up, "
-               "retrieve into other blocks and verify every byte");
-  command->add_option("--backend", c.backend,
-                      "host: the verified synthetic workload in shared memory; cuda: GPU "
-                      "throughput and latency against raw copies (needs kvstashd --backend cuda)")
+      "bench",
+      "Run a synthetic engine: register, store prompts sharing a prefix, look up, "
+      "retrieve into other blocks and verify every byte");
+  command
+      ->add_option("--backend", c.backend,
+                   "host: the verified synthetic workload in shared memory; cuda: GPU "
+                   "throughput and latency against raw copies (needs kvstashd --backend cuda)")
       ->check(CLI::IsMember({"host", "cuda"}))
       ->capture_default_str();
-  command->add_option("--chunk-counts", options->cuda_chunk_counts,
-                      "cuda: chunks per request to measure, comma-separated")
+  command
+      ->add_option("--chunk-counts", options->cuda_chunk_counts,
+                   "cuda: chunks per request to measure, comma-separated")
       ->delimiter(',')
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  command->add_option("--layouts", options->cuda_layouts,
-                      "cuda: layouts to measure, comma-separated (llama-3-8b, llama-3-70b-tp8, "
-                      "deepseek-v3-mla-fp8, qwen2.5-0.5b; default all)")
+  command
+      ->add_option("--layouts", options->cuda_layouts,
+                   "cuda: layouts to measure, comma-separated (llama-3-8b, llama-3-70b-tp8, "
+                   "deepseek-v3-mla-fp8, qwen2.5-0.5b; default all)")
       ->delimiter(',');
-  command->add_option("--latency-samples", options->cuda_latency_samples,
-                      "cuda: requests per latency figure")
+  command
+      ->add_option("--latency-samples", options->cuda_latency_samples,
+                   "cuda: requests per latency figure")
       ->check(CLI::Range(10, 1000000))
       ->capture_default_str();
   command->add_option("--model", c.model, "model name (part of the key namespace)")
       ->capture_default_str();
   command->add_option("--layers", c.shape.layers, "KV layers the synthetic engine registers")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   command->add_option("--kv-heads", c.shape.kv_heads, "KV heads per layer")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   command->add_option("--head-dim", c.shape.head_dim, "elements per head")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   std::vector<std::string> dtypes;
   for (const auto& entry : DTypeNames()) dtypes.push_back(entry.first);
   command->add_option("--dtype", options->dtype, "element type of the KV cache")
@@ -192,35 +211,39 @@ Command AddBenchCommand(CLI::App& app, SharedOptions common) {
   command->add_option("--num-blocks", c.shape.num_blocks,
                       "blocks per layer (default: twice the blocks of one prompt)");
   command->add_option("--prompts", c.prompts, "prompts per round")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   command->add_option("--prompt-tokens", c.prompt_tokens, "tokens per prompt")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  command->add_option("--shared-prefix-tokens", c.shared_prefix_tokens,
-                      "leading tokens every prompt shares")
+  command
+      ->add_option("--shared-prefix-tokens", c.shared_prefix_tokens,
+                   "leading tokens every prompt shares")
       ->capture_default_str();
   command->add_option("--rounds", c.rounds, "store + retrieve passes over the prompts")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  command->add_option("--seed", c.seed,
-                      "prompt contents, and so chunk keys and bytes; change it to start cold, "
-                      "keep it to retrieve what an earlier --phase store stored")
+  command
+      ->add_option("--seed", c.seed,
+                   "prompt contents, and so chunk keys and bytes; change it to start cold, "
+                   "keep it to retrieve what an earlier --phase store stored")
       ->capture_default_str();
-  command->add_option("--phase", c.phase,
-                      "both: store then retrieve; store: only store; retrieve: only look up and "
-                      "retrieve what a --phase store run with the same --seed and shape stored "
-                      "(on this daemon before a restart, or on another sharing its L3), every "
-                      "chunk expected and every byte verified")
+  command
+      ->add_option("--phase", c.phase,
+                   "both: store then retrieve; store: only store; retrieve: only look up and "
+                   "retrieve what a --phase store run with the same --seed and shape stored "
+                   "(on this daemon before a restart, or on another sharing its L3), every "
+                   "chunk expected and every byte verified")
       ->check(CLI::IsMember({"both", "store", "retrieve"}))
       ->capture_default_str();
-  command->add_flag("--verify,!--no-verify", c.verify,
-                    "check every retrieved byte (default on)");
+  command->add_flag("--verify,!--no-verify", c.verify, "check every retrieved byte (default on)");
 
   TierBenchOptions& t = options->tiers;
   CLI::App* tiers = command->add_subcommand(
-      "tiers", "Measure each tier against its raw limit in the same run, without a daemon: L2 "
-               "against raw O_DIRECT sequential writes and reads of the same bytes on the same "
-               "disk, L3 against raw pipelined SET/GET of the same value size on the same Redis");
+      "tiers",
+      "Measure each tier against its raw limit in the same run, without a daemon: L2 "
+      "against raw O_DIRECT sequential writes and reads of the same bytes on the same "
+      "disk, L3 against raw pipelined SET/GET of the same value size on the same Redis");
   tiers->add_option("--l2-path", t.l2_path,
                     "a directory on the disk of kvstashd's --l2-path (a scratch folder is made "
                     "inside and removed)");
@@ -229,25 +252,36 @@ Command AddBenchCommand(CLI::App& app, SharedOptions common) {
   tiers->add_option("--l3-user", t.l3_user, "ACL user for AUTH");
   tiers->add_option("--l3-password", t.l3_password, "password for AUTH");
   tiers->add_option("--chunk-mb", t.chunk_mb, "L2 chunk size in MiB")
-      ->check(CLI::Range(0.004, 1024.0))->capture_default_str();
+      ->check(CLI::Range(0.004, 1024.0))
+      ->capture_default_str();
   tiers->add_option("--chunks", t.chunks, "L2 chunks written and read per run")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   tiers->add_option("--rings", t.rings, "L2 io_uring rings (threads), as kvstashd runs them")
-      ->check(CLI::Range(1, 64))->capture_default_str();
-  tiers->add_option("--depth", t.depth,
-                    "L2 io_uring chunks in flight per ring (raw queue depth: rings x depth)")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
-  tiers->add_option("--pool-threads", t.pool_threads,
-                    "threads of the thread-pool L2 measured beside it (0: not measured)")
-      ->check(CLI::Range(0, 256))->capture_default_str();
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  tiers
+      ->add_option("--depth", t.depth,
+                   "L2 io_uring chunks in flight per ring (raw queue depth: rings x depth)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  tiers
+      ->add_option("--pool-threads", t.pool_threads,
+                   "threads of the thread-pool L2 measured beside it (0: not measured)")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
   tiers->add_option("--value-mb", t.value_mb, "L3 value size in MiB")
-      ->check(CLI::Range(0.001, 512.0))->capture_default_str();
+      ->check(CLI::Range(0.001, 512.0))
+      ->capture_default_str();
   tiers->add_option("--values", t.values, "L3 values written and read per run")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   tiers->add_option("--connections", t.connections, "L3 raw connections = tier I/O threads")
-      ->check(CLI::Range(1, 256))->capture_default_str();
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   tiers->add_option("--runs", t.runs, "runs; each ratio is taken within a run, the median shown")
-      ->check(CLI::Range(1, 100))->capture_default_str();
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   return {command, [common, options, tiers] {
             if (tiers->parsed()) return RunTierBenchCommand(*common, options->tiers);
             return RunBenchCommand(*common, *options);

@@ -24,8 +24,8 @@ int RunClear(const CommonOptions& common, const ClearOptions& options) {
   if (!cleared.ok()) return Fail("clear", cleared.status());
   if (common.json) {
     std::cout << nlohmann::ordered_json{{"model", options.model},
-                                {"tenant", options.tenant},
-                                {"cleared_chunks", *cleared}}
+                                        {"tenant", options.tenant},
+                                        {"cleared_chunks", *cleared}}
                      .dump(2)
               << "\n";
   } else {

@@ -39,13 +39,13 @@ int RunPing(const CommonOptions& options) {
   const std::string boot_id = ToHex(info.boot_id.data(), info.boot_id.size());
   if (options.json) {
     nlohmann::ordered_json out = {{"socket", options.Endpoint()},
-                          {"server_version", info.server_version},
-                          {"protocol_version", info.protocol_version},
-                          {"boot_id", boot_id},
-                          {"backend", info.backend},
-                          {"chunk_tokens", info.chunk_tokens},
-                          {"uptime_ms", *uptime_ms},
-                          {"round_trip_ms", round_trip_ms}};
+                                  {"server_version", info.server_version},
+                                  {"protocol_version", info.protocol_version},
+                                  {"boot_id", boot_id},
+                                  {"backend", info.backend},
+                                  {"chunk_tokens", info.chunk_tokens},
+                                  {"uptime_ms", *uptime_ms},
+                                  {"round_trip_ms", round_trip_ms}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }

@@ -14,7 +14,8 @@ namespace {
 
 std::string CountersTable(const StatsResult& stats) {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  for (const auto& [name, value] : stats.counters) rows.push_back({{"counter", name}, {"value", value}});
+  for (const auto& [name, value] : stats.counters)
+    rows.push_back({{"counter", name}, {"value", value}});
   return rows.empty() ? std::string("(no counters)\n") : RenderJson(rows);
 }
 

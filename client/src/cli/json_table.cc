@@ -16,7 +16,8 @@ using json = nlohmann::ordered_json;
 constexpr size_t kMaxListedElements = 16;
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool IsScalarArray(const json& value) {
@@ -120,7 +121,8 @@ class Renderer {
   void Object(const json& object, const std::string& path) {
     std::vector<std::pair<std::string, std::string>> lines;
     for (const auto& [key, value] : object.items()) {
-      if (!value.is_object() && !IsObjectArray(value)) lines.emplace_back(key, Cell(key, value, true));
+      if (!value.is_object() && !IsObjectArray(value))
+        lines.emplace_back(key, Cell(key, value, true));
     }
     if (!lines.empty()) {
       Title(path);
@@ -206,8 +208,8 @@ class Renderer {
     // Arrays of objects inside rows (a registration's groups) follow as
     // their own tables.
     for (size_t r = 0; r < rows.size(); ++r) {
-      const std::string row_path = (path.empty() ? std::string("row") : path) + "[" +
-                                   std::to_string(r) + "]";
+      const std::string row_path =
+          (path.empty() ? std::string("row") : path) + "[" + std::to_string(r) + "]";
       for (const auto& [key, value] : rows[r].items()) {
         if (IsObjectArray(value)) Table(value, row_path + "." + key);
         if (value.is_object()) {

@@ -39,9 +39,7 @@ size_t ChunkIdHash::operator()(const ChunkId& id) const {
   return static_cast<size_t>(a ^ (b * 0x9e3779b97f4a7c15ULL));
 }
 
-uint64_t PayloadChecksum(const uint8_t* payload, size_t size) {
-  return XXH3_64bits(payload, size);
-}
+uint64_t PayloadChecksum(const uint8_t* payload, size_t size) { return XXH3_64bits(payload, size); }
 
 void EncodeChunkHeader(const ChunkHeader& h, uint8_t* out) {
   std::memset(out, 0, kChunkHeaderBytes);
@@ -70,8 +68,7 @@ Result<ChunkHeader> DecodeChunkHeader(const uint8_t* in, size_t size) {
   const uint64_t version = GetLe(in + 4, 2);
   if (version != kChunkHeaderVersion) {
     return Status::Malformed("chunk header version " + std::to_string(version) +
-                             ", this build reads version " +
-                             std::to_string(kChunkHeaderVersion));
+                             ", this build reads version " + std::to_string(kChunkHeaderVersion));
   }
   const uint64_t header_size = GetLe(in + 6, 2);
   if (header_size != kChunkHeaderBytes) {
@@ -81,8 +78,8 @@ Result<ChunkHeader> DecodeChunkHeader(const uint8_t* in, size_t size) {
   const uint64_t stored = GetLe(in + 128, 8);
   const uint64_t computed = XXH3_64bits(in, kChecksummedBytes);
   if (stored != computed) {
-    return Status::Malformed("chunk header checksum " + Hex64(stored) + " does not match its bytes (" +
-                             Hex64(computed) + ")");
+    return Status::Malformed("chunk header checksum " + Hex64(stored) +
+                             " does not match its bytes (" + Hex64(computed) + ")");
   }
   // Checked after the checksum: a reserved field set by a later writer that
   // kept the version would otherwise read as corruption.

@@ -5,9 +5,9 @@
 // `open_ms`, not one per call. Thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <algorithm>
 #include <mutex>
 
 namespace kvstash::tiers::internal {
@@ -56,7 +56,8 @@ class CircuitBreaker {
   int64_t RetryInMs(Clock::time_point now = Clock::now()) const {
     std::lock_guard<std::mutex> lock(mutex_);
     if (state_ != State::kOpen) return 0;
-    return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(reopen_at_ - now).count());
+    return std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(reopen_at_ - now).count());
   }
   uint32_t consecutive_failures() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -68,10 +69,10 @@ class CircuitBreaker {
   const uint32_t threshold_;
   const std::chrono::milliseconds open_for_;
   mutable std::mutex mutex_;
-  State state_ = State::kClosed;     // GUARDED_BY(mutex_)
-  uint32_t failures_ = 0;            // GUARDED_BY(mutex_)
-  bool trial_in_flight_ = false;     // GUARDED_BY(mutex_)
-  Clock::time_point reopen_at_{};    // GUARDED_BY(mutex_)
+  State state_ = State::kClosed;   // GUARDED_BY(mutex_)
+  uint32_t failures_ = 0;          // GUARDED_BY(mutex_)
+  bool trial_in_flight_ = false;   // GUARDED_BY(mutex_)
+  Clock::time_point reopen_at_{};  // GUARDED_BY(mutex_)
 };
 
 }  // namespace kvstash::tiers::internal

@@ -104,7 +104,8 @@ Result<ChunkHeader> FinishChunkRead(const std::string& path, const ChunkExpectat
     return Status::NotFound("chunk file " + path + " was truncated while read");
   }
   Result<ChunkHeader> header = DecodeChunkHeader(io.blocks.data(), kDiskBlockBytes);
-  if (!header.ok()) return Status::NotFound("chunk file " + path + ": " + header.status().message());
+  if (!header.ok())
+    return Status::NotFound("chunk file " + path + ": " + header.status().message());
   Status check = CheckChunkHeader(*header, expected);
   if (!check.ok()) return Status::NotFound("chunk file " + path + ": " + check.message());
   const uint64_t size = expected.payload_bytes;
@@ -159,7 +160,8 @@ Result<ChunkFileInfo> ReadChunkFileHeader(const std::string& path) {
     return Status::NotFound("chunk file " + path + " is shorter than its header");
   }
   Result<ChunkHeader> header = DecodeChunkHeader(block, sizeof(block));
-  if (!header.ok()) return Status::NotFound("chunk file " + path + ": " + header.status().message());
+  if (!header.ok())
+    return Status::NotFound("chunk file " + path + ": " + header.status().message());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::Internal(Errno("cannot stat", path));
   ChunkFileInfo info;

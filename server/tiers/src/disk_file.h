@@ -50,7 +50,7 @@ struct ChunkFileIo {
   AlignedBuffer blocks;  // [header block][tail block]
   std::unique_ptr<AlignedBuffer> bounce;
   std::vector<iovec> iov;
-  uint64_t bytes = 0;    // the file's size: what iov covers
+  uint64_t bytes = 0;  // the file's size: what iov covers
 };
 
 // The buffers that write `header` and `payload` (header.payload_bytes).

@@ -134,7 +134,8 @@ class DiskTier::Impl {
     if (used_bytes_ + need <= options_.capacity_bytes) return true;
     uint64_t freed = 0;
     std::vector<ChunkId> victims;
-    for (auto it = lru_.rbegin(); it != lru_.rend() && used_bytes_ - freed + need > options_.capacity_bytes; ++it) {
+    for (auto it = lru_.rbegin();
+         it != lru_.rend() && used_bytes_ - freed + need > options_.capacity_bytes; ++it) {
       const Entry& e = index_.at(*it);
       if (e.pins > 0) continue;
       freed += e.file_bytes;
@@ -162,9 +163,9 @@ class DiskTier::Impl {
   std::atomic<uint64_t> temp_counter_{0};
 
   mutable std::mutex mutex_;
-  Index index_;                 // GUARDED_BY(mutex_)
-  std::list<ChunkId> lru_;      // GUARDED_BY(mutex_); front = most recent, ready entries only
-  uint64_t used_bytes_ = 0;     // GUARDED_BY(mutex_); file bytes, written or being written
+  Index index_;              // GUARDED_BY(mutex_)
+  std::list<ChunkId> lru_;   // GUARDED_BY(mutex_); front = most recent, ready entries only
+  uint64_t used_bytes_ = 0;  // GUARDED_BY(mutex_); file bytes, written or being written
 
   internal::IoEngine io_;  // last: its threads finish their work before the rest goes
 };
@@ -180,10 +181,11 @@ Status DiskTier::Impl::OpenDir() {
   }
   const std::string lock_path = options_.path + "/LOCK";
   lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (lock_fd_ < 0) return Status::Internal("cannot open " + lock_path + ": " + std::strerror(errno));
+  if (lock_fd_ < 0)
+    return Status::Internal("cannot open " + lock_path + ": " + std::strerror(errno));
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    return Status::Unavailable("L2 directory " + options_.path +
-                               " is in use by another process (" + lock_path + " is locked)");
+    return Status::Unavailable("L2 directory " + options_.path + " is in use by another process (" +
+                               lock_path + " is locked)");
   }
   return Status::Ok();
 }
@@ -217,7 +219,8 @@ void DiskTier::Impl::Rebuild() {
                            internal::FromHex(name.data(), kHexBytes, id.scope.data()) &&
                            internal::FromHex(name.data() + kHexBytes + 1, kHexBytes, id.key.data());
         Result<internal::ChunkFileInfo> info =
-            named ? internal::ReadChunkFileHeader(path) : Result<internal::ChunkFileInfo>(Status::NotFound(""));
+            named ? internal::ReadChunkFileHeader(path)
+                  : Result<internal::ChunkFileInfo>(Status::NotFound(""));
         if (!info.ok() || info->header.id != id ||
             info->file_bytes != ChunkFileBytes(info->header.payload_bytes)) {
           ::unlink(path.c_str());
@@ -236,7 +239,8 @@ void DiskTier::Impl::Rebuild() {
   std::vector<Found> all;
   for (auto& part : found) all.insert(all.end(), part.begin(), part.end());
   // Oldest first: each goes to the front of the LRU, so the newest ends there.
-  std::sort(all.begin(), all.end(), [](const Found& a, const Found& b) { return a.mtime_ns < b.mtime_ns; });
+  std::sort(all.begin(), all.end(),
+            [](const Found& a, const Found& b) { return a.mtime_ns < b.mtime_ns; });
   std::vector<std::string> unlink_paths;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const Found& f : all) {
@@ -276,8 +280,8 @@ void DiskTier::Impl::PutOne(const PutRequest& r, const std::shared_ptr<Batch<Put
       TierStats::Add(stats_.put_already_present);
       early = PutResult{PutOutcome::kAlreadyPresent, Status::Ok()};
     } else if (it != index_.end()) {
-      early = PutResult{PutOutcome::kFailed,
-                        Status::Unavailable("chunk " + ToHex(r.id.key) + " is being removed from L2")};
+      early = PutResult{PutOutcome::kFailed, Status::Unavailable("chunk " + ToHex(r.id.key) +
+                                                                 " is being removed from L2")};
     } else if (need > options_.capacity_bytes) {
       early = PutResult{PutOutcome::kFailed,
                         Status::TooLarge("chunk file of " + std::to_string(need) +
@@ -285,8 +289,8 @@ void DiskTier::Impl::PutOne(const PutRequest& r, const std::shared_ptr<Batch<Put
                                          std::to_string(options_.capacity_bytes) + " bytes")};
     } else if (!MakeRoomLocked(need, &unlink_paths)) {
       early = PutResult{PutOutcome::kFailed,
-                        Status::Exhausted("L2 has no room for " + std::to_string(need) + " bytes: " +
-                                          std::to_string(used_bytes_) + " of " +
+                        Status::Exhausted("L2 has no room for " + std::to_string(need) +
+                                          " bytes: " + std::to_string(used_bytes_) + " of " +
                                           std::to_string(options_.capacity_bytes) +
                                           " bytes are pinned or being written")};
     } else {
@@ -330,9 +334,9 @@ void DiskTier::Impl::PutOne(const PutRequest& r, const std::shared_ptr<Batch<Put
                });
 }
 
-void DiskTier::Impl::FinishPut(const ChunkHeader& header, const std::string& temp_path, Status written,
-                               Clock::time_point start, const std::shared_ptr<Batch<PutResult>>& batch,
-                               size_t i) {
+void DiskTier::Impl::FinishPut(const ChunkHeader& header, const std::string& temp_path,
+                               Status written, Clock::time_point start,
+                               const std::shared_ptr<Batch<PutResult>>& batch, size_t i) {
   const std::string final_path = PathOf(header.id);
   if (written.ok() && ::rename(temp_path.c_str(), final_path.c_str()) != 0) {
     written = Status::Internal("cannot rename " + temp_path + " to " + final_path + ": " +
@@ -390,17 +394,21 @@ void DiskTier::Impl::GetOne(const GetRequest& r, const std::shared_ptr<Batch<Get
     return batch->Finish(i, {Status::NotFound("chunk " + ToHex(id.key) + " is not in L2"), 0});
   }
   const std::string path = PathOf(id);
-  Result<int> fd = internal::OpenChunkFile(path, ChunkFileBytes(r.expect.payload_bytes), options_.direct_io);
+  Result<int> fd =
+      internal::OpenChunkFile(path, ChunkFileBytes(r.expect.payload_bytes), options_.direct_io);
   if (!fd.ok()) return FinishGet(r, fd.status(), start, batch, i);
   auto io = std::make_shared<internal::ChunkFileIo>();
   internal::PrepareChunkRead(r.expect.payload_bytes, r.payload, *io);
-  io_.Transfer(*fd, false, io->iov, 0, [this, io, fd = *fd, r, path, start, batch, i](int64_t moved) {
-    ::close(fd);
-    FinishGet(r, internal::FinishChunkRead(path, r.expect, r.payload, *io, moved), start, batch, i);
-  });
+  io_.Transfer(*fd, false, io->iov, 0,
+               [this, io, fd = *fd, r, path, start, batch, i](int64_t moved) {
+                 ::close(fd);
+                 FinishGet(r, internal::FinishChunkRead(path, r.expect, r.payload, *io, moved),
+                           start, batch, i);
+               });
 }
 
-void DiskTier::Impl::FinishGet(const GetRequest& r, Result<ChunkHeader> read, Clock::time_point start,
+void DiskTier::Impl::FinishGet(const GetRequest& r, Result<ChunkHeader> read,
+                               Clock::time_point start,
                                const std::shared_ptr<Batch<GetResult>>& batch, size_t i) {
   const ChunkId& id = r.expect.id;
   std::vector<std::string> unlink_paths;
@@ -526,7 +534,9 @@ TierUsage DiskTier::Usage() const {
 const TierStats& DiskTier::stats() const { return impl_->stats_; }
 const DiskRebuildReport& DiskTier::rebuild_report() const { return impl_->report_; }
 const char* DiskTier::io_engine() const { return impl_->io_.kind(); }
-const std::string& DiskTier::io_uring_refused_reason() const { return impl_->io_.fallback_reason(); }
+const std::string& DiskTier::io_uring_refused_reason() const {
+  return impl_->io_.fallback_reason();
+}
 std::string DiskTier::PathOf(const ChunkId& id) const { return impl_->PathOf(id); }
 
 }  // namespace kvstash::tiers

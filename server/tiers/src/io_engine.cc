@@ -43,14 +43,17 @@ struct Op {
     }
     return first < iov.size();
   }
-  unsigned Count() const { return static_cast<unsigned>(std::min<size_t>(iov.size() - first, IOV_MAX)); }
+  unsigned Count() const {
+    return static_cast<unsigned>(std::min<size_t>(iov.size() - first, IOV_MAX));
+  }
 };
 
 // The synchronous transfer of the thread pool: preadv/pwritev until done.
 int64_t TransferNow(Op& op) {
   while (op.first < op.iov.size()) {
-    const ssize_t n = op.write ? ::pwritev(op.fd, &op.iov[op.first], static_cast<int>(op.Count()), op.offset)
-                               : ::preadv(op.fd, &op.iov[op.first], static_cast<int>(op.Count()), op.offset);
+    const ssize_t n =
+        op.write ? ::pwritev(op.fd, &op.iov[op.first], static_cast<int>(op.Count()), op.offset)
+                 : ::preadv(op.fd, &op.iov[op.first], static_cast<int>(op.Count()), op.offset);
     if (n < 0) {
       if (errno == EINTR) continue;
       return -errno;
@@ -102,9 +105,11 @@ class Ring {
       sqe = io_uring_get_sqe(&ring_);
     }
     if (op->write) {
-      io_uring_prep_writev(sqe, op->fd, &op->iov[op->first], op->Count(), static_cast<uint64_t>(op->offset));
+      io_uring_prep_writev(sqe, op->fd, &op->iov[op->first], op->Count(),
+                           static_cast<uint64_t>(op->offset));
     } else {
-      io_uring_prep_readv(sqe, op->fd, &op->iov[op->first], op->Count(), static_cast<uint64_t>(op->offset));
+      io_uring_prep_readv(sqe, op->fd, &op->iov[op->first], op->Count(),
+                          static_cast<uint64_t>(op->offset));
     }
     io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(op));
   }
@@ -193,7 +198,7 @@ class Ring {
 
   std::mutex mutex_;
   std::deque<std::function<void()>> jobs_;  // GUARDED_BY(mutex_)
-  bool stopping_ = false;                    // GUARDED_BY(mutex_)
+  bool stopping_ = false;                   // GUARDED_BY(mutex_)
   std::thread thread_;
 };
 
@@ -243,7 +248,8 @@ void IoEngine::Post(std::function<void()> job) {
   impl_->rings_[i % impl_->rings_.size()]->Post(std::move(job));
 }
 
-void IoEngine::Transfer(int fd, bool write, std::vector<iovec> iov, off_t offset, TransferDone done) {
+void IoEngine::Transfer(int fd, bool write, std::vector<iovec> iov, off_t offset,
+                        TransferDone done) {
   auto op = std::make_unique<Op>();
   op->fd = fd;
   op->write = write;

@@ -25,9 +25,9 @@ namespace kvstash::tiers::internal {
 
 struct IoEngineOptions {
   bool use_io_uring = true;
-  uint32_t rings = 1;          // io_uring: a thread each; jobs go round-robin
-  uint32_t depth = 8;          // io_uring: transfers in flight per ring
-  uint32_t pool_threads = 4;   // fallback: threads of the pool
+  uint32_t rings = 1;         // io_uring: a thread each; jobs go round-robin
+  uint32_t depth = 8;         // io_uring: transfers in flight per ring
+  uint32_t pool_threads = 4;  // fallback: threads of the pool
   std::string name = "kvstash-l2";
 };
 

@@ -11,14 +11,16 @@ namespace kvstash::tiers::internal {
 namespace {
 
 constexpr int kSlots = 16384;
-constexpr int kMaxRounds = 5;                 // redirections followed per call
+constexpr int kMaxRounds = 5;                       // redirections followed per call
 constexpr size_t kPipelineWindowBytes = 64u << 20;  // bytes sent before replies are read
 
 uint16_t Crc16(const char* buf, size_t len) {
   uint16_t crc = 0;
   for (size_t i = 0; i < len; ++i) {
     crc ^= static_cast<uint16_t>(static_cast<uint8_t>(buf[i]) << 8);
-    for (int b = 0; b < 8; ++b) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+    for (int b = 0; b < 8; ++b)
+      crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021)
+                           : static_cast<uint16_t>(crc << 1);
   }
   return crc;
 }
@@ -37,9 +39,10 @@ bool StartsWith(const redisReply* r, const char* prefix) {
 
 // Why a context failed, as a Status: a timeout, or the server gone.
 Status ContextError(const std::string& endpoint, const redisContext* c) {
-  const std::string text = "L3 redis " + endpoint + ": " + (c ? c->errstr : "cannot allocate a context");
-  if (c && c->err == REDIS_ERR_IO && (std::strstr(c->errstr, "temporarily unavailable") ||
-                                      std::strstr(c->errstr, "timed out"))) {
+  const std::string text =
+      "L3 redis " + endpoint + ": " + (c ? c->errstr : "cannot allocate a context");
+  if (c && c->err == REDIS_ERR_IO &&
+      (std::strstr(c->errstr, "temporarily unavailable") || std::strstr(c->errstr, "timed out"))) {
     return Status::TimedOut(text + " (command timeout)");
   }
   return Status::Unavailable(text);
@@ -86,11 +89,13 @@ bool SplitEndpoint(const std::string& endpoint, std::string* host, int* port) {
   const size_t colon = endpoint.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) return false;
   const std::string digits = endpoint.substr(colon + 1);
-  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 5) return false;
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 5)
+    return false;
   const int p = std::stoi(digits);
   if (p < 1 || p > 65535) return false;
   *host = endpoint.substr(0, colon);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']')
+    *host = host->substr(1, host->size() - 2);
   *port = p;
   return true;
 }
@@ -146,7 +151,8 @@ redisContext* RedisRouter::Connect(ConnectionSet& set, int node_index, Status* w
   auto found = set.contexts.find(node_index);
   if (found != set.contexts.end()) return found->second.get();
   Node& n = node(node_index);
-  ConnectionSet::Context c(redisConnectWithTimeout(n.host.c_str(), n.port, Millis(options_.connect_timeout_ms)));
+  ConnectionSet::Context c(
+      redisConnectWithTimeout(n.host.c_str(), n.port, Millis(options_.connect_timeout_ms)));
   if (!c || c->err) {
     *why = ContextError(n.endpoint, c.get());
     return nullptr;
@@ -173,7 +179,8 @@ redisContext* RedisRouter::Connect(ConnectionSet& set, int node_index, Status* w
   return (set.contexts[node_index] = std::move(c)).get();
 }
 
-std::shared_ptr<const RedisRouter::Topology> RedisRouter::CurrentTopology(ConnectionSet& set, Status* why) {
+std::shared_ptr<const RedisRouter::Topology> RedisRouter::CurrentTopology(ConnectionSet& set,
+                                                                          Status* why) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (topology_) return topology_;
@@ -218,7 +225,8 @@ std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet&
     topology->slot_node.assign(kSlots, -1);
     if (r->type == REDIS_REPLY_ERROR) {
       // Not a cluster: the listed servers are shards.
-      for (int s = 0; s < kSlots; ++s) topology->slot_node[s] = seeds_[static_cast<size_t>(s) % seeds_.size()];
+      for (int s = 0; s < kSlots; ++s)
+        topology->slot_node[s] = seeds_[static_cast<size_t>(s) % seeds_.size()];
     } else if (r->type == REDIS_REPLY_ARRAY) {
       topology->cluster = true;
       for (size_t i = 0; i < r->elements; ++i) {
@@ -226,10 +234,12 @@ std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet&
         if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
         const redisReply* master = range->element[2];
         if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
-        std::string host(master->element[0]->str ? master->element[0]->str : "", master->element[0]->len);
+        std::string host(master->element[0]->str ? master->element[0]->str : "",
+                         master->element[0]->len);
         if (host.empty() || host == "?") host = n.host;  // "the server you asked"
         const int owner = NodeIndex(host, static_cast<int>(master->element[1]->integer));
-        for (long long s = range->element[0]->integer; s <= range->element[1]->integer && s < kSlots; ++s) {
+        for (long long s = range->element[0]->integer;
+             s <= range->element[1]->integer && s < kSlots; ++s) {
           topology->slot_node[static_cast<size_t>(s)] = owner;
         }
       }
@@ -244,7 +254,8 @@ std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet&
   std::lock_guard<std::mutex> lock(mutex_);
   // Fail fast until then: a dead Redis costs one round of timeouts per
   // breaker period, not one per call.
-  next_refresh_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.breaker_open_ms);
+  next_refresh_ =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.breaker_open_ms);
   last_refresh_error_ = Status(last.code(), last.message() + " (no server answered; next try in " +
                                                 std::to_string(options_.breaker_open_ms) + " ms)");
   *why = last_refresh_error_;
@@ -255,7 +266,8 @@ void RedisRouter::Execute(ConnectionSet& set, const std::vector<RedisItem*>& ite
   for (int round = 0; round < kMaxRounds; ++round) {
     std::vector<RedisItem*> pending;
     for (RedisItem* item : items) {
-      if (item->status.ok() && item->replies.size() != item->commands.size()) pending.push_back(item);
+      if (item->status.ok() && item->replies.size() != item->commands.size())
+        pending.push_back(item);
     }
     if (pending.empty()) return;
     Status why;
@@ -268,7 +280,8 @@ void RedisRouter::Execute(ConnectionSet& set, const std::vector<RedisItem*>& ite
     for (RedisItem* item : pending) {
       const int target = item->ask_node >= 0 ? item->ask_node : topology->slot_node[item->slot];
       if (target < 0) {
-        item->status = Status::Unavailable("L3 redis: no server serves slot " + std::to_string(item->slot));
+        item->status =
+            Status::Unavailable("L3 redis: no server serves slot " + std::to_string(item->slot));
         continue;
       }
       by_node[target].push_back(item);
@@ -286,20 +299,23 @@ void RedisRouter::Execute(ConnectionSet& set, const std::vector<RedisItem*>& ite
   }
   for (RedisItem* item : items) {
     if (item->status.ok() && item->replies.size() != item->commands.size()) {
-      item->status = Status::Unavailable("L3 redis: still redirected after " + std::to_string(kMaxRounds) +
-                                         " rounds (the cluster is resharding)");
+      item->status =
+          Status::Unavailable("L3 redis: still redirected after " + std::to_string(kMaxRounds) +
+                              " rounds (the cluster is resharding)");
     }
   }
 }
 
-void RedisRouter::RunPipeline(ConnectionSet& set, int node_index, const std::vector<RedisItem*>& items) {
+void RedisRouter::RunPipeline(ConnectionSet& set, int node_index,
+                              const std::vector<RedisItem*>& items) {
   Node& n = node(node_index);
   if (!n.breaker.Allow()) {
     TierStats::Add(stats_.breaker_rejections, items.size());
     for (RedisItem* item : items) {
-      item->status = Status::Unavailable("L3 redis " + n.endpoint + ": circuit breaker open after " +
-                                         std::to_string(n.breaker.consecutive_failures()) +
-                                         " failures; next try in " + std::to_string(n.breaker.RetryInMs()) + " ms");
+      item->status = Status::Unavailable(
+          "L3 redis " + n.endpoint + ": circuit breaker open after " +
+          std::to_string(n.breaker.consecutive_failures()) + " failures; next try in " +
+          std::to_string(n.breaker.RetryInMs()) + " ms");
     }
     return;
   }
@@ -323,7 +339,8 @@ void RedisRouter::RunPipeline(ConnectionSet& set, int node_index, const std::vec
   }
 }
 
-Status RedisRouter::Pipeline(ConnectionSet& set, int node_index, const std::vector<RedisItem*>& items) {
+Status RedisRouter::Pipeline(ConnectionSet& set, int node_index,
+                             const std::vector<RedisItem*>& items) {
   Node& n = node(node_index);
   Status why;
   redisContext* c = Connect(set, node_index, &why);
@@ -364,7 +381,8 @@ Status RedisRouter::Pipeline(ConnectionSet& set, int node_index, const std::vect
         void* raw = nullptr;
         if (redisGetReply(c, &raw) != REDIS_OK) return broken();
         Reply reply(static_cast<redisReply*>(raw));
-        if (reply->type == REDIS_REPLY_ERROR && (StartsWith(reply.get(), "MOVED ") || StartsWith(reply.get(), "ASK "))) {
+        if (reply->type == REDIS_REPLY_ERROR &&
+            (StartsWith(reply.get(), "MOVED ") || StartsWith(reply.get(), "ASK "))) {
           // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381"
           const std::string text(reply->str, reply->len);
           std::string host;

@@ -93,7 +93,8 @@ class RedisRouter {
   std::shared_ptr<const Topology> CurrentTopology(ConnectionSet& connections, Status* why);
   std::shared_ptr<const Topology> Refresh(ConnectionSet& connections, Status* why);
   redisContext* Connect(ConnectionSet& connections, int node_index, Status* why);
-  void RunPipeline(ConnectionSet& connections, int node_index, const std::vector<RedisItem*>& items);
+  void RunPipeline(ConnectionSet& connections, int node_index,
+                   const std::vector<RedisItem*>& items);
   // One attempt: sends the items' commands in windows and reads the
   // replies. Not Ok when the connection failed (it is then dropped).
   Status Pipeline(ConnectionSet& connections, int node_index, const std::vector<RedisItem*>& items);
@@ -105,10 +106,11 @@ class RedisRouter {
 
   std::mutex refresh_mutex_;  // held while the slot map is read; taken before mutex_
   std::mutex mutex_;
-  std::vector<std::unique_ptr<Node>> nodes_;          // GUARDED_BY(mutex_); append-only
-  std::shared_ptr<const Topology> topology_;          // GUARDED_BY(mutex_); null: refresh
-  std::chrono::steady_clock::time_point next_refresh_{};  // GUARDED_BY(mutex_); after a failed refresh
-  Status last_refresh_error_;                             // GUARDED_BY(mutex_)
+  std::vector<std::unique_ptr<Node>> nodes_;  // GUARDED_BY(mutex_); append-only
+  std::shared_ptr<const Topology> topology_;  // GUARDED_BY(mutex_); null: refresh
+  std::chrono::steady_clock::time_point
+      next_refresh_{};                                // GUARDED_BY(mutex_); after a failed refresh
+  Status last_refresh_error_;                         // GUARDED_BY(mutex_)
   std::vector<std::unique_ptr<ConnectionSet>> idle_;  // GUARDED_BY(mutex_)
 };
 

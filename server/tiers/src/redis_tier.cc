@@ -52,7 +52,8 @@ Result<std::vector<std::string>> ParseRedisServers(const std::string& text) {
     std::string host;
     int port = 0;
     if (!internal::SplitEndpoint(entry, &host, &port)) {
-      return Status::InvalidArgument("--l3-redis entry '" + entry + "' is not HOST:PORT with a port in [1, 65535]");
+      return Status::InvalidArgument("--l3-redis entry '" + entry +
+                                     "' is not HOST:PORT with a port in [1, 65535]");
     }
     servers.push_back(entry);
     start = comma + 1;
@@ -63,10 +64,13 @@ Result<std::vector<std::string>> ParseRedisServers(const std::string& text) {
 class RedisTier::Impl {
  public:
   explicit Impl(const RedisTierOptions& options)
-      : options_(options), router_(options_, stats_), io_(std::max<uint32_t>(1, options_.io_threads), "kvstash-l3") {}
+      : options_(options),
+        router_(options_, stats_),
+        io_(std::max<uint32_t>(1, options_.io_threads), "kvstash-l3") {}
 
   std::string KeyOf(const ChunkId& id, uint32_t part) const {
-    return options_.key_prefix + ":{" + ToHex(id.scope.data(), 32) + ToHex(id.key) + "}:" + std::to_string(part);
+    return options_.key_prefix + ":{" + ToHex(id.scope.data(), 32) + ToHex(id.key) +
+           "}:" + std::to_string(part);
   }
   uint16_t SlotOf(const ChunkId& id) const { return internal::KeySlot(KeyOf(id, 0)); }
 
@@ -121,8 +125,9 @@ class RedisTier::Impl {
   internal::WorkQueue io_;  // last: its threads stop first
 };
 
-void RedisTier::Impl::PutRange(internal::ConnectionSet& set, const std::vector<PutRequest>& requests,
-                               size_t begin, size_t end, const std::shared_ptr<Batch<PutResult>>& batch) {
+void RedisTier::Impl::PutRange(internal::ConnectionSet& set,
+                               const std::vector<PutRequest>& requests, size_t begin, size_t end,
+                               const std::shared_ptr<Batch<PutResult>>& batch) {
   const auto start = Clock::now();
   std::vector<RedisItem> items(end - begin);
   for (size_t i = begin; i < end; ++i) {
@@ -140,12 +145,14 @@ void RedisTier::Impl::PutRange(internal::ConnectionSet& set, const std::vector<P
     const uint32_t parts = PartsOf(r.payload_bytes, options_.part_bytes);
     for (uint32_t p = 0; p < parts; ++p) {
       const uint64_t offset = uint64_t{p} * options_.part_bytes;
-      item.commands.push_back(Set(KeyOf(r.id, p + 1), r.payload + offset,
-                                  std::min<uint64_t>(options_.part_bytes, r.payload_bytes - offset)));
+      item.commands.push_back(
+          Set(KeyOf(r.id, p + 1), r.payload + offset,
+              std::min<uint64_t>(options_.part_bytes, r.payload_bytes - offset)));
     }
     std::string head(kPartZeroBytes, '\0');
     EncodeChunkHeader(header, reinterpret_cast<uint8_t*>(head.data()));
-    for (int b = 0; b < 8; ++b) head[kChunkHeaderBytes + b] = static_cast<char>(options_.part_bytes >> (8 * b));
+    for (int b = 0; b < 8; ++b)
+      head[kChunkHeaderBytes + b] = static_cast<char>(options_.part_bytes >> (8 * b));
     RedisCommand set_head = Set(KeyOf(r.id, 0), nullptr, 0);
     set_head.blob = nullptr;
     set_head.args.insert(set_head.args.begin() + 2, std::move(head));
@@ -179,7 +186,7 @@ void RedisTier::Impl::PutRange(internal::ConnectionSet& set, const std::vector<P
 }
 
 std::vector<RedisTier::Impl::Head> RedisTier::Impl::ReadHeads(internal::ConnectionSet& set,
-                                                             const std::vector<ChunkId>& ids) {
+                                                              const std::vector<ChunkId>& ids) {
   std::vector<RedisItem> items(ids.size());
   std::vector<RedisItem*> pointers;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -200,24 +207,28 @@ std::vector<RedisTier::Impl::Head> RedisTier::Impl::ReadHeads(internal::Connecti
     }
     const internal::Reply& r = item.replies[0];
     if (!IsString(r)) {
-      if (!r || r->type == REDIS_REPLY_ERROR) h.status = Status::Unavailable("L3 redis GETRANGE: " + ErrorText(r));
+      if (!r || r->type == REDIS_REPLY_ERROR)
+        h.status = Status::Unavailable("L3 redis GETRANGE: " + ErrorText(r));
       continue;
     }
     if (r->len == 0) continue;  // GETRANGE of a missing key: ""
-    Result<ChunkHeader> header = DecodeChunkHeader(reinterpret_cast<const uint8_t*>(r->str), r->len);
+    Result<ChunkHeader> header =
+        DecodeChunkHeader(reinterpret_cast<const uint8_t*>(r->str), r->len);
     if (!header.ok() || header->id != ids[i] || r->len != kPartZeroBytes) {
       TierStats::Add(stats_.corrupt_chunks);
       continue;
     }
     h.present = true;
     h.header = *header;
-    for (int b = 0; b < 8; ++b) h.part_bytes |= uint64_t{static_cast<uint8_t>(r->str[kChunkHeaderBytes + b])} << (8 * b);
+    for (int b = 0; b < 8; ++b)
+      h.part_bytes |= uint64_t{static_cast<uint8_t>(r->str[kChunkHeaderBytes + b])} << (8 * b);
   }
   return heads;
 }
 
-void RedisTier::Impl::GetRange(internal::ConnectionSet& set, const std::vector<GetRequest>& requests,
-                               size_t begin, size_t end, const std::shared_ptr<Batch<GetResult>>& batch) {
+void RedisTier::Impl::GetRange(internal::ConnectionSet& set,
+                               const std::vector<GetRequest>& requests, size_t begin, size_t end,
+                               const std::shared_ptr<Batch<GetResult>>& batch) {
   const auto start = Clock::now();
   // One round trip in the usual case: part 0 and the payload's parts at
   // our own part size. A writer with another part size costs a second.
@@ -248,11 +259,13 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set, const std::vector<G
     const internal::Reply& head = item.replies[0];
     if (IsNil(head)) return Status::NotFound("chunk " + ToHex(r.expect.id.key) + " is not in L3");
     if (!IsString(head)) return Status::Unavailable("L3 redis GET: " + ErrorText(head));
-    Result<ChunkHeader> header = DecodeChunkHeader(reinterpret_cast<const uint8_t*>(head->str), head->len);
+    Result<ChunkHeader> header =
+        DecodeChunkHeader(reinterpret_cast<const uint8_t*>(head->str), head->len);
     if (!header.ok() || head->len != kPartZeroBytes) {
       TierStats::Add(stats_.corrupt_chunks);
       return Status::NotFound("L3 chunk " + ToHex(r.expect.id.key) + ": " +
-                              (header.ok() ? "part 0 has " + std::to_string(head->len) + " bytes" : header.status().message()));
+                              (header.ok() ? "part 0 has " + std::to_string(head->len) + " bytes"
+                                           : header.status().message()));
     }
     Status check = CheckChunkHeader(*header, r.expect);
     if (!check.ok()) {
@@ -260,10 +273,12 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set, const std::vector<G
       return Status::NotFound("L3 chunk: " + check.message());
     }
     uint64_t part_bytes = 0;
-    for (int b = 0; b < 8; ++b) part_bytes |= uint64_t{static_cast<uint8_t>(head->str[kChunkHeaderBytes + b])} << (8 * b);
+    for (int b = 0; b < 8; ++b)
+      part_bytes |= uint64_t{static_cast<uint8_t>(head->str[kChunkHeaderBytes + b])} << (8 * b);
     if (part_bytes == 0 || part_bytes > (1ull << 40)) {
       TierStats::Add(stats_.corrupt_chunks);
-      return Status::NotFound("L3 chunk " + ToHex(r.expect.id.key) + ": part size " + std::to_string(part_bytes));
+      return Status::NotFound("L3 chunk " + ToHex(r.expect.id.key) + ": part size " +
+                              std::to_string(part_bytes));
     }
     const uint32_t parts = PartsOf(header->payload_bytes, part_bytes);
     if (part_bytes != writer_part_bytes[k]) {
@@ -276,12 +291,14 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set, const std::vector<G
       const uint64_t offset = uint64_t{p} * part_bytes;
       const uint64_t want = std::min<uint64_t>(part_bytes, header->payload_bytes - offset);
       if (!IsString(part) || part->len != want) {
-        if (part && part->type == REDIS_REPLY_ERROR) return Status::Unavailable("L3 redis GET: " + ErrorText(part));
+        if (part && part->type == REDIS_REPLY_ERROR)
+          return Status::Unavailable("L3 redis GET: " + ErrorText(part));
         TierStats::Add(stats_.corrupt_chunks);
-        return Status::NotFound("L3 chunk " + ToHex(r.expect.id.key) + ": part " + std::to_string(p + 1) +
-                                (IsString(part) ? " has " + std::to_string(part->len) + " bytes, expected " +
-                                                      std::to_string(want)
-                                                : " is missing"));
+        return Status::NotFound(
+            "L3 chunk " + ToHex(r.expect.id.key) + ": part " + std::to_string(p + 1) +
+            (IsString(part)
+                 ? " has " + std::to_string(part->len) + " bytes, expected " + std::to_string(want)
+                 : " is missing"));
       }
       std::memcpy(r.payload + offset, part->str, want);
     }
@@ -301,7 +318,8 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set, const std::vector<G
     std::vector<RedisItem*> again;
     for (size_t k : second) {
       RedisItem& item = items[k];
-      const uint32_t parts = PartsOf(requests[begin + k].expect.payload_bytes, writer_part_bytes[k]);
+      const uint32_t parts =
+          PartsOf(requests[begin + k].expect.payload_bytes, writer_part_bytes[k]);
       item.commands.clear();
       item.replies.clear();
       for (uint32_t p = 0; p <= parts; ++p) {
@@ -314,7 +332,8 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set, const std::vector<G
     router_.Execute(set, again);
     for (size_t k : second) {
       outcome[k] = assemble(k);
-      if (outcome[k].code() == StatusCode::kCancelled) outcome[k] = Status::NotFound("L3 chunk rewritten while read");
+      if (outcome[k].code() == StatusCode::kCancelled)
+        outcome[k] = Status::NotFound("L3 chunk rewritten while read");
     }
   }
   const uint64_t micros = MicrosSince(start);
@@ -326,7 +345,8 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set, const std::vector<G
       stats_.get_latency.Record(micros);
       batch->Finish(i, {Status::Ok(), headers[k].num_tokens});
     } else {
-      TierStats::Add(outcome[k].code() == StatusCode::kNotFound ? stats_.get_misses : stats_.get_errors);
+      TierStats::Add(outcome[k].code() == StatusCode::kNotFound ? stats_.get_misses
+                                                                : stats_.get_errors);
       batch->Finish(i, {outcome[k], 0});
     }
   }
@@ -338,11 +358,13 @@ Result<std::unique_ptr<RedisTier>> RedisTier::Open(const RedisTierOptions& optio
     KVSTASH_RETURN_IF_ERROR(ParseRedisServers(server).status());
   }
   if (options.part_bytes < 4096 || options.part_bytes > (512ull << 20)) {
-    return Status::OutOfRange("L3 part size " + std::to_string(options.part_bytes) +
-                              " bytes out of range [4096, 536870912] (Redis's proto-max-bulk-len default)");
+    return Status::OutOfRange(
+        "L3 part size " + std::to_string(options.part_bytes) +
+        " bytes out of range [4096, 536870912] (Redis's proto-max-bulk-len default)");
   }
   if (options.key_prefix.find_first_of("{}") != std::string::npos || options.key_prefix.empty()) {
-    return Status::InvalidArgument("L3 key prefix '" + options.key_prefix + "' must be non-empty without braces");
+    return Status::InvalidArgument("L3 key prefix '" + options.key_prefix +
+                                   "' must be non-empty without braces");
   }
   return std::unique_ptr<RedisTier>(new RedisTier(std::make_unique<Impl>(options)));
 }
@@ -351,7 +373,9 @@ RedisTier::RedisTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisTier::~RedisTier() = default;
 
 const std::string& RedisTier::name() const { return impl_->name_; }
-std::string RedisTier::KeyOf(const ChunkId& id, uint32_t part) const { return impl_->KeyOf(id, part); }
+std::string RedisTier::KeyOf(const ChunkId& id, uint32_t part) const {
+  return impl_->KeyOf(id, part);
+}
 const TierStats& RedisTier::stats() const { return impl_->stats_; }
 TierUsage RedisTier::Usage() const { return {}; }
 
@@ -366,67 +390,75 @@ void RedisTier::Put(std::vector<PutRequest> batch, PutDone done) {
     TierStats::Add(impl_->stats_.put_errors, batch.size());
     std::vector<PutResult> refused(batch.size());
     for (PutResult& r : refused) {
-      r.status = Status::Exhausted("L3 has " + std::to_string(before) + " bytes of writes pending, limit " +
+      r.status = Status::Exhausted("L3 has " + std::to_string(before) +
+                                   " bytes of writes pending, limit " +
                                    std::to_string(impl_->options_.max_pending_put_bytes));
     }
     return done(std::move(refused));
   }
   auto requests = std::make_shared<std::vector<PutRequest>>(std::move(batch));
   auto results = Batch<PutResult>::Make(requests->size(), std::move(done));
-  impl_->Spread(requests, [this, requests, results](internal::ConnectionSet& set, size_t b, size_t e) {
-    impl_->PutRange(set, *requests, b, e, results);
-  });
+  impl_->Spread(requests,
+                [this, requests, results](internal::ConnectionSet& set, size_t b, size_t e) {
+                  impl_->PutRange(set, *requests, b, e, results);
+                });
 }
 
 void RedisTier::Get(std::vector<GetRequest> batch, GetDone done) {
   auto requests = std::make_shared<std::vector<GetRequest>>(std::move(batch));
   auto results = Batch<GetResult>::Make(requests->size(), std::move(done));
-  impl_->Spread(requests, [this, requests, results](internal::ConnectionSet& set, size_t b, size_t e) {
-    impl_->GetRange(set, *requests, b, e, results);
-  });
+  impl_->Spread(requests,
+                [this, requests, results](internal::ConnectionSet& set, size_t b, size_t e) {
+                  impl_->GetRange(set, *requests, b, e, results);
+                });
 }
 
 void RedisTier::Contains(std::vector<ChunkId> ids, ContainsDone done) {
   TierStats::Add(impl_->stats_.contains_requests, ids.size());
   auto requests = std::make_shared<std::vector<ChunkId>>(std::move(ids));
   auto results = Batch<Presence>::Make(requests->size(), std::move(done));
-  impl_->Spread(requests, [this, requests, results](internal::ConnectionSet& set, size_t b, size_t e) {
-    std::vector<ChunkId> part(requests->begin() + static_cast<long>(b), requests->begin() + static_cast<long>(e));
-    std::vector<Impl::Head> heads = impl_->ReadHeads(set, part);
-    for (size_t k = 0; k < heads.size(); ++k) {
-      results->Finish(b + k, {heads[k].status, heads[k].present, heads[k].header});
-    }
-  });
+  impl_->Spread(requests,
+                [this, requests, results](internal::ConnectionSet& set, size_t b, size_t e) {
+                  std::vector<ChunkId> part(requests->begin() + static_cast<long>(b),
+                                            requests->begin() + static_cast<long>(e));
+                  std::vector<Impl::Head> heads = impl_->ReadHeads(set, part);
+                  for (size_t k = 0; k < heads.size(); ++k) {
+                    results->Finish(b + k, {heads[k].status, heads[k].present, heads[k].header});
+                  }
+                });
 }
 
 void RedisTier::Remove(std::vector<ChunkId> ids, RemoveDone done) {
   auto requests = std::make_shared<std::vector<ChunkId>>(std::move(ids));
   auto results = Batch<Status>::Make(requests->size(), std::move(done));
-  impl_->Spread(requests, [this, requests, results](internal::ConnectionSet& set, size_t b, size_t e) {
-    std::vector<ChunkId> part(requests->begin() + static_cast<long>(b), requests->begin() + static_cast<long>(e));
-    std::vector<Impl::Head> heads = impl_->ReadHeads(set, part);
-    // One DEL per chunk: its parts share a hash tag, hence a slot.
-    std::vector<RedisItem> items(part.size());
-    std::vector<RedisItem*> pointers;
-    for (size_t k = 0; k < part.size(); ++k) {
-      items[k].slot = impl_->SlotOf(part[k]);
-      if (!heads[k].status.ok()) {
-        items[k].status = heads[k].status;
-        continue;
-      }
-      const uint32_t parts = heads[k].present ? PartsOf(heads[k].header.payload_bytes, heads[k].part_bytes) : 0;
-      RedisCommand del;
-      del.args = {"DEL"};
-      for (uint32_t p = 0; p <= parts; ++p) del.args.push_back(impl_->KeyOf(part[k], p));
-      items[k].commands.push_back(std::move(del));
-      pointers.push_back(&items[k]);
-    }
-    impl_->router_.Execute(set, pointers);
-    for (size_t k = 0; k < part.size(); ++k) {
-      if (items[k].status.ok()) TierStats::Add(impl_->stats_.removed_chunks);
-      results->Finish(b + k, items[k].status);
-    }
-  });
+  impl_->Spread(
+      requests, [this, requests, results](internal::ConnectionSet& set, size_t b, size_t e) {
+        std::vector<ChunkId> part(requests->begin() + static_cast<long>(b),
+                                  requests->begin() + static_cast<long>(e));
+        std::vector<Impl::Head> heads = impl_->ReadHeads(set, part);
+        // One DEL per chunk: its parts share a hash tag, hence a slot.
+        std::vector<RedisItem> items(part.size());
+        std::vector<RedisItem*> pointers;
+        for (size_t k = 0; k < part.size(); ++k) {
+          items[k].slot = impl_->SlotOf(part[k]);
+          if (!heads[k].status.ok()) {
+            items[k].status = heads[k].status;
+            continue;
+          }
+          const uint32_t parts =
+              heads[k].present ? PartsOf(heads[k].header.payload_bytes, heads[k].part_bytes) : 0;
+          RedisCommand del;
+          del.args = {"DEL"};
+          for (uint32_t p = 0; p <= parts; ++p) del.args.push_back(impl_->KeyOf(part[k], p));
+          items[k].commands.push_back(std::move(del));
+          pointers.push_back(&items[k]);
+        }
+        impl_->router_.Execute(set, pointers);
+        for (size_t k = 0; k < part.size(); ++k) {
+          if (items[k].status.ok()) TierStats::Add(impl_->stats_.removed_chunks);
+          results->Finish(b + k, items[k].status);
+        }
+      });
 }
 
 }  // namespace kvstash::tiers

@@ -18,11 +18,13 @@ std::future<std::vector<R>> ToFuture(Call call) {
 }  // namespace
 
 std::future<std::vector<PutResult>> PutAsync(Tier& tier, std::vector<PutRequest> batch) {
-  return ToFuture<PutResult>([&](Tier::PutDone done) { tier.Put(std::move(batch), std::move(done)); });
+  return ToFuture<PutResult>(
+      [&](Tier::PutDone done) { tier.Put(std::move(batch), std::move(done)); });
 }
 
 std::future<std::vector<GetResult>> GetAsync(Tier& tier, std::vector<GetRequest> batch) {
-  return ToFuture<GetResult>([&](Tier::GetDone done) { tier.Get(std::move(batch), std::move(done)); });
+  return ToFuture<GetResult>(
+      [&](Tier::GetDone done) { tier.Get(std::move(batch), std::move(done)); });
 }
 
 std::future<std::vector<Presence>> ContainsAsync(Tier& tier, std::vector<ChunkId> ids) {
@@ -31,7 +33,8 @@ std::future<std::vector<Presence>> ContainsAsync(Tier& tier, std::vector<ChunkId
 }
 
 std::future<std::vector<Status>> RemoveAsync(Tier& tier, std::vector<ChunkId> ids) {
-  return ToFuture<Status>([&](Tier::RemoveDone done) { tier.Remove(std::move(ids), std::move(done)); });
+  return ToFuture<Status>(
+      [&](Tier::RemoveDone done) { tier.Remove(std::move(ids), std::move(done)); });
 }
 
 }  // namespace kvstash::tiers

@@ -30,7 +30,7 @@ class WorkQueue {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> jobs_;  // GUARDED_BY(mutex_)
-  bool stopping_ = false;                    // GUARDED_BY(mutex_)
+  bool stopping_ = false;                   // GUARDED_BY(mutex_)
   std::vector<std::thread> threads_;
 };
 

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     std::cerr << "C++ consumer: " << uptime_ms.status().ToString() << "\n";
     return 1;
   }
-  std::cout << "C++ consumer: ping Ok, daemon " << (*client)->server_info().server_version
-            << " up " << *uptime_ms << " ms\n";
+  std::cout << "C++ consumer: ping Ok, daemon " << (*client)->server_info().server_version << " up "
+            << *uptime_ms << " ms\n";
   return 0;
 }

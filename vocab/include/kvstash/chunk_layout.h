@@ -24,22 +24,19 @@ struct FlatGroupShape {
   uint32_t head_bytes = 0;
 };
 
-KVSTASH_HOST_DEVICE uint64_t FlatOffset(const FlatGroupShape& s, uint64_t layer,
-                                        uint64_t kv, uint64_t token,
-                                        uint64_t head) {
-  return (((layer * s.kv_count + kv) * s.chunk_tokens + token) * s.num_heads +
-          head) * s.head_bytes;
+KVSTASH_HOST_DEVICE uint64_t FlatOffset(const FlatGroupShape& s, uint64_t layer, uint64_t kv,
+                                        uint64_t token, uint64_t head) {
+  return (((layer * s.kv_count + kv) * s.chunk_tokens + token) * s.num_heads + head) * s.head_bytes;
 }
 
 KVSTASH_HOST_DEVICE uint64_t FlatGroupBytes(const FlatGroupShape& s) {
-  return uint64_t{s.num_layers} * s.kv_count * s.chunk_tokens * s.num_heads *
-         s.head_bytes;
+  return uint64_t{s.num_layers} * s.kv_count * s.chunk_tokens * s.num_heads * s.head_bytes;
 }
 
 struct ChunkGroup {
-  LayerGeometry geometry;          // shared by every layer of the group
-  std::vector<uint32_t> layers;    // indices into the registration's layers
-  uint64_t offset_bytes = 0;       // inside the flat chunk
+  LayerGeometry geometry;        // shared by every layer of the group
+  std::vector<uint32_t> layers;  // indices into the registration's layers
+  uint64_t offset_bytes = 0;     // inside the flat chunk
   FlatGroupShape shape;
   uint64_t size_bytes() const { return FlatGroupBytes(shape); }
 };
@@ -51,8 +48,7 @@ class ChunkLayout {
  public:
   // Groups layers by geometry (first appearance order). All layers must share
   // block_tokens, and chunk_tokens must be a multiple of it.
-  static Result<ChunkLayout> Build(const std::vector<LayerGeometry>& layers,
-                                   uint32_t chunk_tokens);
+  static Result<ChunkLayout> Build(const std::vector<LayerGeometry>& layers, uint32_t chunk_tokens);
 
   uint32_t chunk_tokens() const { return chunk_tokens_; }
   uint32_t block_tokens() const { return block_tokens_; }

@@ -14,7 +14,7 @@ namespace kvstash {
 //                            + h*head_stride; head_bytes contiguous bytes there.
 struct LayerGeometry {
   uint32_t num_blocks = 0;
-  uint32_t kv_count = 0;      // 2 = K and V, 1 = MLA latent
+  uint32_t kv_count = 0;  // 2 = K and V, 1 = MLA latent
   uint32_t block_tokens = 0;
   uint32_t num_heads = 0;
   uint32_t head_bytes = 0;
@@ -25,17 +25,15 @@ struct LayerGeometry {
   DType dtype = DType::kU8;
 };
 
-KVSTASH_HOST_DEVICE uint64_t PagedOffset(const LayerGeometry& g, uint64_t block,
-                                         uint64_t kv, uint64_t token,
-                                         uint64_t head) {
-  return block * g.block_stride + kv * g.kv_stride + token * g.token_stride +
-         head * g.head_stride;
+KVSTASH_HOST_DEVICE uint64_t PagedOffset(const LayerGeometry& g, uint64_t block, uint64_t kv,
+                                         uint64_t token, uint64_t head) {
+  return block * g.block_stride + kv * g.kv_stride + token * g.token_stride + head * g.head_stride;
 }
 
 // Bytes from the layer base to one past the last payload byte.
 KVSTASH_HOST_DEVICE uint64_t LayerExtentBytes(const LayerGeometry& g) {
-  return PagedOffset(g, g.num_blocks - 1, g.kv_count - 1, g.block_tokens - 1,
-                     g.num_heads - 1) + g.head_bytes;
+  return PagedOffset(g, g.num_blocks - 1, g.kv_count - 1, g.block_tokens - 1, g.num_heads - 1) +
+         g.head_bytes;
 }
 
 // Bytes of one element of a dtype (FP8 types are 1).

@@ -30,8 +30,8 @@ ChunkKey NamespaceId(const KeyNamespace& ns);
 
 // Keys of every chunk of tokens[0:n], the last one partial when n is not a
 // multiple of chunk_tokens. Continuing a chain: pass the previous key as seed.
-std::vector<ChunkKey> ChainChunkKeys(const ChunkKey& seed, const int32_t* tokens,
-                                     size_t num_tokens, uint32_t chunk_tokens);
+std::vector<ChunkKey> ChainChunkKeys(const ChunkKey& seed, const int32_t* tokens, size_t num_tokens,
+                                     uint32_t chunk_tokens);
 
 std::string ToHex(const uint8_t* bytes, size_t size);
 inline std::string ToHex(const ChunkKey& key) { return ToHex(key.data(), key.size()); }

@@ -14,11 +14,12 @@ namespace kvstash {
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
-  Status(StatusCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status Malformed(std::string m) { return {StatusCode::kMalformedMessage, std::move(m)}; }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
@@ -48,7 +49,7 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)), status_() {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {}     // NOLINT: implicit by design
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }  // Ok when there is a value
@@ -68,8 +69,8 @@ class [[nodiscard]] Result {
 }  // namespace kvstash
 
 // Returns early from the enclosing function with a failed Status.
-#define KVSTASH_RETURN_IF_ERROR(expr)              \
-  do {                                             \
-    ::kvstash::Status kvstash_status_ = (expr);    \
+#define KVSTASH_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::kvstash::Status kvstash_status_ = (expr);        \
     if (!kvstash_status_.ok()) return kvstash_status_; \
   } while (0)

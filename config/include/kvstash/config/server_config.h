@@ -33,45 +33,46 @@ inline const char* NameOf(CompletionWait wait) { return kCompletionWaitNames[siz
 
 struct ServerConfig {
   std::string socket = kDefaultSocket;
-  uint32_t socket_mode = 0660;            // file mode of an ipc:// socket
+  uint32_t socket_mode = 0660;  // file mode of an ipc:// socket
   BackendKind backend = BackendKind::kAuto;
-  double l1_gb = 4.0;                     // L1 pinned pool size
-  double l1_share = 0;                    // > 0: pool = this share of MemAvailable, not l1_gb
-  uint32_t l1_slice_mb = 256;             // pinning and slab unit; no slot straddles one
+  double l1_gb = 4.0;          // L1 pinned pool size
+  double l1_share = 0;         // > 0: pool = this share of MemAvailable, not l1_gb
+  uint32_t l1_slice_mb = 256;  // pinning and slab unit; no slot straddles one
   uint32_t chunk_tokens = 256;
   uint32_t max_chunks_per_request = 1024;
   uint32_t max_message_mb = 64;
-  uint32_t lease_ms = 30000;              // default lookup lease
-  uint32_t peer_timeout_ms = 10000;       // drop registrations of owners silent this long; 0 = never
-  std::string admin_group = "none";       // group (name or gid) whose members are admins; none = no group
+  uint32_t lease_ms = 30000;         // default lookup lease
+  uint32_t peer_timeout_ms = 10000;  // drop registrations of owners silent this long; 0 = never
+  std::string admin_group =
+      "none";  // group (name or gid) whose members are admins; none = no group
   uint32_t max_registrations_per_client = 64;
   uint32_t max_in_flight_per_client = 256;  // Store/Retrieve/UnregisterKV awaiting their reply
   uint32_t max_leases_per_client = 4096;
-  uint32_t max_leases = 65536;            // leases held by all clients together
-  double max_leased_share = 0.5;          // leased bytes at most this share of the L1 pool
-  uint32_t max_lease_ms = 600000;         // longest lease a Lookup may ask for
-  uint32_t copy_threads = 0;              // host copies; 0 = auto
-  uint32_t pin_threads = 0;               // background pinning; 0 = auto
+  uint32_t max_leases = 65536;     // leases held by all clients together
+  double max_leased_share = 0.5;   // leased bytes at most this share of the L1 pool
+  uint32_t max_lease_ms = 600000;  // longest lease a Lookup may ask for
+  uint32_t copy_threads = 0;       // host copies; 0 = auto
+  uint32_t pin_threads = 0;        // background pinning; 0 = auto
   TransferMode transfer_mode = TransferMode::kDma;  // CUDA backend
-  uint32_t staging_mb = 256;              // GPU staging ring per device (dma mode)
+  uint32_t staging_mb = 256;                        // GPU staging ring per device (dma mode)
   CompletionWait completion_wait = CompletionWait::kBlock;  // CUDA backend
-  uint32_t busy_poll_us = 50;             // the spin window (kvstash/adaptive_spin.h); 0 = never
-  std::string l2_path;                    // L2 directory; empty = no L2
-  double l2_gb = 64.0;                    // L2 capacity
+  uint32_t busy_poll_us = 50;  // the spin window (kvstash/adaptive_spin.h); 0 = never
+  std::string l2_path;         // L2 directory; empty = no L2
+  double l2_gb = 64.0;         // L2 capacity
   uint32_t l2_io_threads = 4;
   std::string tier_write = "write-through";  // or "on-eviction": when chunks go to L2/L3
-  std::string l3_redis;                   // HOST:PORT[,HOST:PORT...]; empty = no L3
-  std::string l3_user;                    // ACL user; empty = password alone
-  std::string l3_password;                // empty = no AUTH; never shown
+  std::string l3_redis;                      // HOST:PORT[,HOST:PORT...]; empty = no L3
+  std::string l3_user;                       // ACL user; empty = password alone
+  std::string l3_password;                   // empty = no AUTH; never shown
   uint32_t l3_connect_timeout_ms = 500;
   uint32_t l3_timeout_ms = 2000;
   uint32_t l3_io_threads = 4;
-  uint32_t l3_part_mb = 16;               // largest value written; chunks split above
-  uint32_t l3_ttl_s = 0;                  // 0 = no expiry
+  uint32_t l3_part_mb = 16;  // largest value written; chunks split above
+  uint32_t l3_ttl_s = 0;     // 0 = no expiry
   uint32_t l3_breaker_failures = 3;
   uint32_t l3_breaker_open_ms = 1000;
-  std::string log_level = "info";         // trace | debug | info | warn | error | off
-  uint32_t metrics_port = 0;              // Prometheus endpoint; 0 = off
+  std::string log_level = "info";  // trace | debug | info | warn | error | off
+  uint32_t metrics_port = 0;       // Prometheus endpoint; 0 = off
   std::string metrics_bind = "127.0.0.1";
 };
 

@@ -24,12 +24,12 @@ struct GroupCopy {
 
 // One chunk of the batch.
 struct ChunkCopy {
-  uint8_t* flat;                // chunk buffer of layout.chunk_bytes()
-  const uint32_t* block_ids;    // [num_block_ids] engine blocks, token t of the
-                                // chunk lives in block_ids[t / block_tokens]
-  uint32_t num_block_ids;       // >= ceil(num_tokens / block_tokens)
-  uint32_t num_tokens;          // valid tokens in the chunk (<= chunk_tokens)
-  uint32_t skip_tokens;         // scatter only: leading tokens not written
+  uint8_t* flat;              // chunk buffer of layout.chunk_bytes()
+  const uint32_t* block_ids;  // [num_block_ids] engine blocks, token t of the
+                              // chunk lives in block_ids[t / block_tokens]
+  uint32_t num_block_ids;     // >= ceil(num_tokens / block_tokens)
+  uint32_t num_tokens;        // valid tokens in the chunk (<= chunk_tokens)
+  uint32_t skip_tokens;       // scatter only: leading tokens not written
 };
 
 // Copies tokens [0, num_tokens) of every chunk from the paged layers into the

@@ -27,8 +27,7 @@ inline constexpr uint32_t kProtocolVersion = 2;
 // exact vector lengths). Returns the envelope, or MalformedMessage /
 // InvalidArgument naming the field ("RegisterKVRequest.model: 300 bytes
 // exceed the limit of 256") and the limit.
-Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size,
-                                             size_t max_bytes);
+Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size, size_t max_bytes);
 // The same; *request_id is the envelope's request id whenever the FlatBuffers
 // Verifier accepted the message (even if the schema walk then refused it), so
 // that the refusal reaches the request that caused it; 0 otherwise.
@@ -37,9 +36,8 @@ Result<const wire::Envelope*> VerifyEnvelope(const void* data, size_t size, size
 
 // The finished bytes of one message.
 using Bytes = std::vector<uint8_t>;
-Bytes Finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
-             wire::Body type, flatbuffers::Offset<void> body,
-             uint64_t deadline_ns = 0);
+Bytes Finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id, wire::Body type,
+             flatbuffers::Offset<void> body, uint64_t deadline_ns = 0);
 Bytes ErrorMessage(uint64_t request_id, const Status& status);
 
 inline StatusCode FromWire(wire::ErrorCode code) { return StatusCode(uint16_t(code)); }

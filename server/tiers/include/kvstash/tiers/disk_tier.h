@@ -6,8 +6,8 @@
 // threads doing preadv/pwritev where io_uring is refused) to DIR/tmp/ and
 // renamed into place once complete, so a file under its final name was
 // written whole; a crash of the machine can still leave a renamed file
-// whose blocks never reached the disk, which its checksums catch on read. After a restart, Open() rebuilds the index from the
-// files' headers alone (DIR/tmp is emptied). A file that is truncated,
+// whose blocks never reached the disk, which its checksums catch on read. After a restart, Open()
+// rebuilds the index from the files' headers alone (DIR/tmp is emptied). A file that is truncated,
 // corrupt or names another chunk is deleted and reported missing.
 //
 // One daemon per directory: Open() takes an exclusive lock on DIR/LOCK.
@@ -33,19 +33,19 @@ struct DiskTierOptions {
   // renames its chunks: two keep the disk fed when the CPU is contended
   // (one did not, in the daemon's tests on a loaded 2-core machine).
   uint32_t io_rings = 2;
-  uint32_t io_depth = 8;        // io_uring: chunks in flight per ring
-  uint32_t io_threads = 4;      // the thread pool: threads, a chunk in flight each
-  uint32_t scan_threads = 8;    // header reads in parallel while rebuilding
-  bool direct_io = true;        // O_DIRECT where the file system allows it
+  uint32_t io_depth = 8;      // io_uring: chunks in flight per ring
+  uint32_t io_threads = 4;    // the thread pool: threads, a chunk in flight each
+  uint32_t scan_threads = 8;  // header reads in parallel while rebuilding
+  bool direct_io = true;      // O_DIRECT where the file system allows it
 };
 
 // What Open() found on disk.
 struct DiskRebuildReport {
-  uint64_t chunks = 0;          // indexed
-  uint64_t bytes = 0;           // their file bytes
-  uint64_t dropped_files = 0;   // invalid, deleted
-  uint64_t evicted_files = 0;   // valid but over capacity, deleted (oldest first)
-  uint64_t temp_files = 0;      // unfinished writes, deleted
+  uint64_t chunks = 0;         // indexed
+  uint64_t bytes = 0;          // their file bytes
+  uint64_t dropped_files = 0;  // invalid, deleted
+  uint64_t evicted_files = 0;  // valid but over capacity, deleted (oldest first)
+  uint64_t temp_files = 0;     // unfinished writes, deleted
   double seconds = 0;
 };
 

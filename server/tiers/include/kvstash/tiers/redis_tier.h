@@ -35,9 +35,9 @@
 namespace kvstash::tiers {
 
 struct RedisTierOptions {
-  std::vector<std::string> servers;   // "HOST:PORT"
-  std::string user;                   // ACL user; empty: AUTH with the password alone
-  std::string password;               // empty: no AUTH
+  std::vector<std::string> servers;  // "HOST:PORT"
+  std::string user;                  // ACL user; empty: AUTH with the password alone
+  std::string password;              // empty: no AUTH
   std::string key_prefix = "kvstash";
   uint32_t connect_timeout_ms = 500;
   uint32_t command_timeout_ms = 2000;

@@ -44,7 +44,7 @@ struct PutResult {
 };
 
 struct GetRequest {
-  ChunkExpectation expect;  // id, layout fingerprint, payload bytes
+  ChunkExpectation expect;     // id, layout fingerprint, payload bytes
   uint8_t* payload = nullptr;  // expect.payload_bytes to fill; valid until done runs
 };
 

@@ -14,21 +14,21 @@
 namespace kvstash::tiers {
 
 // X(name, help). Counters only go up.
-#define KVSTASH_TIER_COUNTERS(X)                                                         \
-  X(put_chunks, "chunks written to the tier")                                            \
-  X(put_bytes, "payload bytes written to the tier")                                      \
-  X(put_already_present, "chunks a put found already stored")                            \
-  X(put_errors, "puts that failed (I/O error, timeout, no room, tier unavailable)")      \
-  X(get_hits, "chunks read back and verified")                                           \
-  X(get_misses, "chunks asked for that the tier did not hold")                           \
-  X(get_bytes, "payload bytes read back")                                                \
-  X(get_errors, "gets that failed (I/O error, timeout, tier unavailable)")               \
-  X(corrupt_chunks, "chunks dropped for failing a header or checksum check")             \
-  X(contains_requests, "ids asked for by Contains")                                      \
-  X(removed_chunks, "chunks removed on request")                                         \
-  X(evicted_chunks, "chunks evicted to make room")                                       \
-  X(evicted_bytes, "payload bytes of evicted chunks")                                    \
-  X(breaker_opens, "times a circuit breaker opened after repeated failures")             \
+#define KVSTASH_TIER_COUNTERS(X)                                                    \
+  X(put_chunks, "chunks written to the tier")                                       \
+  X(put_bytes, "payload bytes written to the tier")                                 \
+  X(put_already_present, "chunks a put found already stored")                       \
+  X(put_errors, "puts that failed (I/O error, timeout, no room, tier unavailable)") \
+  X(get_hits, "chunks read back and verified")                                      \
+  X(get_misses, "chunks asked for that the tier did not hold")                      \
+  X(get_bytes, "payload bytes read back")                                           \
+  X(get_errors, "gets that failed (I/O error, timeout, tier unavailable)")          \
+  X(corrupt_chunks, "chunks dropped for failing a header or checksum check")        \
+  X(contains_requests, "ids asked for by Contains")                                 \
+  X(removed_chunks, "chunks removed on request")                                    \
+  X(evicted_chunks, "chunks evicted to make room")                                  \
+  X(evicted_bytes, "payload bytes of evicted chunks")                               \
+  X(breaker_opens, "times a circuit breaker opened after repeated failures")        \
   X(breaker_rejections, "calls refused at once because a circuit breaker was open")
 
 // Latency of tier operations in microseconds, fixed buckets (the same bounds
