@@ -31,14 +31,15 @@ from .errors import (
     UnsupportedVersion,
 )
 from .layouts import LAYOUT_NAMES, LayerSpec, layer_specs
-from .registration import Chunks, Registration
+from .registration import Chunks, Registration, StreamRequest
 from .shm import host_tensor, shm_name_of
-from .types import ChunkOutcome, ChunkResult, DType, Geometry, LookupResult, ServerInfo
+from .types import BoardSignal, ChunkOutcome, ChunkResult, DType, Geometry, LookupResult, ServerInfo
 
 DEFAULT_SOCKET = "ipc:///run/kvstash/kvstash.sock"
 __version__ = "0.1.0"
 
 __all__ = [
+    "BoardSignal",
     "Cancelled",
     "ChunkOutcome",
     "ChunkResult",
@@ -61,6 +62,7 @@ __all__ = [
     "Registration",
     "ResourceExhausted",
     "ServerInfo",
+    "StreamRequest",
     "TimedOut",
     "TooLarge",
     "Unavailable",

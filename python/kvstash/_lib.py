@@ -229,6 +229,16 @@ _PROTOTYPES = {
          POINTER(_call_p)],
     ),
     "kvstash_release_submit": (_status, [_client_p, c_uint64, c_uint64, POINTER(_call_p)]),
+    "kvstash_retrieve_on_stream": (
+        _status,
+        [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint64, c_void_p, c_void_p,
+         c_uint32, c_uint64, POINTER(CBoardSignal), POINTER(_call_p)],
+    ),
+    "kvstash_store_on_stream": (
+        _status,
+        [_client_p, c_uint64, c_void_p, c_size_t, c_void_p, c_void_p, c_uint64,
+         POINTER(CBoardSignal), POINTER(_call_p)],
+    ),
     "kvstash_call_done": (c_int, [_call_p]),
     "kvstash_call_wait": (c_int, [_call_p, c_uint32]),
     "kvstash_call_user_data": (c_uint64, [_call_p]),

@@ -12,6 +12,7 @@ from . import _lib
 from ._dispatch import Dispatcher
 from .errors import Cancelled, Error, error_for, invalid
 from .layouts import LayerSpec, layer_specs
+from .registration import stream_handle
 from .shm import find_region
 from .types import Geometry, ServerInfo
 
@@ -47,6 +48,8 @@ class CompletionBoard:
         handle = c_void_p()
         client._call(self._lib.kvstash_board_create, _uint(slots, "slots"), int(gpu), byref(handle))
         self._handle = handle
+        self.slots: int = slots
+        self.gpu: int = int(gpu)
 
     def released(self, slot: int, count: int, sequence: int, k: int = 0) -> bool:
         """Whether slot `slot + k` of a request's signal is released."""
@@ -55,13 +58,25 @@ class CompletionBoard:
 
     def status(self, slot: int) -> int:
         """The slot's status word: 0 (OK) or the kvstash status of a failure."""
+        if not 0 <= _uint(slot, "slot") < self.slots:
+            raise invalid(f"slot {slot} is outside the board's {self.slots} slots")
         return int(self._lib.kvstash_board_status(self._handle, slot))
 
-    def wait(self, stream: int, slot: int, count: int, sequence: int, k: int = 0) -> None:
-        """Makes a CUDA stream (torch.cuda.current_stream().cuda_stream) wait
-        until slot `slot + k` is released."""
+    def wait(self, stream: Any, slot: int, count: int, sequence: int, k: int = 0) -> None:
+        """Makes a CUDA stream (torch.cuda.current_stream().cuda_stream, or a
+        torch.cuda.Stream) wait until slot `slot + k` is released."""
         signal = _lib.CBoardSignal(slot, count, sequence)
-        self._client._call(self._lib.kvstash_board_wait, self._handle, c_void_p(stream), byref(signal), k)
+        self._client._call(self._lib.kvstash_board_wait, self._handle,
+                           c_void_p(stream_handle(stream)), byref(signal), _uint(k, "k"))
+
+    def release(self, slot: int, sequence: int, status: int = 0) -> None:
+        """Writes the slot's status word, then its value `sequence`: releases
+        whatever waits on it. From the CPU this opens a store's gate
+        (StreamRequest.open_gate) when it was given no stream."""
+        if not 0 <= _uint(slot, "slot") < self.slots:
+            raise invalid(f"slot {slot} is outside the board's {self.slots} slots")
+        self._lib.kvstash_board_release(self._handle, slot, _uint(sequence, "sequence"),
+                                        _uint(status, "status"))
 
     def close(self) -> None:
         if self._handle:
@@ -318,7 +333,7 @@ class Client:
             keep.append(board)
         registration = _lib.CRegistration()
         self._call(self._lib.kvstash_register, byref(options), byref(registration))
-        return Registration(self, registration, specs, layers)
+        return Registration(self, registration, specs, layers, board)
 
 
 def _c_geometry(g: Geometry) -> _lib.CGeometry:

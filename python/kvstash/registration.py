@@ -15,10 +15,10 @@ from ._arrays import int32_buffer
 from ._dispatch import KIND_LOOKUP, KIND_OUTCOMES, KIND_RELEASE, outcomes_from
 from .errors import Error, invalid
 from .layouts import LayerSpec
-from .types import ChunkOutcome, Geometry, LookupResult
+from .types import BoardSignal, ChunkOutcome, Geometry, LookupResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
+    from .client import Client, CompletionBoard
 
 _KEY = 32
 _CHUNK_SIZE = ctypes.sizeof(_lib.CChunk)
@@ -123,22 +123,104 @@ def _sync_stream(stream: Any) -> None:
     )
 
 
+def stream_handle(stream: Any) -> Optional[int]:
+    """A cudaStream_t as an int: None (no stream), an int handle
+    (torch.cuda.current_stream().cuda_stream), or an object with a
+    `cuda_stream` attribute (a torch.cuda.Stream)."""
+    if stream is None:
+        return None
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
+        raise invalid(
+            f"stream must be an int cudaStream_t, a torch.cuda.Stream or None, got {stream!r}"
+        )
+    return handle or None
+
+
+class StreamRequest:
+    """A retrieve_on_stream or store_on_stream request in flight
+    (docs/protocol.md "GPU-side completion").
+
+    `signal`: its BoardSignal (slot, count, sequence) on `board`.
+    `outcomes`: a concurrent.futures.Future of the per-chunk outcomes (the
+    CPU reply; `await asyncio.wrap_future(request.outcomes)` in asyncio).
+    The slots are released whatever happens (failures too, with the error
+    in their status words), so a stream waiting on them never hangs; the
+    outcomes, or every slot's status once the last is released, say whether
+    the bytes are all there.
+    """
+
+    __slots__ = ("board", "signal", "outcomes", "_chunks")
+
+    def __init__(self, board: "CompletionBoard", signal: BoardSignal,
+                 outcomes: "Future[List[ChunkOutcome]]", chunks: "Chunks") -> None:
+        self.board = board
+        self.signal = signal
+        self.outcomes = outcomes
+        self._chunks = chunks  # the block ids stay alive until the reply
+
+    def _k(self, k: int) -> int:
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < self.signal.count:
+            raise invalid(f"k {k!r} is outside the request's {self.signal.count} slots [0, "
+                          f"{self.signal.count})")
+        return k
+
+    def wait(self, stream: Any, k: int = 0) -> None:
+        """Makes a CUDA stream (an int cudaStream_t such as
+        torch.cuda.current_stream().cuda_stream, or a torch.cuda.Stream)
+        wait, on the GPU, until slot k is released: a retrieve's layer range
+        k is in place, or (store, k=1) the blocks may be reused. Needs a
+        board made for a GPU (CompletionBoard(gpu=...))."""
+        slot, count, sequence = self.signal
+        self.board.wait(stream, slot, count, sequence, self._k(k))
+
+    def released(self, k: int = 0) -> bool:
+        """Non-blocking CPU check: whether slot k is released."""
+        slot, count, sequence = self.signal
+        return self.board.released(slot, count, sequence, self._k(k))
+
+    def status(self, k: int = 0) -> int:
+        """Slot k's status word: 0 (OK) or the kvstash status of what went
+        wrong (NOT_FOUND for a missing chunk, ...); final once the request's
+        last slot is released."""
+        return self.board.status(self.signal.slot + self._k(k))
+
+    @property
+    def done(self) -> bool:
+        """Whether every slot is released (the last one is released last)."""
+        return self.released(self.signal.count - 1)
+
+    def open_gate(self, status: int = 0) -> None:
+        """A store given no stream: tells kvstashd from the CPU that the
+        blocks are written (releases the gate, slot 0)."""
+        self.board.release(self.signal.slot, self.signal.sequence, status)
+
+    def result(self, timeout: Optional[float] = None) -> List[ChunkOutcome]:
+        """The per-chunk outcomes, waiting for the CPU reply."""
+        return self.outcomes.result(timeout)
+
+    def __repr__(self) -> str:
+        return f"<kvstash.StreamRequest {self.signal}>"
+
+
 class Registration:
     """An engine's KV cache registered with kvstashd.
 
     Attributes: `id`, `chunk_tokens` (tokens per chunk, the daemon's),
     `block_tokens`, `chunk_bytes`, `num_layers` (engine layers registered),
     `num_groups`, `geometries` (one Geometry per registered layer).
+    `board`: the CompletionBoard it was registered with, or None.
     Use as a context manager to unregister on exit. Keeps the tensors it
     was registered with alive.
     """
 
     def __init__(self, client: "Client", c: _lib.CRegistration, specs: List[LayerSpec],
-                 layers: Any) -> None:
+                 layers: Any, board: Optional["CompletionBoard"] = None) -> None:
         self._client = client
         self._c = c
         self._specs = specs
         self._layers = layers  # keeps the engine's tensors alive
+        self.board = board  # kept alive with the registration
         self.id: int = c.id
         self.chunk_tokens: int = c.chunk_tokens
         self.block_tokens: int = c.block_tokens
@@ -349,6 +431,72 @@ class Registration:
         """release() returning a concurrent.futures.Future at once."""
         return self._submit(KIND_RELEASE, _lib.lib().kvstash_release_submit,
                             _u64(lease_id, "lease_id"))
+
+    # ---- GPU-side completion (docs/protocol.md) ----
+
+    def _on_stream(self, fn: Any, chunks: Chunks, board: Optional["CompletionBoard"],
+                   before_board: tuple, after_board: tuple) -> StreamRequest:
+        chunks = self._chunks_arg(chunks)
+        board = self.board if board is None else board
+        if board is None:
+            raise invalid(
+                f"registration {self.id} has no completion board: register(..., "
+                "board=kvstash.CompletionBoard(client)) or pass board="
+            )
+        if not board._handle:
+            raise invalid("the completion board is closed")
+        signal = _lib.CBoardSignal()
+        statuses: List[int] = []
+
+        def submit(handle: c_void_p, tag: int, call: Any) -> int:
+            status = fn(handle, self.id, c_void_p(chunks._address), len(chunks), *before_board,
+                        board._handle, *after_board, tag, byref(signal), call)
+            statuses.append(status)
+            return status
+
+        future = self._submit(KIND_OUTCOMES, submit)
+        if not statuses or statuses[0] != 0:
+            # Refused before it was sent (or the client is closed): no slot
+            # was taken, nothing to wait on. Raise here, not in the Future.
+            raise future.exception()
+        return StreamRequest(board, BoardSignal(signal.slot, signal.count, signal.sequence),
+                             future, chunks)
+
+    def retrieve_on_stream(self, chunks: Chunks, *, stream: Any = None, layer_ranges: int = 1,
+                           skip_tokens: int = 0, lease_id: int = 0,
+                           board: Optional["CompletionBoard"] = None) -> StreamRequest:
+        """retrieve() with GPU-side completion: returns a StreamRequest once
+        the request is queued. Its slots are released (one per layer range,
+        in order) as the ranges' bytes land in the blocks; range k holds
+        layers [k*L//R, (k+1)*L//R) of the registration's L layers
+        (R = layer_ranges, 1 to min(256, L)). `stream`: the engine's CUDA
+        stream (an int such as torch.cuda.current_stream().cuda_stream, or
+        a torch.cuda.Stream); with layer_ranges=1 it already waits for the
+        data when this returns; otherwise call request.wait(stream, k)
+        before layer range k's attention. None: no stream (CPU checks with
+        request.released(k); the host backend). `board`: the
+        registration's board by default. The outcomes (request.outcomes)
+        are authoritative: a missing or failed chunk's blocks are unwritten
+        although its slots are released. Errors found before the request is
+        sent raise here; later ones arrive through request.outcomes and the
+        slots' status words."""
+        return self._on_stream(_lib.lib().kvstash_retrieve_on_stream, chunks, board,
+                               (_u32(skip_tokens, "skip_tokens"), _u64(lease_id, "lease_id")),
+                               (c_void_p(stream_handle(stream)),
+                                _u32(layer_ranges, "layer_ranges")))
+
+    def store_on_stream(self, chunks: Chunks, *, stream: Any = None,
+                        board: Optional["CompletionBoard"] = None) -> StreamRequest:
+        """store() gated on the engine's stream, without a host wait:
+        libkvstash enqueues the gate (slot 0) on `stream` and kvstashd reads
+        the blocks only once the stream got there. Slot 1 is released once
+        the blocks may be reused (request.wait(stream, 1) before
+        overwriting them). stream=None: the caller opens the gate from the
+        CPU with request.open_gate() once the blocks are written; a gate
+        never opened fails every chunk with TIMED_OUT at the request's
+        deadline. Outcomes arrive in request.outcomes."""
+        return self._on_stream(_lib.lib().kvstash_store_on_stream, chunks, board,
+                               (), (c_void_p(stream_handle(stream)),))
 
     # ---- asyncio ----
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import List, Union
+from typing import List, NamedTuple, Union
 
 
 class DType(enum.IntEnum):
@@ -142,3 +142,14 @@ class Geometry:
 
 
 __all__ = ["ChunkOutcome", "ChunkResult", "DType", "Geometry", "LookupResult", "ServerInfo"]
+
+
+class BoardSignal(NamedTuple):
+    """The completion-board slots of one on-stream request: slots
+    [slot, slot + count) are released when their value reaches `sequence`.
+    A retrieve has one slot per layer range; a store has 2 (0: the gate the
+    engine opens, 1: released once the engine's blocks may be reused)."""
+
+    slot: int
+    count: int
+    sequence: int
