@@ -137,3 +137,17 @@ def test_a_completion_board_is_registered_and_readable_from_the_cpu(client):
         kvstash.CompletionBoard(client, slots=5000)
     reg.unregister()
     board.close()
+
+
+def test_every_function_of_the_c_api_is_bound():
+    """_lib's prototypes cover kvstash.h, and the loaded library exports them."""
+    import re
+    from pathlib import Path
+
+    from kvstash import _lib
+
+    header = Path(__file__).resolve().parents[2] / "client/include/kvstash/kvstash.h"
+    declared = set(re.findall(r"KVSTASH_API\s[^;{]*?\b(kvstash_\w+)\s*\(", header.read_text()))
+    assert "kvstash_retrieve_on_stream" in declared
+    assert declared - set(_lib._PROTOTYPES) == set()
+    assert _lib.lib().missing == []
