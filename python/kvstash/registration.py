@@ -493,8 +493,10 @@ class Registration:
         the blocks may be reused (request.wait(stream, 1) before
         overwriting them). stream=None: the caller opens the gate from the
         CPU with request.open_gate() once the blocks are written; a gate
-        never opened fails every chunk with TIMED_OUT at the request's
-        deadline. Outcomes arrive in request.outcomes."""
+        never opened fails the store at the request's deadline (every
+        chunk FAILED with the TimedOut code, or request.outcomes with
+        kvstash.TimedOut) and stores nothing. Outcomes arrive in
+        request.outcomes."""
         return self._on_stream(_lib.lib().kvstash_store_on_stream, chunks, board,
                                (), (c_void_p(stream_handle(stream)),))
 

@@ -233,3 +233,31 @@ def test_outcomes_work_with_asyncio(reg):
 
     assert [o.result for o in asyncio.run(main())] == [kvstash.ChunkResult.RETRIEVED]
     assert request.done
+
+
+def test_a_gate_never_opened_fails_the_store_at_its_deadline(daemon, board):
+    with kvstash.Client(socket=daemon.socket, timeout_ms=300, name="gate") as short:
+        reg = short.register(_layers(), model="on-stream-gate", board=board)
+        chunks = reg.chunks(np.arange(8000, 8016, dtype=np.int32), np.array([0, 1], np.int32))
+        start = time.monotonic()
+        request = reg.store_on_stream(chunks)
+        try:
+            outcomes = request.result(5)
+        except kvstash.TimedOut:
+            pass  # the client's timeout
+        else:  # or the daemon's per-chunk TimedOut
+            assert outcomes[0].result == kvstash.ChunkResult.FAILED
+            assert outcomes[0].error == 10, outcomes
+        assert _wait_released(request, 1, timeout=3)
+        assert request.status(1) == 10  # TimedOut
+        assert time.monotonic() - start < 3
+        # Nothing was published (the lookup may time out while the lane
+        # still holds the gated job: ask again).
+        deadline = time.monotonic() + 3
+        while True:
+            try:
+                hit = reg.lookup(chunks)
+                break
+            except kvstash.TimedOut:
+                assert time.monotonic() < deadline
+        assert hit.hit_chunks == 0
