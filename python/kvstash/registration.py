@@ -123,18 +123,23 @@ def _sync_stream(stream: Any) -> None:
     )
 
 
+_CUDA_STREAM_LEGACY = 0x1  # cudaStreamLegacy / CU_STREAM_LEGACY
+
+
 def stream_handle(stream: Any) -> Optional[int]:
     """A cudaStream_t as an int: None (no stream), an int handle
     (torch.cuda.current_stream().cuda_stream), or an object with a
-    `cuda_stream` attribute (a torch.cuda.Stream)."""
+    `cuda_stream` attribute (a torch.cuda.Stream). Handle 0, CUDA's legacy
+    default stream (torch's default stream), becomes cudaStreamLegacy: the
+    C API reads a NULL stream as "no stream"."""
     if stream is None:
         return None
     handle = getattr(stream, "cuda_stream", stream)
-    if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
+    if isinstance(handle, bool) or not isinstance(handle, int) or not 0 <= handle < 1 << 64:
         raise invalid(
             f"stream must be an int cudaStream_t, a torch.cuda.Stream or None, got {stream!r}"
         )
-    return handle or None
+    return handle or _CUDA_STREAM_LEGACY
 
 
 class StreamRequest:

@@ -261,3 +261,20 @@ def test_a_gate_never_opened_fails_the_store_at_its_deadline(daemon, board):
             except kvstash.TimedOut:
                 assert time.monotonic() < deadline
         assert hit.hit_chunks == 0
+
+
+def test_streams_are_given_as_handles_and_the_default_stream_is_not_no_stream():
+    from kvstash.registration import stream_handle
+
+    class TorchLikeStream:
+        cuda_stream = 0x7F00_0000_1234
+
+    assert stream_handle(None) is None
+    assert stream_handle(0x55) == 0x55
+    assert stream_handle(TorchLikeStream()) == 0x7F00_0000_1234
+    # 0 (the legacy default stream, torch's default) must not read as
+    # "no stream" (NULL) in the C API: it is passed as cudaStreamLegacy.
+    assert stream_handle(0) == 1
+    for bad in (-1, True, 1.5, 1 << 64):
+        with pytest.raises(kvstash.InvalidArgument, match="stream must be"):
+            stream_handle(bad)
