@@ -278,3 +278,20 @@ def test_streams_are_given_as_handles_and_the_default_stream_is_not_no_stream():
     for bad in (-1, True, 1.5, 1 << 64):
         with pytest.raises(kvstash.InvalidArgument, match="stream must be"):
             stream_handle(bad)
+
+
+def test_a_full_board_or_no_range_is_refused_at_once_with_no_slot_taken(reg, board):
+    chunks = reg.chunks(np.arange(9000, 9016, dtype=np.int32), np.array([0, 1], np.int32))
+    with pytest.raises(kvstash.InvalidArgument, match="1 to 16 slots of this board, not 0"):
+        reg.retrieve_on_stream(chunks, layer_ranges=0)
+    # Eight gated stores hold the board's 16 slots; the ninth finds none.
+    held = [reg.store_on_stream(chunks) for _ in range(8)]
+    with pytest.raises(kvstash.ResourceExhausted, match="no 2 adjacent free slots"):
+        reg.store_on_stream(chunks)
+    for h in held:
+        h.open_gate()
+    for h in held:
+        assert all(o.ok for o in h.result(5))
+    # The slots came back with the replies.
+    again = reg.retrieve_on_stream(chunks)
+    assert all(o.ok for o in again.result(5))
