@@ -159,8 +159,7 @@ Status Transfers::CheckChunks(const Registration& reg, const std::vector<ChunkRe
 }
 
 Transfers::Reply Transfers::SubmitTransfer(Direction direction, TransferJob job, bool begun) {
-  // block_ids grew while the job was built: point the copies at it only now.
-  for (size_t c = 0; c < job.chunks.size(); ++c) job.chunks[c].block_ids = job.block_ids[c].data();
+  job.Seal();  // block_ids is complete: point the copies at it
   if (!begun) deferred_.Begin(job.owner);
   MarkStage(deferred_.trace(), job.request_id, TraceStage::kDaemonHandled);
   const size_t device = size_t(job.registration->device);
@@ -212,9 +211,7 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
         continue;
       case ChunkStore::Reservation::kReserved: break;
     }
-    const uint32_t blocks = uint32_t(chunk.block_ids.size());
-    job.block_ids.push_back(std::move(chunk.block_ids));
-    job.chunks.push_back(kernels::ChunkCopy{ticket.slot, nullptr, blocks, chunk.num_tokens, 0});
+    job.Add(kernels::ChunkCopy{ticket.slot, nullptr, 0, chunk.num_tokens, 0}, chunk.block_ids);
     outcome.num_tokens = chunk.num_tokens;
     reserved->emplace_back(i, ticket.entry);
   }
@@ -343,9 +340,8 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
       outcome.result = ChunkResult::kRetrieved;
       continue;
     }
-    job.block_ids.push_back(std::move(chunk.block_ids));
-    job.chunks.push_back(
-        kernels::ChunkCopy{const_cast<uint8_t*>(ticket->slot), nullptr, given, stored, skip});
+    job.Add(kernels::ChunkCopy{const_cast<uint8_t*>(ticket->slot), nullptr, 0, stored, skip},
+            chunk.block_ids);
     reading->emplace_back(i, ticket->entry);
   }
   const uint64_t lease_id = m.lease_id;

@@ -29,8 +29,25 @@ struct TransferJob {
   PeerId owner;                               // who asked
   uint64_t request_id = 0;                    // for the stage trace
   std::optional<Clock::time_point> deadline;  // no engine block is written after it
-  std::vector<kernels::ChunkCopy> chunks;     // block_ids point into block_ids
-  std::vector<std::vector<uint32_t>> block_ids;
+  // Chunk i's num_block_ids ids follow chunk i - 1's in `block_ids`; its
+  // block_ids pointer is set once, when the job is submitted (Seal).
+  std::vector<kernels::ChunkCopy> chunks;
+  std::vector<uint32_t> block_ids;
+
+  // Appends a chunk and its block ids (copy.block_ids is set by Seal).
+  void Add(const kernels::ChunkCopy& copy, const std::vector<uint32_t>& ids) {
+    chunks.push_back(copy);
+    chunks.back().num_block_ids = uint32_t(ids.size());
+    block_ids.insert(block_ids.end(), ids.begin(), ids.end());
+  }
+  // Points every chunk at its ids; block_ids does not grow after this.
+  void Seal() {
+    const uint32_t* next = block_ids.data();
+    for (kernels::ChunkCopy& c : chunks) {
+      c.block_ids = next;
+      next += c.num_block_ids;
+    }
+  }
   // Called once, with the copy's status and, per chunk of this job, whether
   // it was left out because the deadline had passed.
   std::function<void(const Status&, const std::vector<uint8_t>& missed)> complete;

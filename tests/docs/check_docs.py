@@ -23,6 +23,7 @@ FOREIGN_FLAGS = {
     "--kv-transfer-config", "--block-size",  # vllm serve
     "--port", "--bind", "--protected-mode", "--maxmemory", "--maxmemory-policy", "--save",
     "--appendonly", "--proto-max-bulk-len",  # redis-server
+    "--check",  # scripts/format.sh
 }
 DOCS = ["README.md", "docs/*.md"]
 # Files other than docs where a KVSTASH_* variable may be defined: the
