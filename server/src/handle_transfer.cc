@@ -99,8 +99,7 @@ Status TimedOutChunk() {
 Transfers::Transfers(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
                      Backend& backend, ChunkStore& store, TierChain& tiers,
                      const Registrations& registrations)
-    : config_(config),
-      stats_(stats),
+    : stats_(stats),
       deferred_(deferred),
       store_(&store),
       tiers_(tiers),

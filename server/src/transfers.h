@@ -47,7 +47,6 @@ class Transfers {
   // through the reply queue.
   Reply SubmitTransfer(Direction direction, TransferJob job, bool begun = false);
 
-  const config::ServerConfig& config_;
   Stats& stats_;
   DeferredReplies& deferred_;
   ChunkStore* store_;
