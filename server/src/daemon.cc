@@ -53,6 +53,7 @@ Status SizePool(config::ServerConfig& config, const std::string& backend) {
 
 struct Daemon::Impl {
   config::ServerConfig config;
+  std::string backend_name;  // the backend chosen (config.backend may say auto)
   ReplyQueue replies;
   std::unique_ptr<Service> service;
   std::unique_ptr<MetricsEndpoint> metrics;  // null unless metrics_port is set
@@ -80,7 +81,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& confi
   if (impl->stop_fd < 0) return Status::Internal("eventfd failed");
   Result<std::unique_ptr<Backend>> backend = CreateBackend(config);
   if (!backend.ok()) return backend.status();
-  KVSTASH_RETURN_IF_ERROR(SizePool(impl->config, (*backend)->name()));
+  impl->backend_name = (*backend)->name();  // the chosen one, also under --backend auto
+  KVSTASH_RETURN_IF_ERROR(SizePool(impl->config, impl->backend_name));
   Result<std::unique_ptr<Service>> service =
       Service::Create(impl->config, std::move(*backend), impl->replies);
   if (!service.ok()) return service.status();
@@ -130,7 +132,7 @@ Status Daemon::Run() {
       Logger()->warn("cannot set mode {:o} on {}", impl_->config.socket_mode, path);
     }
     Logger()->info("kvstashd serving at {} ({} backend, L1 {:.2f} GiB)", impl_->config.socket,
-                   NameOf(impl_->config.backend), impl_->config.l1_gb);
+                   impl_->backend_name, impl_->config.l1_gb);
     status = impl_->Serve(router);
   } catch (const zmq::error_t& e) {
     status = Status::Unavailable("ZeroMQ error on " + impl_->config.socket + ": " + e.what());
