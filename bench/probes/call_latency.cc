@@ -26,6 +26,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "kvstash/client.h"
@@ -69,36 +70,24 @@ struct CallerTrace {
 };
 
 // Times `call`; `after` runs outside the timing (a lookup's lease release:
-// leases per client are bounded). `call` and `after` are one request each;
-// the trace names the timed ones `label`.
-template <typename Call, typename After>
-std::vector<double> Time(CallerTrace& trace, const char* label, int samples, Call call,
-                         After after) {
-  for (int i = 0; i < samples / 10 + 10; ++i) {  // warm up
-    call();
-    if (trace.on) trace.calls.push_back({"-", 0, 0});
-    after();
-    if (trace.on) trace.calls.push_back({"-", 0, 0});
-  }
-  std::vector<double> us;
-  us.reserve(samples);
-  for (int i = 0; i < samples; ++i) {
-    const auto start = Clock::now();
-    call();
-    const auto woke = Clock::now();
-    us.push_back(std::chrono::duration<double, std::micro>(woke - start).count());
-    if (trace.on) trace.calls.push_back({label, Ns(start), Ns(woke)});
-    after();
-    if (trace.on) trace.calls.push_back({"-", 0, 0});
-  }
-  return us;
-}
+// leases per client are bounded), unless it is NoAfter. `call` and `after`
+// are one request each; the trace names the timed ones `label`.
+struct NoAfter {};
 
-template <typename Call>
-std::vector<double> Time(CallerTrace& trace, const char* label, int samples, Call call) {
+template <typename Call, typename After = NoAfter>
+std::vector<double> Time(CallerTrace& trace, const char* label, int samples, Call call,
+                         After after = {}) {
+  constexpr bool kAfter = !std::is_same_v<After, NoAfter>;
+  const auto untimed = [&] {
+    if constexpr (kAfter) {
+      after();
+      if (trace.on) trace.calls.push_back({"-", 0, 0});
+    }
+  };
   for (int i = 0; i < samples / 10 + 10; ++i) {  // warm up
     call();
     if (trace.on) trace.calls.push_back({"-", 0, 0});
+    untimed();
   }
   std::vector<double> us;
   us.reserve(samples);
@@ -108,6 +97,7 @@ std::vector<double> Time(CallerTrace& trace, const char* label, int samples, Cal
     const auto woke = Clock::now();
     us.push_back(std::chrono::duration<double, std::micro>(woke - start).count());
     if (trace.on) trace.calls.push_back({label, Ns(start), Ns(woke)});
+    untimed();
   }
   return us;
 }

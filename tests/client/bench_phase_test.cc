@@ -7,24 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_process.h"
+#include "small_bench.h"
 
 namespace kvstash::testing {
 namespace {
-
-const std::vector<std::string> kShape = {"--layers",
-                                         "4",
-                                         "--kv-heads",
-                                         "2",
-                                         "--head-dim",
-                                         "64",
-                                         "--block-tokens",
-                                         "16",
-                                         "--prompts",
-                                         "4",
-                                         "--prompt-tokens",
-                                         "300",
-                                         "--shared-prefix-tokens",
-                                         "128"};
 
 class BenchPhase : public ::testing::Test {
  protected:
@@ -37,7 +23,7 @@ class BenchPhase : public ::testing::Test {
   ProcessResult Bench(const std::string& phase, const std::string& seed, bool json = true) {
     std::vector<std::string> args = {"bench",  "--socket", daemon_->socket(), "--phase", phase,
                                      "--seed", seed};
-    args.insert(args.end(), kShape.begin(), kShape.end());
+    args.insert(args.end(), kSmallBenchShape.begin(), kSmallBenchShape.end());
     if (json) args.push_back("--json");
     return RunBinary("kvstash", args);
   }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_process.h"
+#include "small_bench.h"
 
 namespace kvstash::testing {
 namespace {
@@ -28,24 +29,9 @@ class Cli : public ::testing::Test {
   std::unique_ptr<DaemonProcess> daemon_;
 };
 
-const std::vector<std::string> kSmallBench = {"--layers",
-                                              "4",
-                                              "--kv-heads",
-                                              "2",
-                                              "--head-dim",
-                                              "64",
-                                              "--block-tokens",
-                                              "16",
-                                              "--prompts",
-                                              "4",
-                                              "--prompt-tokens",
-                                              "300",
-                                              "--shared-prefix-tokens",
-                                              "128"};
-
 TEST_F(Cli, BenchStoresRetrievesAndVerifies) {
   std::vector<std::string> args = {"bench"};
-  args.insert(args.end(), kSmallBench.begin(), kSmallBench.end());
+  args.insert(args.end(), kSmallBenchShape.begin(), kSmallBenchShape.end());
   const ProcessResult result = Run(args);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("\nPASS\n"), std::string::npos) << result.output;
@@ -54,7 +40,7 @@ TEST_F(Cli, BenchStoresRetrievesAndVerifies) {
 
 TEST_F(Cli, BenchJsonCountsSharedPrefixChunksOnce) {
   std::vector<std::string> args = {"bench", "--json", "--rounds", "2"};
-  args.insert(args.end(), kSmallBench.begin(), kSmallBench.end());
+  args.insert(args.end(), kSmallBenchShape.begin(), kSmallBenchShape.end());
   const ProcessResult result = Run(args);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const auto json = nlohmann::json::parse(result.output);
@@ -216,7 +202,7 @@ TEST(CliEvictions, BenchSaysWhyTheHitRateFellShort) {
 
 TEST_F(Cli, FullHitRateGivesNoShortfallReason) {
   std::vector<std::string> args = {"bench", "--json"};
-  args.insert(args.end(), kSmallBench.begin(), kSmallBench.end());
+  args.insert(args.end(), kSmallBenchShape.begin(), kSmallBenchShape.end());
   const ProcessResult result = Run(args);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const auto json = nlohmann::json::parse(result.output);
