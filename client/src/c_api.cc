@@ -2,6 +2,7 @@
 // exception crosses it; every failure becomes a kvstash_status and
 // per-thread text. Asynchronous calls live in c_api_async.cc.
 #include "kvstash/kvstash.h"
+#include "kvstash/thread_annotations.h"
 
 #include <algorithm>
 #include <chrono>
@@ -261,7 +262,7 @@ void kvstash_close(kvstash_client* client) { delete client; }
 
 const char* kvstash_last_error(kvstash_client* client) {
   if (client == nullptr) return "kvstash_client is NULL";
-  std::lock_guard<std::mutex> lock(client->mutex);
+  kvstash::MutexLock lock(client->mutex);
   // Node-based map: the string stays put while other threads add theirs.
   return client->errors[std::this_thread::get_id()].c_str();
 }

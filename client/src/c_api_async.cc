@@ -21,13 +21,14 @@
 
 #include "c_api_internal.h"
 #include "kvstash/adaptive_spin.h"
+#include "kvstash/thread_annotations.h"
 
 struct kvstash_call {
   std::shared_ptr<kvstash::capi::CompletionQueue> queue;
   uint64_t user_data = 0;
   std::atomic<int> references{2};  // the owner and the request in flight
 
-  std::mutex mutex;
+  kvstash::Mutex mutex;
   std::condition_variable completed;
   std::atomic<bool> done{false};  // set once, under mutex, after the results
 
@@ -38,7 +39,8 @@ struct kvstash_call {
   size_t num_chunks = 0;
   kvstash_lookup_result lookup{};
 
-  // CompletionQueue state, GUARDED_BY(its mutex).
+  // CompletionQueue state, under the queue's mutex (another object's: not
+  // expressible as an annotation).
   bool freed = false;
   bool queued = false;
   uint64_t sequence = 0;
@@ -59,9 +61,9 @@ class CompletionQueue {
   // owner freed it, both under the queue's lock, so that a call seen done
   // (kvstash_call_wait) is already takeable and a taken one is done.
   void Completed(kvstash_call* call) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    kvstash::MutexLock lock(mutex_);
     {
-      std::lock_guard<std::mutex> call_lock(call->mutex);
+      kvstash::MutexLock call_lock(call->mutex);
       call->done.store(true, std::memory_order_release);
     }
     if (call->freed) return;
@@ -72,7 +74,7 @@ class CompletionQueue {
   }
 
   size_t Take(kvstash_call** calls, size_t max) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    kvstash::MutexLock lock(mutex_);
     size_t n = 0;
     while (n < max && !completed_.empty()) {
       kvstash_call* call = completed_.begin()->second;
@@ -86,7 +88,7 @@ class CompletionQueue {
 
   // kvstash_call_free: never hand this call out again.
   void Forget(kvstash_call* call) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    kvstash::MutexLock lock(mutex_);
     call->freed = true;
     if (call->queued) {
       completed_.erase(call->sequence);
@@ -107,9 +109,9 @@ class CompletionQueue {
   }
 
   const int fd_;
-  std::mutex mutex_;
-  std::map<uint64_t, kvstash_call*> completed_;  // GUARDED_BY(mutex_), by completion order
-  uint64_t next_sequence_ = 1;                   // GUARDED_BY(mutex_)
+  kvstash::Mutex mutex_;
+  std::map<uint64_t, kvstash_call*> completed_ KVSTASH_GUARDED_BY(mutex_);  // by completion order
+  uint64_t next_sequence_ KVSTASH_GUARDED_BY(mutex_) = 1;
 };
 
 std::shared_ptr<CompletionQueue> NewCompletionQueue(Status& why) {
@@ -255,12 +257,13 @@ int kvstash_call_wait(kvstash_call* call, uint32_t timeout_ms) {
     }
     if (done()) return 1;
   }
-  std::unique_lock<std::mutex> lock(call->mutex);
+  kvstash::MutexLock lock(call->mutex);
   if (timeout_ms == UINT32_MAX) {
-    call->completed.wait(lock, done);
+    call->completed.wait(lock.native(), done);
     return 1;
   }
-  return call->completed.wait_for(lock, std::chrono::milliseconds(timeout_ms), done) ? 1 : 0;
+  return call->completed.wait_for(lock.native(), std::chrono::milliseconds(timeout_ms), done) ? 1
+                                                                                              : 0;
 }
 
 uint64_t kvstash_call_user_data(const kvstash_call* call) {

@@ -13,6 +13,7 @@
 
 #include "kvstash/client.h"
 #include "kvstash/kvstash.h"
+#include "kvstash/thread_annotations.h"
 
 namespace kvstash::capi {
 
@@ -38,12 +39,12 @@ struct kvstash_client {
   std::unique_ptr<kvstash::Client> client;
   kvstash::Status connect_error;  // why client is null
 
-  std::mutex mutex;
-  std::unordered_map<std::thread::id, std::string> errors;  // GUARDED_BY(mutex)
+  kvstash::Mutex mutex;
+  std::unordered_map<std::thread::id, std::string> errors KVSTASH_GUARDED_BY(mutex);
 
   // Records the outcome of a call for kvstash_last_error and returns its code.
   kvstash_status Finish(const kvstash::Status& status) {
-    std::lock_guard<std::mutex> lock(mutex);
+    kvstash::MutexLock lock(mutex);
     errors[std::this_thread::get_id()] = status.ok() ? std::string() : status.ToString();
     return kvstash::capi::ToC(status.code());
   }

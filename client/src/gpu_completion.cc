@@ -1,6 +1,7 @@
 // Completion boards in the engine: the shared memory, the slot allocator and
 // the words' CPU and stream access.
 #include "kvstash/gpu_completion.h"
+#include "kvstash/thread_annotations.h"
 
 #include <string>
 
@@ -18,7 +19,6 @@ Result<std::unique_ptr<CompletionBoard>> CompletionBoard::Create(uint32_t slots,
   Result<HostKvMemory> memory = HostKvMemory::Create(uint64_t(slots) * kBoardSlotBytes);
   if (!memory.ok()) return memory.status();
   std::unique_ptr<CompletionBoard> board(new CompletionBoard(std::move(*memory), slots));
-  board->taken_.assign(slots, false);
   if (gpu >= 0) {
     Result<uint8_t*> mapped =
         client::MapBoardForGpu(board->memory_.data(), board->memory_.size(), gpu);
@@ -38,7 +38,7 @@ Result<BoardSignal> CompletionBoard::Take(uint32_t count) {
     return Status::InvalidArgument("a request takes 1 to " + std::to_string(slots_) +
                                    " slots of this board, not " + std::to_string(count));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (uint32_t first = 0; first + count <= slots_; ++first) {
     uint32_t run = 0;
     while (run < count && !taken_[first + run]) ++run;
@@ -59,7 +59,7 @@ Result<BoardSignal> CompletionBoard::Take(uint32_t count) {
 }
 
 void CompletionBoard::Give(const BoardSignal& signal) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (uint32_t k = 0; k < signal.count && signal.slot + k < slots_; ++k)
     taken_[signal.slot + k] = false;
 }

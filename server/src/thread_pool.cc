@@ -1,5 +1,6 @@
 // A small fork-join pool for the host backend's copies.
 #include "thread_pool.h"
+#include "kvstash/thread_annotations.h"
 
 #include <atomic>
 #include <memory>
@@ -45,7 +46,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   struct Loop {
     std::atomic<size_t> next{0};
     std::atomic<size_t> done{0};
-    std::mutex mutex;
+    Mutex mutex;
     std::condition_variable finished;
   };
   auto loop = std::make_shared<Loop>();
@@ -53,7 +54,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
     for (size_t i; (i = loop->next.fetch_add(1)) < n;) {
       fn(i);
       if (loop->done.fetch_add(1) + 1 == n) {
-        std::lock_guard<std::mutex> lock(loop->mutex);
+        MutexLock lock(loop->mutex);
         loop->finished.notify_all();
       }
     }
@@ -65,8 +66,8 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   }
   for (size_t i = 0; i < helpers; ++i) wake_.notify_one();
   run();
-  std::unique_lock<std::mutex> lock(loop->mutex);
-  loop->finished.wait(lock, [&] { return loop->done.load() == n; });
+  MutexLock lock(loop->mutex);
+  loop->finished.wait(lock.native(), [&] { return loop->done.load() == n; });
 }
 
 }  // namespace kvstash::server

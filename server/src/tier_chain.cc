@@ -1,6 +1,7 @@
 // L2 and L3 under the chunk store: write-behind, the lookup continuation,
 // lease pins and promotion (see tier_chain.h).
 #include "tier_chain.h"
+#include "kvstash/thread_annotations.h"
 
 #include <nlohmann/json.hpp>
 
@@ -96,7 +97,7 @@ void TierChain::Shutdown() {
 }
 
 void TierChain::AddScope(ScopeId scope, const ChunkKey& namespace_id, const Fingerprint& layout) {
-  std::lock_guard<std::mutex> lock(scopes_mutex_);
+  MutexLock lock(scopes_mutex_);
   scopes_.emplace(scope, Scope{scope, namespace_id, layout, 0});
 }
 
@@ -104,7 +105,7 @@ void TierChain::Flush(std::vector<ChunkStore::Flush> flushes) {
   std::vector<tiers::PutRequest> puts;
   std::vector<ChunkStore::Entry*> entries;
   {
-    std::lock_guard<std::mutex> lock(scopes_mutex_);
+    MutexLock lock(scopes_mutex_);
     for (const ChunkStore::Flush& f : flushes) {
       auto scope = scopes_.find(f.scope);
       if (scope == scopes_.end()) {
@@ -131,35 +132,43 @@ void TierChain::Flush(std::vector<ChunkStore::Flush> flushes) {
   // Each entry stays pinned until every tier has its bytes.
   struct Pending {
     std::vector<ChunkStore::Entry*> entries;
-    std::mutex mutex;
-    std::vector<uint8_t> written;  // GUARDED_BY(mutex)
+    Mutex mutex;
+    std::vector<uint8_t> written KVSTASH_GUARDED_BY(mutex);
     std::atomic<int> tiers_left{0};
   };
   auto pending = std::make_shared<Pending>();
   pending->entries = std::move(entries);
-  pending->written.assign(pending->entries.size(), 0);
+  {
+    MutexLock lock(pending->mutex);  // not yet shared; the analysis wants it
+    pending->written.assign(pending->entries.size(), 0);
+  }
   pending->tiers_left = (l2_ ? 1 : 0) + (l3_ ? 1 : 0);
   {
-    std::lock_guard<std::mutex> writes(writes_mutex_);
+    MutexLock writes(writes_mutex_);
     ++writes_in_flight_;
   }
   auto done = [this, pending](std::vector<tiers::PutResult> results) {
     // Results of different tiers come on different threads: each tier
     // marks its own successes, the last one ends the flushes.
     {
-      std::lock_guard<std::mutex> lock(pending->mutex);
+      MutexLock lock(pending->mutex);
       for (size_t i = 0; i < results.size(); ++i) {
         if (results[i].outcome != tiers::PutOutcome::kFailed) pending->written[i] = 1;
       }
     }
     if (pending->tiers_left.fetch_sub(1) != 1) return;
+    std::vector<uint8_t> written;
+    {
+      MutexLock lock(pending->mutex);
+      written = pending->written;
+    }
     for (size_t i = 0; i < pending->entries.size(); ++i) {
-      store_.EndFlush(pending->entries[i], pending->written[i] != 0);
+      store_.EndFlush(pending->entries[i], written[i] != 0);
     }
     // Slots may have come free: promotions that found none try again.
     std::vector<std::function<void()>> waiters;
     {
-      std::lock_guard<std::mutex> writes(writes_mutex_);
+      MutexLock writes(writes_mutex_);
       --writes_in_flight_;
       waiters.swap(write_waiters_);
     }
@@ -236,8 +245,8 @@ void TierChain::UnpinL2(const std::vector<tiers::ChunkId>& ids) {
 
 // Read pins on the chunks a promotion landed, ended once its `done` ran.
 struct TierChain::Held {
-  std::mutex mutex;
-  std::vector<ChunkStore::Entry*> entries;  // GUARDED_BY(mutex)
+  Mutex mutex;
+  std::vector<ChunkStore::Entry*> entries KVSTASH_GUARDED_BY(mutex);
 };
 
 struct TierChain::Promotion {
@@ -251,7 +260,7 @@ struct TierChain::Promotion {
 };
 
 bool TierChain::WhenAWriteEnds(std::function<void()> retry) {
-  std::lock_guard<std::mutex> lock(writes_mutex_);
+  MutexLock lock(writes_mutex_);
   if (writes_in_flight_ == 0) return false;
   write_waiters_.push_back(std::move(retry));
   return true;
@@ -262,7 +271,7 @@ void TierChain::Promote(const Scope& scope, std::vector<ChunkKey> keys,
   auto held = std::make_shared<Held>();
   auto release = [this, held, done = std::move(done)] {
     done();
-    std::lock_guard<std::mutex> lock(held->mutex);
+    MutexLock lock(held->mutex);
     for (ChunkStore::Entry* e : held->entries) store_.EndRead(e);
     held->entries.clear();
   };
@@ -316,7 +325,7 @@ void TierChain::PromoteTry(const Scope& scope, std::vector<ChunkKey> keys,
 void TierChain::Land(const std::shared_ptr<Promotion>& p) {
   const Scope& scope = p->scope;
   {
-    std::lock_guard<std::mutex> lock(promoting_mutex_);
+    MutexLock lock(promoting_mutex_);
     for (const ChunkKey& key : p->keys) promoting_.insert(IdOf(scope.namespace_id, key));
   }
   p->left = p->keys.size();
@@ -379,7 +388,7 @@ void TierChain::FinishPromotion(const std::shared_ptr<Promotion>& p, size_t i, b
     store_.CommitStore(p->entries[i], num_tokens, /*clean=*/true);
     Stats::Add(stats_.promoted_chunks);
     if (auto read = store_.BeginRead(p->scope.scope, p->keys[i])) {
-      std::lock_guard<std::mutex> lock(p->held->mutex);
+      MutexLock lock(p->held->mutex);
       p->held->entries.push_back(read->entry);
     }
   } else {
@@ -387,7 +396,7 @@ void TierChain::FinishPromotion(const std::shared_ptr<Promotion>& p, size_t i, b
     Stats::Add(stats_.promote_failed);
   }
   {
-    std::lock_guard<std::mutex> lock(promoting_mutex_);
+    MutexLock lock(promoting_mutex_);
     promoting_.erase(IdOf(p->scope.namespace_id, p->keys[i]));
   }
   if (p->left.fetch_sub(1) == 1) p->done();
@@ -395,7 +404,7 @@ void TierChain::FinishPromotion(const std::shared_ptr<Promotion>& p, size_t i, b
 
 uint32_t TierChain::Promoting(const ChunkKey& namespace_id,
                               const std::vector<ChunkKey>& keys) const {
-  std::lock_guard<std::mutex> lock(promoting_mutex_);
+  MutexLock lock(promoting_mutex_);
   uint32_t n = 0;
   for (const ChunkKey& key : keys) n += promoting_.count(IdOf(namespace_id, key)) ? 1 : 0;
   return n;

@@ -27,6 +27,7 @@
 
 #include "chunk_store.h"
 #include "kvstash/config/server_config.h"
+#include "kvstash/thread_annotations.h"
 #include "kvstash/tiers/disk_tier.h"
 #include "kvstash/tiers/redis_tier.h"
 #include "stats.h"
@@ -110,21 +111,21 @@ class TierChain {
   Stats& stats_;
   const ChunkStore::WriteBehind mode_;
 
-  mutable std::mutex scopes_mutex_;
-  std::unordered_map<ScopeId, Scope> scopes_;  // GUARDED_BY(scopes_mutex_)
+  mutable Mutex scopes_mutex_;
+  std::unordered_map<ScopeId, Scope> scopes_ KVSTASH_GUARDED_BY(scopes_mutex_);
 
-  std::mutex writes_mutex_;
-  uint64_t writes_in_flight_ = 0;                     // GUARDED_BY(writes_mutex_)
-  std::vector<std::function<void()>> write_waiters_;  // GUARDED_BY(writes_mutex_)
+  Mutex writes_mutex_;
+  uint64_t writes_in_flight_ KVSTASH_GUARDED_BY(writes_mutex_) = 0;
+  std::vector<std::function<void()>> write_waiters_ KVSTASH_GUARDED_BY(writes_mutex_);
 
-  mutable std::mutex promoting_mutex_;
-  std::unordered_set<tiers::ChunkId, tiers::ChunkIdHash>
-      promoting_;  // GUARDED_BY(promoting_mutex_)
+  mutable Mutex promoting_mutex_;
+  std::unordered_set<tiers::ChunkId, tiers::ChunkIdHash> promoting_
+      KVSTASH_GUARDED_BY(promoting_mutex_);
 
   // Held shared by every call into a tier, exclusively by Shutdown while
   // it marks the chain stopped; the tiers go only after.
   mutable std::shared_mutex life_;
-  bool stopping_ = false;  // GUARDED_BY(life_)
+  bool stopping_ = false;  // under life_ (a shared_mutex: not annotated)
   std::unique_ptr<tiers::DiskTier> l2_;
   std::unique_ptr<tiers::RedisTier> l3_;
 };

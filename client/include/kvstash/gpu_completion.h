@@ -30,6 +30,7 @@
 #include "kvstash/client_types.h"
 #include "kvstash/host_memory.h"
 #include "kvstash/status.h"
+#include "kvstash/thread_annotations.h"
 
 namespace kvstash {
 
@@ -82,15 +83,15 @@ class CompletionBoard {
 
  private:
   CompletionBoard(HostKvMemory memory, uint32_t slots)
-      : memory_(std::move(memory)), slots_(slots) {}
+      : memory_(std::move(memory)), slots_(slots), taken_(slots, false) {}
 
   HostKvMemory memory_;
   const uint32_t slots_;
   int gpu_ = -1;
   uint8_t* device_base_ = nullptr;  // where streams address the board
-  std::mutex mutex_;
-  uint32_t next_sequence_ = 1;  // GUARDED_BY(mutex_)
-  std::vector<bool> taken_;     // GUARDED_BY(mutex_)
+  Mutex mutex_;
+  uint32_t next_sequence_ KVSTASH_GUARDED_BY(mutex_) = 1;
+  std::vector<bool> taken_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 // A store or retrieve signalling on a board: its slots, and the CPU reply.

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include "kvstash/thread_annotations.h"
 
 namespace kvstash::tiers::internal {
 
@@ -21,7 +22,7 @@ class CircuitBreaker {
   // Whether a call may go ahead now. In half-open state only one caller at
   // a time is let through.
   bool Allow(Clock::time_point now = Clock::now()) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (state_ == State::kClosed) return true;
     if (state_ == State::kOpen && now >= reopen_at_) {
       state_ = State::kHalfOpen;
@@ -34,14 +35,14 @@ class CircuitBreaker {
     return false;
   }
   void Success() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     state_ = State::kClosed;
     failures_ = 0;
     trial_in_flight_ = false;
   }
   // Returns true when this failure opened the breaker.
   bool Failure(Clock::time_point now = Clock::now()) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     ++failures_;
     trial_in_flight_ = false;
     if (state_ == State::kHalfOpen || (state_ == State::kClosed && failures_ >= threshold_)) {
@@ -54,13 +55,13 @@ class CircuitBreaker {
   }
   // Milliseconds until a trial call is let through; 0 when closed.
   int64_t RetryInMs(Clock::time_point now = Clock::now()) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (state_ != State::kOpen) return 0;
     return std::max<int64_t>(
         0, std::chrono::duration_cast<std::chrono::milliseconds>(reopen_at_ - now).count());
   }
   uint32_t consecutive_failures() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return failures_;
   }
 
@@ -68,11 +69,11 @@ class CircuitBreaker {
   enum class State { kClosed, kOpen, kHalfOpen };
   const uint32_t threshold_;
   const std::chrono::milliseconds open_for_;
-  mutable std::mutex mutex_;
-  State state_ = State::kClosed;   // GUARDED_BY(mutex_)
-  uint32_t failures_ = 0;          // GUARDED_BY(mutex_)
-  bool trial_in_flight_ = false;   // GUARDED_BY(mutex_)
-  Clock::time_point reopen_at_{};  // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  State state_ KVSTASH_GUARDED_BY(mutex_) = State::kClosed;
+  uint32_t failures_ KVSTASH_GUARDED_BY(mutex_) = 0;
+  bool trial_in_flight_ KVSTASH_GUARDED_BY(mutex_) = false;
+  Clock::time_point reopen_at_ KVSTASH_GUARDED_BY(mutex_){};
 };
 
 }  // namespace kvstash::tiers::internal

@@ -1,6 +1,7 @@
 // DiskTier: the index, its LRU and capacity, the I/O jobs and the rebuild
 // from disk (see disk_tier.h).
 #include "kvstash/tiers/disk_tier.h"
+#include "kvstash/thread_annotations.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -108,7 +109,8 @@ class DiskTier::Impl {
 
   // Drops an entry from the index; its file goes on `unlink_paths`, which
   // the caller deletes after releasing the lock.
-  void EraseLocked(Index::iterator it, std::vector<std::string>* unlink_paths) {
+  void EraseLocked(Index::iterator it, std::vector<std::string>* unlink_paths)
+      KVSTASH_REQUIRES(mutex_) {
     if (it->second.in_lru) lru_.erase(it->second.lru_it);
     used_bytes_ -= it->second.file_bytes;
     unlink_paths->push_back(PathOf(it->first));
@@ -116,7 +118,8 @@ class DiskTier::Impl {
   }
   // Marks an entry removed: gone at once when nothing holds it, else when
   // its last pin or its write ends.
-  void DoomLocked(Index::iterator it, std::vector<std::string>* unlink_paths) {
+  void DoomLocked(Index::iterator it, std::vector<std::string>* unlink_paths)
+      KVSTASH_REQUIRES(mutex_) {
     Entry& e = it->second;
     if (e.pins == 0 && e.ready) return EraseLocked(it, unlink_paths);
     e.doomed = true;
@@ -125,12 +128,13 @@ class DiskTier::Impl {
       e.in_lru = false;
     }
   }
-  void TouchLocked(Entry& e) {
+  void TouchLocked(Entry& e) KVSTASH_REQUIRES(mutex_) {
     if (e.in_lru) lru_.splice(lru_.begin(), lru_, e.lru_it);
   }
   // Evicts least recently used, unpinned chunks until `need` more bytes
   // fit. Evicts nothing when they cannot be made to fit.
-  bool MakeRoomLocked(uint64_t need, std::vector<std::string>* unlink_paths) {
+  bool MakeRoomLocked(uint64_t need, std::vector<std::string>* unlink_paths)
+      KVSTASH_REQUIRES(mutex_) {
     if (used_bytes_ + need <= options_.capacity_bytes) return true;
     uint64_t freed = 0;
     std::vector<ChunkId> victims;
@@ -162,10 +166,10 @@ class DiskTier::Impl {
   int lock_fd_ = -1;
   std::atomic<uint64_t> temp_counter_{0};
 
-  mutable std::mutex mutex_;
-  Index index_;              // GUARDED_BY(mutex_)
-  std::list<ChunkId> lru_;   // GUARDED_BY(mutex_); front = most recent, ready entries only
-  uint64_t used_bytes_ = 0;  // GUARDED_BY(mutex_); file bytes, written or being written
+  mutable Mutex mutex_;
+  Index index_ KVSTASH_GUARDED_BY(mutex_);
+  std::list<ChunkId> lru_ KVSTASH_GUARDED_BY(mutex_);   // front = most recent, ready entries only
+  uint64_t used_bytes_ KVSTASH_GUARDED_BY(mutex_) = 0;  // file bytes, written or being written
 
   internal::IoEngine io_;  // last: its threads finish their work before the rest goes
 };
@@ -242,7 +246,7 @@ void DiskTier::Impl::Rebuild() {
   std::sort(all.begin(), all.end(),
             [](const Found& a, const Found& b) { return a.mtime_ns < b.mtime_ns; });
   std::vector<std::string> unlink_paths;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (const Found& f : all) {
     Entry& e = index_[f.header.id];
     e.header = f.header;
@@ -273,7 +277,7 @@ void DiskTier::Impl::PutOne(const PutRequest& r, const std::shared_ptr<Batch<Put
   // Decided under the lock; reported after it (a callback may call us).
   std::optional<PutResult> early;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = index_.find(r.id);
     if (it != index_.end() && !it->second.doomed) {
       TouchLocked(it->second);
@@ -346,7 +350,7 @@ void DiskTier::Impl::FinishPut(const ChunkHeader& header, const std::string& tem
 
   std::vector<std::string> unlink_paths;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = index_.find(header.id);
     Entry& e = it->second;
     if (!written.ok()) {
@@ -381,7 +385,7 @@ void DiskTier::Impl::GetOne(const GetRequest& r, const std::shared_ptr<Batch<Get
   const ChunkId& id = r.expect.id;
   bool found = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = index_.find(id);
     if (it != index_.end() && it->second.ready && !it->second.doomed) {
       ++it->second.pins;  // held while reading: never evicted under us
@@ -413,7 +417,7 @@ void DiskTier::Impl::FinishGet(const GetRequest& r, Result<ChunkHeader> read,
   const ChunkId& id = r.expect.id;
   std::vector<std::string> unlink_paths;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = index_.find(id);
     // Our pin keeps the entry; only an Unpin without its Pin could take
     // it, and that must not crash the daemon.
@@ -473,7 +477,7 @@ void DiskTier::Get(std::vector<GetRequest> batch, GetDone done) {
 void DiskTier::Contains(std::vector<ChunkId> ids, ContainsDone done) {
   std::vector<Presence> out(ids.size());
   {
-    std::lock_guard<std::mutex> lock(impl_->mutex_);
+    MutexLock lock(impl_->mutex_);
     for (size_t i = 0; i < ids.size(); ++i) {
       auto it = impl_->index_.find(ids[i]);
       if (it != impl_->index_.end() && it->second.ready && !it->second.doomed) {
@@ -489,7 +493,7 @@ void DiskTier::Contains(std::vector<ChunkId> ids, ContainsDone done) {
 void DiskTier::Remove(std::vector<ChunkId> ids, RemoveDone done) {
   std::vector<std::string> unlink_paths;
   {
-    std::lock_guard<std::mutex> lock(impl_->mutex_);
+    MutexLock lock(impl_->mutex_);
     for (const ChunkId& id : ids) {
       auto it = impl_->index_.find(id);
       if (it == impl_->index_.end() || it->second.doomed) continue;
@@ -503,7 +507,7 @@ void DiskTier::Remove(std::vector<ChunkId> ids, RemoveDone done) {
 
 std::vector<bool> DiskTier::Pin(const std::vector<ChunkId>& ids) {
   std::vector<bool> pinned(ids.size(), false);
-  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  MutexLock lock(impl_->mutex_);
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = impl_->index_.find(ids[i]);
     if (it == impl_->index_.end() || !it->second.ready || it->second.doomed) continue;
@@ -516,7 +520,7 @@ std::vector<bool> DiskTier::Pin(const std::vector<ChunkId>& ids) {
 void DiskTier::Unpin(const std::vector<ChunkId>& ids) {
   std::vector<std::string> unlink_paths;
   {
-    std::lock_guard<std::mutex> lock(impl_->mutex_);
+    MutexLock lock(impl_->mutex_);
     for (const ChunkId& id : ids) {
       auto it = impl_->index_.find(id);
       if (it == impl_->index_.end() || it->second.pins == 0) continue;
@@ -527,7 +531,7 @@ void DiskTier::Unpin(const std::vector<ChunkId>& ids) {
 }
 
 TierUsage DiskTier::Usage() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  MutexLock lock(impl_->mutex_);
   return {impl_->options_.capacity_bytes, impl_->used_bytes_, impl_->index_.size()};
 }
 

@@ -1,6 +1,7 @@
 // io_uring rings (one thread each) or, where io_uring is refused, a thread
 // pool doing the same transfers synchronously.
 #include "io_engine.h"
+#include "kvstash/thread_annotations.h"
 
 #include <liburing.h>
 #include <pthread.h>
@@ -81,7 +82,7 @@ class Ring {
   }
   ~Ring() {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       stopping_ = true;
     }
     Wake();
@@ -92,7 +93,7 @@ class Ring {
 
   void Post(std::function<void()> job) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       jobs_.push_back(std::move(job));
     }
     Wake();
@@ -139,7 +140,7 @@ class Ring {
   }
 
   std::optional<std::function<void()>> NextJob() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (jobs_.empty()) return std::nullopt;
     std::function<void()> job = std::move(jobs_.front());
     jobs_.pop_front();
@@ -147,7 +148,7 @@ class Ring {
   }
 
   bool Finished() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return stopping_ && jobs_.empty() && in_flight_ == 0;
   }
 
@@ -196,9 +197,9 @@ class Ring {
   uint64_t wake_value_ = 0;  // the eventfd read's target; ring thread only
   uint32_t in_flight_ = 0;   // ring thread only (read by Finished on it)
 
-  std::mutex mutex_;
-  std::deque<std::function<void()>> jobs_;  // GUARDED_BY(mutex_)
-  bool stopping_ = false;                   // GUARDED_BY(mutex_)
+  Mutex mutex_;
+  std::deque<std::function<void()>> jobs_ KVSTASH_GUARDED_BY(mutex_);
+  bool stopping_ KVSTASH_GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
 

@@ -1,5 +1,6 @@
 // RedisRouter: slots, redirections, connections, pipelines, breakers.
 #include "redis_router.h"
+#include "kvstash/thread_annotations.h"
 
 #include <sys/time.h>
 
@@ -112,7 +113,7 @@ RedisRouter::RedisRouter(const RedisTierOptions& options, TierStats& stats)
 
 int RedisRouter::NodeIndex(const std::string& host, int port) {
   const std::string endpoint = host + ":" + std::to_string(port);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i]->endpoint == endpoint) return static_cast<int>(i);
   }
@@ -122,12 +123,12 @@ int RedisRouter::NodeIndex(const std::string& host, int port) {
 }
 
 RedisRouter::Node& RedisRouter::node(int index) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return *nodes_[static_cast<size_t>(index)];  // nodes are never removed
 }
 
 std::unique_ptr<ConnectionSet> RedisRouter::TakeConnections() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (idle_.empty()) return std::make_unique<ConnectionSet>();
   auto set = std::move(idle_.back());
   idle_.pop_back();
@@ -135,7 +136,7 @@ std::unique_ptr<ConnectionSet> RedisRouter::TakeConnections() {
 }
 
 void RedisRouter::ReturnConnections(std::unique_ptr<ConnectionSet> set) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   idle_.push_back(std::move(set));
 }
 
@@ -143,7 +144,7 @@ void RedisRouter::NodeFailed(int node_index) {
   if (node(node_index).breaker.Failure()) TierStats::Add(stats_.breaker_opens);
   // A failed server may have handed its slots to another (a failover):
   // read the map again before the next call.
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (topology_ && topology_->cluster) topology_.reset();
 }
 
@@ -182,7 +183,7 @@ redisContext* RedisRouter::Connect(ConnectionSet& set, int node_index, Status* w
 std::shared_ptr<const RedisRouter::Topology> RedisRouter::CurrentTopology(ConnectionSet& set,
                                                                           Status* why) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (topology_) return topology_;
   }
   return Refresh(set, why);
@@ -190,10 +191,10 @@ std::shared_ptr<const RedisRouter::Topology> RedisRouter::CurrentTopology(Connec
 
 std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet& set, Status* why) {
   // One refresh at a time; the others wait for its outcome.
-  std::lock_guard<std::mutex> refreshing(refresh_mutex_);
+  MutexLock refreshing(refresh_mutex_);
   std::vector<int> candidates;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (topology_) return topology_;
     if (std::chrono::steady_clock::now() < next_refresh_) {
       *why = last_refresh_error_;
@@ -247,11 +248,11 @@ std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet&
       last = Status::Unavailable("L3 redis " + n.endpoint + ": unexpected CLUSTER SLOTS reply");
       continue;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     topology_ = topology;
     return topology;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   // Fail fast until then: a dead Redis costs one round of timeouts per
   // breaker period, not one per call.
   next_refresh_ =
@@ -292,7 +293,7 @@ void RedisRouter::Execute(ConnectionSet& set, const std::vector<RedisItem*>& ite
       for (RedisItem* item : group) moved = moved || item->moved;
     }
     if (moved) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       topology_.reset();
       next_refresh_ = {};
     }

@@ -20,6 +20,7 @@
 
 #include "circuit_breaker.h"
 #include "kvstash/status.h"
+#include "kvstash/thread_annotations.h"
 #include "kvstash/tiers/redis_tier.h"
 #include "kvstash/tiers/tier_stats.h"
 
@@ -104,14 +105,14 @@ class RedisRouter {
   TierStats& stats_;
   std::vector<int> seeds_;  // node indices of options_.servers, in order
 
-  std::mutex refresh_mutex_;  // held while the slot map is read; taken before mutex_
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<Node>> nodes_;  // GUARDED_BY(mutex_); append-only
-  std::shared_ptr<const Topology> topology_;  // GUARDED_BY(mutex_); null: refresh
-  std::chrono::steady_clock::time_point
-      next_refresh_{};                                // GUARDED_BY(mutex_); after a failed refresh
-  Status last_refresh_error_;                         // GUARDED_BY(mutex_)
-  std::vector<std::unique_ptr<ConnectionSet>> idle_;  // GUARDED_BY(mutex_)
+  Mutex refresh_mutex_;  // held while the slot map is read; taken before mutex_
+  Mutex mutex_;
+  std::vector<std::unique_ptr<Node>> nodes_ KVSTASH_GUARDED_BY(mutex_);  // append-only
+  std::shared_ptr<const Topology> topology_ KVSTASH_GUARDED_BY(mutex_);  // null: refresh
+  std::chrono::steady_clock::time_point next_refresh_
+      KVSTASH_GUARDED_BY(mutex_){};  // after a failed refresh
+  Status last_refresh_error_ KVSTASH_GUARDED_BY(mutex_);
+  std::vector<std::unique_ptr<ConnectionSet>> idle_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 // "host:port" -> host, port; false when malformed.

@@ -1,4 +1,5 @@
 #include "work_queue.h"
+#include "kvstash/thread_annotations.h"
 
 #include <pthread.h>
 
@@ -14,7 +15,7 @@ WorkQueue::WorkQueue(size_t threads, std::string name) {
 
 WorkQueue::~WorkQueue() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -23,7 +24,7 @@ WorkQueue::~WorkQueue() {
 
 void WorkQueue::Post(std::function<void()> job) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     jobs_.push_back(std::move(job));
   }
   wake_.notify_one();
@@ -33,8 +34,9 @@ void WorkQueue::Run() {
   for (;;) {
     std::function<void()> job;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      MutexLock lock(mutex_);
+      wake_.wait(lock.native(),
+                 [this]() KVSTASH_REQUIRES(mutex_) { return stopping_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopping, and nothing left to run
       job = std::move(jobs_.front());
       jobs_.pop_front();

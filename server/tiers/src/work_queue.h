@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include "kvstash/thread_annotations.h"
 
 namespace kvstash::tiers::internal {
 
@@ -27,10 +28,10 @@ class WorkQueue {
 
  private:
   void Run();
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> jobs_;  // GUARDED_BY(mutex_)
-  bool stopping_ = false;                   // GUARDED_BY(mutex_)
+  std::deque<std::function<void()>> jobs_ KVSTASH_GUARDED_BY(mutex_);
+  bool stopping_ KVSTASH_GUARDED_BY(mutex_) = false;
   std::vector<std::thread> threads_;
 };
 
