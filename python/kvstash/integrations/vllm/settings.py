@@ -39,7 +39,7 @@ class Settings:
     for before the first layer (and vLLM may keep full CUDA graphs)."""
     board_slots: int = 4096
     """Slots of each registration's completion board: a load takes one per
-    layer range, a store two, until its reply."""
+    layer range (at most this many ranges), a store two, until its reply."""
 
 
 def _string(extra: Mapping[str, Any], key: str) -> Optional[str]:
@@ -54,7 +54,7 @@ def _string(extra: Mapping[str, Any], key: str) -> Optional[str]:
 
 
 def _integer(extra: Mapping[str, Any], key: str, default: int, limit: int,
-             unit: str = "milliseconds") -> int:
+             unit: str = "milliseconds", low: int = 1) -> int:
     value = extra.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and value.strip().isdigit():
@@ -64,9 +64,9 @@ def _integer(extra: Mapping[str, Any], key: str, default: int, limit: int,
                 f"kv_connector_extra_config[{key!r}] must be an integer number of "
                 f"{unit}, got {value!r}"
             )
-    if not 1 <= value <= limit:
+    if not low <= value <= limit:
         raise SettingsError(
-            f"kv_connector_extra_config[{key!r}] = {value} is outside 1..{limit}"
+            f"kv_connector_extra_config[{key!r}] = {value} is outside {low}..{limit}"
         )
     return value
 
@@ -116,7 +116,9 @@ def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Sett
         timeout_ms=_integer(extra, "timeout_ms", 5000, _MAX_TIMEOUT_MS),
         lease_ms=_integer(extra, "lease_ms", 30_000, _MAX_LEASE_MS),
         layerwise_loads=_boolean(extra, "layerwise_loads", True),
-        board_slots=_integer(extra, "board_slots", _MAX_BOARD_SLOTS, _MAX_BOARD_SLOTS, "slots"),
+        # A store takes 2 slots.
+        board_slots=_integer(extra, "board_slots", _MAX_BOARD_SLOTS, _MAX_BOARD_SLOTS, "slots",
+                             low=2),
     )
 
 

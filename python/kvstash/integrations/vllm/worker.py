@@ -186,6 +186,8 @@ class WorkerSide:
                 tenant=self._settings.tenant, tp_rank=self._tp_rank, tp_size=self._tp_size,
                 layout=tensors.geometry, board=board)
             wanted = reg.num_layers if self._settings.layerwise_loads else 1
+            if board is not None:
+                wanted = min(wanted, board.slots)
             range_of = layer_ranges(reg.num_layers, wanted)
             index = len(self._registered)
             for i, name in enumerate(tensors.tensors):
