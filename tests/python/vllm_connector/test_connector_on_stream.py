@@ -207,15 +207,14 @@ def test_stores_are_submitted_once_every_layer_was_saved(model_dir, daemon):
     names = list(e.workers[0].kv_caches)
     submitted = []
 
-    def after_layer_wait(w, name):
+    def after_save(w, name):
         submitted.append(sum(len(v) for v in side._stores.values()) + len(side._replies))
 
-    e.step(after_layer_wait=after_layer_wait)
-    # Before layer 0 and layer 1 were saved: nothing; the store went out with
-    # the last layer's save_kv_layer, before wait_for_save.
-    assert submitted == [0, 0]
-    assert side._step.stored_regs == {0}
+    e.step(after_save=after_save)
+    # After layer 0's save: nothing; the store went out with the last
+    # layer's save_kv_layer, before wait_for_save.
     assert len(names) == 2
+    assert submitted == [0, 1]
     e.run_until_idle()
     e.settle_stores()
     assert side.stats["store_chunks"] == 3

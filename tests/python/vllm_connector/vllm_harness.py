@@ -205,7 +205,7 @@ class WorkerRank:
 
     def execute(self, scheduler_output, scheduler: Scheduler, computed: Dict[str, int],
                 before_load=None, after_layer_wait=None, after_start=None,
-                skip_waits=()) -> KVConnectorOutput:
+                after_save=None, skip_waits=()) -> KVConnectorOutput:
         """The worker's connector calls of one step, in vLLM's model-runner
         order: each attention layer waits for its load, writes its KV and
         saves it (vLLM's maybe_transfer_kv_layer), then wait_for_save."""
@@ -229,6 +229,8 @@ class WorkerRank:
                 self.write(block_ids, request.all_token_ids, computed[req_id],
                            computed[req_id] + n, layers=[name])
             c.save_kv_layer(name, self.kv_caches[name], None)
+            if after_save is not None:
+                after_save(self, name)
         c.wait_for_save()
         sending, recving = c.get_finished(scheduler_output.finished_req_ids)
         out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
