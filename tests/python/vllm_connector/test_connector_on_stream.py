@@ -70,7 +70,7 @@ def test_each_layer_is_in_place_when_its_own_wait_returns(model_dir, daemon):
 
     so = e.step(before_load=pause, after_start=after_start, after_layer_wait=after_layer_wait)
     seen["timer"].join()
-    assert seen["start_s"] < 0.2, "start_load_kv waited for kvstashd"
+    assert seen["start_s"] < 1.0, "start_load_kv waited for kvstashd (timeout_ms is 5 s)"
     assert seen["order"] == names
     assert side.stats["layer_waits"] == 2  # once per layer and step
     assert so.scheduled_new_reqs[0].num_computed_tokens == 96
