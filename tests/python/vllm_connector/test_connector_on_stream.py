@@ -283,3 +283,27 @@ def test_a_full_board_falls_back_to_a_cpu_wait_and_still_loads(model_dir, daemon
                                     0, 96)
     assert e.last_outputs[0].invalid_block_ids == set()
     e.run_until_idle()
+
+
+def test_without_a_board_loads_and_stores_wait_on_the_cpu(model_dir, daemon, monkeypatch):
+    # A GPU whose driver lacks stream memory operations gets Unavailable at
+    # board creation: the connector still stores and loads, waiting on the CPU.
+    import kvstash
+
+    def no_board(*args, **kwargs):
+        raise kvstash.Unavailable(8, "no stream memory operations on this driver")
+
+    monkeypatch.setattr(kvstash, "CompletionBoard", no_board)
+    e = engine(model_dir, daemon)
+    side = e.workers[0].connector.worker_side
+    assert [r.board for r in side._registered] == [None]
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    assert side.stats["store_chunks"] == 3
+    b = a[:96] + [4]
+    prefix_hit(e, "b", b)
+    e.step()
+    assert side.stats["load_fallbacks"] == 1
+    assert e.workers[0].matches(e.scheduler.kv_cache_manager.get_block_ids("b"), b, 0, 96)
+    assert e.last_outputs[0].invalid_block_ids == set()
+    e.run_until_idle()

@@ -181,10 +181,17 @@ class WorkerSide:
             first = next(iter(tensors.tensors.values()))
             device = first.device if first.is_cuda else None
             board = self._board(device)
-            reg = self._client.register(
-                list(tensors.tensors.values()), model=self._settings.model,
-                tenant=self._settings.tenant, tp_rank=self._tp_rank, tp_size=self._tp_size,
-                layout=tensors.geometry, board=board)
+            try:
+                reg = self._register(tensors, board)
+            except kvstash.Unavailable as error:
+                if board is None:
+                    raise
+                # The board could not be mapped for this GPU: CPU waits instead.
+                logger.warning("kvstash: completion board refused at registration (%s); loads "
+                               "and stores wait on the CPU", error)
+                board.close()
+                board = None
+                reg = self._register(tensors, None)
             wanted = reg.num_layers if self._settings.layerwise_loads else 1
             if board is not None:
                 wanted = min(wanted, board.slots)
@@ -194,6 +201,12 @@ class WorkerSide:
                 self._layer[name] = (index, range_of[i])
             self._registered.append(_Registered(layout, tensors, reg, board, range_of,
                                                 max(range_of) + 1, device))
+
+    def _register(self, tensors: GroupTensors, board: Any) -> Any:
+        return self._client.register(
+            list(tensors.tensors.values()), model=self._settings.model,
+            tenant=self._settings.tenant, tp_rank=self._tp_rank, tp_size=self._tp_size,
+            layout=tensors.geometry, board=board)
 
     def _board(self, device: Any) -> Any:
         gpu = -1 if device is None else (device.index or 0)
