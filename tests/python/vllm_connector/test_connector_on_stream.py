@@ -307,3 +307,25 @@ def test_without_a_board_loads_and_stores_wait_on_the_cpu(model_dir, daemon, mon
     assert e.workers[0].matches(e.scheduler.kv_cache_manager.get_block_ids("b"), b, 0, 96)
     assert e.last_outputs[0].invalid_block_ids == set()
     e.run_until_idle()
+
+
+def test_a_preempted_requests_blocks_are_not_reused_before_its_store_read_them(model_dir, daemon):
+    from kvstash.integrations.vllm import KvstashConnectorMetadata
+
+    e = engine(model_dir, daemon)
+    e.scheduler.add_request(make_request("a", prompt(100), max_tokens=50))
+    e.step(before_load=daemon.pause)  # 2 chunks stored, kvstashd paused: in flight
+    worker = e.workers[0]
+    side = worker.connector.worker_side
+    (store,) = side._stores["a"]
+    assert not store.reusable()
+    timer = later(0.3, daemon.resume)
+    start = time.monotonic()
+    # vLLM calls this before the step that may rewrite a preempted
+    # request's blocks (on a GPU: a stream wait; on CPU tensors: here).
+    worker.connector.handle_preemptions(KvstashConnectorMetadata(preempted_req_ids={"a"}))
+    elapsed = time.monotonic() - start
+    timer.join()
+    assert elapsed >= 0.25, "returned while kvstashd could still read the blocks"
+    assert store.reusable() and "a" not in side._stores
+    e.run_until_idle()
