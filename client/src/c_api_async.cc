@@ -335,6 +335,9 @@ kvstash_status StartOnStream(kvstash_client* client, const kvstash_chunk* chunks
         kvstash::Result<kvstash::BoardSignal> sent = send(c, *board->board, OutcomesDone(pending));
         if (!sent.ok()) {
           refused = sent.status();
+          // Never queued: the caller gets the error and frees the call, so a
+          // thread taking completions must not see (and free) it too.
+          pending->queue->Forget(pending);
           Complete(pending, refused);
           return;
         }

@@ -176,16 +176,18 @@ class WorkerRank:
     def group_of(self, name: str) -> int:
         return next(i for i, g in enumerate(self.kv_cache_config.kv_cache_groups) if name in g.layer_names)
 
-    def write(self, block_ids, tokens: Sequence[int], begin: int, end: int) -> None:
+    def write(self, block_ids, tokens: Sequence[int], begin: int, end: int,
+              layers: Optional[Sequence[str]] = None) -> None:
         """What the forward pass does: KV of tokens [begin, end) into their slots."""
-        for name in self.kv_caches:
+        for name in layers or self.kv_caches:
             ids = block_ids[self.group_of(name)]
             for p in range(begin, end):
                 slot = self._slot(name, ids[p // BLOCK_SIZE], p % BLOCK_SIZE)
                 slot.copy_(pattern(self.rank, self.layer_index[name], tokens[p], p, slot.shape))
 
-    def matches(self, block_ids, tokens: Sequence[int], begin: int, end: int) -> bool:
-        for name in self.kv_caches:
+    def matches(self, block_ids, tokens: Sequence[int], begin: int, end: int,
+                layers: Optional[Sequence[str]] = None) -> bool:
+        for name in layers or self.kv_caches:
             ids = block_ids[self.group_of(name)]
             for p in range(begin, end):
                 slot = self._slot(name, ids[p // BLOCK_SIZE], p % BLOCK_SIZE)
@@ -202,8 +204,11 @@ class WorkerRank:
                    for name in self.kv_caches for slot in range(BLOCK_SIZE))
 
     def execute(self, scheduler_output, scheduler: Scheduler, computed: Dict[str, int],
-                before_load=None) -> KVConnectorOutput:
-        """The worker's connector calls of one step, in vLLM's model-runner order."""
+                before_load=None, after_layer_wait=None, after_start=None,
+                after_save=None, skip_waits=()) -> KVConnectorOutput:
+        """The worker's connector calls of one step, in vLLM's model-runner
+        order: each attention layer waits for its load, writes its KV and
+        saves it (vLLM's maybe_transfer_kv_layer), then wait_for_save."""
         c = self.connector
         meta = scheduler_output.kv_connector_metadata
         c.handle_preemptions(meta)
@@ -211,12 +216,21 @@ class WorkerRank:
         if before_load is not None:
             before_load()
         c.start_load_kv(None)
+        if after_start is not None:
+            after_start(self)
         for name in self.kv_caches:
-            c.wait_for_layer_load(name)
-        for req_id, n in scheduler_output.num_scheduled_tokens.items():
-            request = scheduler.requests[req_id]
-            block_ids = scheduler.kv_cache_manager.get_block_ids(req_id)
-            self.write(block_ids, request.all_token_ids, computed[req_id], computed[req_id] + n)
+            if name not in skip_waits:
+                c.wait_for_layer_load(name)
+            if after_layer_wait is not None:
+                after_layer_wait(self, name)
+            for req_id, n in scheduler_output.num_scheduled_tokens.items():
+                request = scheduler.requests[req_id]
+                block_ids = scheduler.kv_cache_manager.get_block_ids(req_id)
+                self.write(block_ids, request.all_token_ids, computed[req_id],
+                           computed[req_id] + n, layers=[name])
+            c.save_kv_layer(name, self.kv_caches[name], None)
+            if after_save is not None:
+                after_save(self, name)
         c.wait_for_save()
         sending, recving = c.get_finished(scheduler_output.finished_req_ids)
         out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
@@ -244,7 +258,7 @@ class Engine:
     def connector(self) -> KvstashConnector:
         return self.scheduler.connector
 
-    def step(self, before_load=None):
+    def step(self, before_load=None, **hooks):
         so = self.scheduler.schedule()
         # num_computed_tokens before this step (the scheduler advances it in schedule()).
         computed = {}
@@ -255,7 +269,8 @@ class Engine:
             computed[req_id] = cached.num_computed_tokens[i]
         outputs = []
         for w in self.workers:
-            outputs.append(w.execute(so, self.scheduler, computed, before_load=before_load))
+            outputs.append(w.execute(so, self.scheduler, computed, before_load=before_load,
+                                     **hooks))
             before_load = None
         self.last_outputs = outputs
         req_ids = list(so.num_scheduled_tokens)

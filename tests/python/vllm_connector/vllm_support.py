@@ -9,6 +9,7 @@ missing vllm is an error, so CI can never pass them by skipping.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -72,7 +73,20 @@ class Daemon:
         import kvstash
         return kvstash.Client(socket=self.socket, timeout_ms=5000, name="test")
 
+    def pause(self) -> None:
+        """SIGSTOP: requests queue up unanswered (a load or store 'in flight')."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
     def stop(self) -> None:
+        if self.process.poll() is None:
+            self.resume()  # a stopped process would not act on SIGTERM
         self.process.terminate()
         try:
             self.process.wait(timeout=10)

@@ -17,7 +17,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from .layout import group_layouts
 from .metadata import KvstashConnectorMetadata
 from .scheduler import SchedulerSide
-from .settings import parse_settings
+from .settings import layerwise_loads, parse_settings
 from .worker import WorkerSide
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,8 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
           "kv_load_failure_policy": "recompute"}'
 
     Settings (``kv_connector_extra_config``): ``socket``, ``model``,
-    ``tenant``, ``timeout_ms``, ``lease_ms`` (docs/vllm.md).
+    ``tenant``, ``timeout_ms``, ``lease_ms``, ``layerwise_loads``,
+    ``board_slots`` (docs/vllm.md).
     """
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
@@ -80,6 +81,12 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
                                                 vllm_config.cache_config.block_size, tp_size)
         else:
             self.worker_side = WorkerSide(self.settings, groups, tp_rank, tp_size)
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]) -> bool:
+        # Layer-wise loads wait in wait_for_layer_load, which a full CUDA
+        # graph's replay skips: vLLM then switches to piecewise graphs.
+        return layerwise_loads(extra_config)
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -105,30 +112,32 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
         assert isinstance(kv_connector_metadata, KvstashConnectorMetadata)
         self._worker.handle_preemptions(kv_connector_metadata)
 
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        if self.worker_side is not None:
+            self.worker_side.begin_step()
+
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        # Loads are ordered on the forward pass's stream: this never waits
+        # (layerwise_loads=false on CPU tensors: it waits on the CPU).
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvstashConnectorMetadata)
         self._worker.start_load_kv(meta)
-        # Loads are synchronous (vLLM calls this before the forward pass when
-        # a step has them) and chunks span all layers, so they are waited for
-        # here: wait_for_layer_load is not called when a full CUDA graph
-        # replays, and a load must never race the attention that reads it.
-        self._worker.wait_for_loads()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # Layer-wise loads come with GPU-side completion; until then
-        # start_load_kv has already waited.
-        self._worker.wait_for_loads()
+        self._worker.wait_for_layer_load(layer_name)
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
                       attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
-        # Stores take whole chunks of every layer after the forward pass.
-        return
+        # A chunk spans every layer: a registration's stores are gated on the
+        # stream once all its layers went through here.
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, KvstashConnectorMetadata)
+        self._worker.save_kv_layer(layer_name, meta)
 
     def wait_for_save(self) -> None:
         meta = self._get_connector_metadata()
         assert isinstance(meta, KvstashConnectorMetadata)
-        self._worker.wait_for_loads()
         self._worker.submit_stores(meta)
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:

@@ -7,11 +7,14 @@ from typing import Any, Mapping, Optional
 
 # Keys the connector understands; any other key is refused so that a typo
 # ("timout_ms") does not silently fall back to a default.
-KNOWN_KEYS = ("socket", "model", "tenant", "timeout_ms", "lease_ms")
+KNOWN_KEYS = ("socket", "model", "tenant", "timeout_ms", "lease_ms", "layerwise_loads",
+              "board_slots")
 
 _MAX_TIMEOUT_MS = 3_600_000
 # kvstashd refuses leases longer than ten minutes.
 _MAX_LEASE_MS = 600_000
+# A completion board holds 1 to 4096 slots (docs/protocol.md).
+_MAX_BOARD_SLOTS = 4096
 
 
 class SettingsError(ValueError):
@@ -30,6 +33,13 @@ class Settings:
     """Per-request timeout of every kvstash call."""
     lease_ms: int
     """How long a lookup pins its hits in kvstashd until the load."""
+    layerwise_loads: bool = True
+    """One completion slot per attention layer (or group of layers): layer
+    i's attention waits for layer i only. False: one slot per load, waited
+    for before the first layer (and vLLM may keep full CUDA graphs)."""
+    board_slots: int = 4096
+    """Slots of each registration's completion board: a load takes one per
+    layer range (at most this many ranges), a store two, until its reply."""
 
 
 def _string(extra: Mapping[str, Any], key: str) -> Optional[str]:
@@ -43,7 +53,8 @@ def _string(extra: Mapping[str, Any], key: str) -> Optional[str]:
     return value
 
 
-def _integer(extra: Mapping[str, Any], key: str, default: int, limit: int) -> int:
+def _integer(extra: Mapping[str, Any], key: str, default: int, limit: int,
+             unit: str = "milliseconds", low: int = 1) -> int:
     value = extra.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and value.strip().isdigit():
@@ -51,13 +62,24 @@ def _integer(extra: Mapping[str, Any], key: str, default: int, limit: int) -> in
         else:
             raise SettingsError(
                 f"kv_connector_extra_config[{key!r}] must be an integer number of "
-                f"milliseconds, got {value!r}"
+                f"{unit}, got {value!r}"
             )
-    if not 1 <= value <= limit:
+    if not low <= value <= limit:
         raise SettingsError(
-            f"kv_connector_extra_config[{key!r}] = {value} is outside 1..{limit}"
+            f"kv_connector_extra_config[{key!r}] = {value} is outside {low}..{limit}"
         )
     return value
+
+
+def _boolean(extra: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = extra.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise SettingsError(
+        f"kv_connector_extra_config[{key!r}] must be true or false, got {value!r}"
+    )
 
 
 def default_model_name(vllm_config: Any) -> str:
@@ -93,4 +115,14 @@ def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Sett
         tenant=_string(extra, "tenant"),
         timeout_ms=_integer(extra, "timeout_ms", 5000, _MAX_TIMEOUT_MS),
         lease_ms=_integer(extra, "lease_ms", 30_000, _MAX_LEASE_MS),
+        layerwise_loads=_boolean(extra, "layerwise_loads", True),
+        # A store takes 2 slots.
+        board_slots=_integer(extra, "board_slots", _MAX_BOARD_SLOTS, _MAX_BOARD_SLOTS, "slots",
+                             low=2),
     )
+
+
+def layerwise_loads(extra: Optional[Mapping[str, Any]]) -> bool:
+    """The layerwise_loads setting alone (vLLM asks the connector's class
+    before any instance exists, to choose its CUDA graph mode)."""
+    return _boolean(dict(extra or {}), "layerwise_loads", True)

@@ -1,25 +1,37 @@
-"""The worker side of KvstashConnector: one kvstash registration per KV cache
-group on this rank, loads before the forward pass, stores after it.
+"""The worker side of KvstashConnector: one kvstash registration (with its
+own completion board) per KV cache group on this rank; loads ordered on the
+forward pass's stream, stores gated on it.
 
-Loads: start_load_kv submits one asynchronous Retrieve per registration and
-request, all at once, then waits for them before the forward pass (kvstash
-moves whole chunks across all layers, so there is nothing to wait for per
-layer yet). Any chunk that did not
-arrive (missing, failed, the call failed) turns the blocks it should have
-filled into load errors, and vLLM recomputes them.
+Loads (docs/vllm.md, "On the stream"): start_load_kv issues one
+retrieve_on_stream per registration and request on the stream vLLM runs the
+forward pass on, with one layer range per attention layer (256 ranges at
+most: range k holds layers [k*L//R, (k+1)*L//R), kvstash's own split), and
+returns: the CPU never waits. wait_for_layer_load(layer) makes the current
+stream wait (cuStreamWaitValue32) for that layer's range, once per range and
+step. The per-chunk outcomes (the CPU reply) are collected at the end of the
+step, after the forward pass was queued: any chunk not retrieved turns the
+blocks it should have filled into load errors
+(get_block_ids_with_load_errors), so vLLM drops the step's output of that
+request and recomputes those blocks.
 
-Stores: wait_for_save submits one asynchronous Store per group and request
-and returns: the step does not wait. The blocks stay alive until the store
-finished: a finished request's blocks are freed only once get_finished
-reports it, and a preempted request's stores are waited for before its blocks
-can be reused (handle_preemptions).
+Stores: once every layer of a registration went through save_kv_layer (or at
+wait_for_save), one store_on_stream per registration and request, gated on
+the stream: kvstashd reads the blocks only once the stream has passed the
+forward's writes, with no host sync. The blocks may be reused once the
+store's second slot is released: a finished request's blocks are freed only
+once get_finished reports it (vLLM's delayed free), and a preempted
+request's reuse waits for the slot on the stream (handle_preemptions).
+
+With CPU tensors (the host backend) there is no stream: the same calls run
+and the waits are CPU polls of the same slots.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import kvstash
@@ -30,13 +42,39 @@ from .settings import Settings
 
 logger = logging.getLogger(__name__)
 
+MAX_LAYER_RANGES = 256
+"""kvstash's limit on a retrieve's layer ranges (docs/protocol.md)."""
 
-@dataclass
-class _Load:
-    spec: LoadSpec
-    registration: int
-    first_chunk: int
-    future: "concurrent.futures.Future[Any]"
+# A CPU wait spins this long before it sleeps between polls.
+_SPIN_S = 0.0002
+_POLL_S = 0.00005
+
+
+def layer_ranges(num_layers: int, wanted: int) -> List[int]:
+    """Range index of each of a registration's layers when a retrieve has
+    min(wanted, num_layers, 256) ranges: range k holds layers
+    [k*L//R, (k+1)*L//R), as kvstashd splits them."""
+    count = max(1, min(wanted, num_layers, MAX_LAYER_RANGES))
+    out = [0] * num_layers
+    for k in range(count):
+        for i in range(k * num_layers // count, (k + 1) * num_layers // count):
+            out[i] = k
+    return out
+
+
+def _cpu_wait(request: Any, k: int, deadline: float) -> bool:
+    """Polls slot k from the CPU until released or past `deadline`."""
+    if request.released(k):
+        return True
+    spin_until = time.monotonic() + _SPIN_S
+    while True:
+        if request.released(k):
+            return True
+        now = time.monotonic()
+        if now > deadline:
+            return False
+        if now > spin_until:
+            time.sleep(_POLL_S)
 
 
 @dataclass
@@ -44,6 +82,63 @@ class _Registered:
     layout: GroupLayout
     tensors: GroupTensors
     reg: Any
+    board: Any
+    range_of: List[int]
+    """Layer index in the registration -> its layer range."""
+    num_ranges: int
+    device: Any
+    """The tensors' CUDA device, or None (host memory, no stream)."""
+
+
+@dataclass
+class _Load:
+    spec: LoadSpec
+    registration: int
+    first_chunk: int
+    request: Any = None
+    """The StreamRequest; None when the load went the fallback way."""
+    future: Optional["concurrent.futures.Future[Any]"] = None
+    """Fallback (no board slot free, or no board): retrieve_async's Future,
+    waited for on the CPU before the registration's first layer."""
+    num_ranges: int = 1
+    waited: Set[int] = field(default_factory=set)
+    failed: bool = False
+    """A CPU wait ran past its deadline: every block counts as not loaded."""
+
+
+class _Store:
+    """One store in flight: a StreamRequest, or store_async's Future."""
+
+    __slots__ = ("request", "future", "device")
+
+    def __init__(self, request: Any = None, future: Any = None, device: Any = None) -> None:
+        self.request = request
+        self.future = future
+        self.device = device
+
+    @property
+    def outcomes(self) -> "concurrent.futures.Future[Any]":
+        return self.request.outcomes if self.request is not None else self.future
+
+    def reusable(self) -> bool:
+        """Whether its blocks may be reused (slot 1 released; fallback: reply)."""
+        if self.request is not None:
+            return self.request.released(1)
+        return self.future.done()
+
+
+@dataclass
+class _Step:
+    """What one step's loads and stores need from start_load_kv to
+    get_block_ids_with_load_errors / wait_for_save."""
+
+    loads: List[_Load] = field(default_factory=list)
+    load_reqs: Set[str] = field(default_factory=set)
+    failed_reqs: Set[str] = field(default_factory=set)
+    resolved: bool = True
+    saved_layers: Dict[int, Set[str]] = field(default_factory=dict)
+    stored_regs: Set[int] = field(default_factory=set)
+    """Registrations whose stores of this step were submitted (save_kv_layer)."""
 
 
 class WorkerSide:
@@ -57,35 +152,77 @@ class WorkerSide:
                                       name=f"vllm-worker-tp{tp_rank}")
         self._chunk_tokens = self._client.server_info.chunk_tokens
         self._registered: List[_Registered] = []
-        self._loads: List[_Load] = []
+        self._layer: Dict[str, Tuple[int, int]] = {}  # layer name -> (registration, range)
+        self._step = _Step()
         self._load_errors: Set[int] = set()
-        self._stores: Dict[str, List["concurrent.futures.Future[Any]"]] = {}
+        self._stores: Dict[str, List[_Store]] = {}  # blocks not yet reusable
+        self._replies: List[Tuple[str, Any]] = []      # reusable, reply not counted yet
         self._store_reqs: Set[str] = set()
         self._finishing: Set[str] = set()
+        self._warned_board_full = False
         self.stats = {"load_chunks": 0, "load_failed_chunks": 0, "store_chunks": 0,
-                      "store_failed_chunks": 0}
+                      "store_failed_chunks": 0, "layer_waits": 0, "load_fallbacks": 0,
+                      "stores_skipped": 0, "unwaited_ranges": 0}
 
     @property
     def registrations(self) -> List[Any]:
         return [r.reg for r in self._registered]
+
+    def _cpu_deadline(self) -> float:
+        # libkvstash releases every slot at its own timeout; this only
+        # bounds a wait on a slot nobody will ever write.
+        return time.monotonic() + self._settings.timeout_ms / 1000 + 5
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
         if self._registered:
             raise RuntimeError("KvstashConnector.register_kv_caches was called twice")
         for layout in self._groups:
             tensors = group_tensors(layout, kv_caches)
-            reg = self._client.register(
-                list(tensors.tensors.values()), model=self._settings.model,
-                tenant=self._settings.tenant, tp_rank=self._tp_rank, tp_size=self._tp_size,
-                layout=tensors.geometry)
-            self._registered.append(_Registered(layout, tensors, reg))
+            first = next(iter(tensors.tensors.values()))
+            device = first.device if first.is_cuda else None
+            board = self._board(device)
+            try:
+                reg = self._register(tensors, board)
+            except kvstash.Unavailable as error:
+                if board is None:
+                    raise
+                # The board could not be mapped for this GPU: CPU waits instead.
+                logger.warning("kvstash: completion board refused at registration (%s); loads "
+                               "and stores wait on the CPU", error)
+                board.close()
+                board = None
+                reg = self._register(tensors, None)
+            wanted = reg.num_layers if self._settings.layerwise_loads else 1
+            if board is not None:
+                wanted = min(wanted, board.slots)
+            range_of = layer_ranges(reg.num_layers, wanted)
+            index = len(self._registered)
+            for i, name in enumerate(tensors.tensors):
+                self._layer[name] = (index, range_of[i])
+            self._registered.append(_Registered(layout, tensors, reg, board, range_of,
+                                                max(range_of) + 1, device))
+
+    def _register(self, tensors: GroupTensors, board: Any) -> Any:
+        return self._client.register(
+            list(tensors.tensors.values()), model=self._settings.model,
+            tenant=self._settings.tenant, tp_rank=self._tp_rank, tp_size=self._tp_size,
+            layout=tensors.geometry, board=board)
+
+    def _board(self, device: Any) -> Any:
+        gpu = -1 if device is None else (device.index or 0)
+        try:
+            return kvstash.CompletionBoard(self._client, slots=self._settings.board_slots, gpu=gpu)
+        except kvstash.Unavailable as error:
+            # A driver without stream memory operations: CPU waits instead.
+            logger.warning("kvstash: no completion board on this GPU (%s); loads and stores "
+                           "wait on the CPU", error)
+            return None
 
     def _stream(self, registered: _Registered) -> Any:
-        first = next(iter(registered.tensors.tensors.values()))
-        if first.is_cuda:
-            import torch
-            return torch.cuda.current_stream(first.device)
-        return None
+        if registered.device is None:
+            return None
+        import torch
+        return torch.cuda.current_stream(registered.device)
 
     def _table(self, registered: _Registered, block_ids: Tuple[List[int], ...]) -> List[int]:
         return kernel_block_table(block_ids[registered.layout.group_id],
@@ -102,46 +239,153 @@ class WorkerSide:
             out.update(ids[t // bs] for t in range(begin - begin % bs, end, bs) if t // bs < len(ids))
         return out
 
+    def begin_step(self) -> None:
+        """vLLM bound a new step's metadata (before its forward pass)."""
+        # A step's loads are resolved by its end (get_block_ids_with_load_errors).
+        self._resolve_loads()
+        self._step = _Step()
+
     def start_load_kv(self, meta: KvstashConnectorMetadata) -> None:
+        """Issues this step's loads; never waits (but see wait_for_layer_load)."""
         if not self._registered and meta.loads:
             raise RuntimeError("KvstashConnector: start_load_kv before register_kv_caches")
+        if not meta.loads:
+            return
+        step = self._step
+        step.resolved = False
         c = self._chunk_tokens
         for spec in meta.loads:
+            step.load_reqs.add(spec.req_id)
             first = spec.start_token // c
             last = spec.end_token // c  # only whole chunks are stored
             if spec.end_token % c:
                 self._load_errors |= self._blocks_of(spec.block_ids, last * c, spec.end_token)
+                step.failed_reqs.add(spec.req_id)
             if last <= first:
                 continue
             for index, registered in enumerate(self._registered):
-                try:
-                    chunks = registered.reg.chunks(
-                        spec.token_ids[: last * c], self._table(registered, spec.block_ids),
-                        start_chunk=first, num_chunks=last - first)
-                    # The lease is rank 0's scope's; other ranks' scopes hold no lease.
-                    lease = spec.lease_ids[index] if (
-                        self._tp_rank == 0 or registered.layout.is_mla) else 0
-                    future = registered.reg.retrieve_async(
-                        chunks, skip_tokens=spec.start_token - first * c, lease_id=lease,
-                        stream=self._stream(registered))
-                except kvstash.Error as error:
-                    future = concurrent.futures.Future()
-                    future.set_exception(error)
-                self._loads.append(_Load(spec, index, first, future))
+                step.loads.append(self._load(index, registered, spec, first, last))
+        if not self._settings.layerwise_loads:
+            self._wait_all_on_cpu()
 
-    def wait_for_loads(self) -> None:
-        """Waits for every submitted load; failed chunks become load errors."""
+    def _load(self, index: int, registered: _Registered, spec: LoadSpec, first: int,
+              last: int) -> _Load:
         c = self._chunk_tokens
-        loads, self._loads = self._loads, []
-        for load in loads:
-            spec = load.spec
+        load = _Load(spec, index, first, num_ranges=registered.num_ranges)
+        # The lease is rank 0's scope's; other ranks' scopes hold no lease.
+        lease = spec.lease_ids[index] if (self._tp_rank == 0 or registered.layout.is_mla) else 0
+        skip = spec.start_token - first * c
+        try:
+            chunks = registered.reg.chunks(
+                spec.token_ids[: last * c], self._table(registered, spec.block_ids),
+                start_chunk=first, num_chunks=last - first)
+        except kvstash.Error as error:
+            load.future = concurrent.futures.Future()
+            load.future.set_exception(error)
+            return load
+        if registered.board is not None:
             try:
-                outcomes = load.future.result()
-            except Exception as error:  # kvstash.Error, or anything the call raised
+                load.request = registered.reg.retrieve_on_stream(
+                    chunks, stream=self._stream(registered), layer_ranges=registered.num_ranges,
+                    skip_tokens=skip, lease_id=lease)
+                return load
+            except kvstash.ResourceExhausted as error:
+                if not self._warned_board_full:
+                    self._warned_board_full = True
+                    logger.warning("kvstash: completion board full (%s); such loads wait on the "
+                                   "CPU (raise board_slots)", error)
+            except kvstash.Error as error:
+                load.future = concurrent.futures.Future()
+                load.future.set_exception(error)
+                return load
+        self.stats["load_fallbacks"] += 1
+        load.future = registered.reg.retrieve_async(chunks, skip_tokens=skip, lease_id=lease)
+        return load
+
+    def _wait_all_on_cpu(self) -> None:
+        """layerwise_loads off, or CPU tensors: wait before the first layer."""
+        for load in self._step.loads:
+            registered = self._registered[load.registration]
+            if load.request is not None and registered.device is not None:
+                # One range on a stream: libkvstash enqueued the stream's
+                # wait before retrieve_on_stream returned.
+                load.waited.add(0)
+                continue
+            self._wait_range(load, registered, load.num_ranges - 1, None)
+
+    def _wait_range(self, load: _Load, registered: _Registered, k: int, stream: Any) -> None:
+        if k in load.waited or load.failed:
+            return
+        load.waited.add(k)
+        if load.request is None:
+            # Fallback: the reply says the bytes are in place.
+            if load.future is not None:
+                try:
+                    load.future.result(self._cpu_deadline() - time.monotonic())
+                except concurrent.futures.TimeoutError:
+                    load.failed = True
+                except Exception:  # reported by _resolve_loads
+                    pass
+            load.waited.update(range(load.num_ranges))
+            return
+        self.stats["layer_waits"] += 1
+        if stream is not None:
+            load.request.wait(stream, k)
+        elif not _cpu_wait(load.request, k, self._cpu_deadline()):
+            load.failed = True
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Orders `layer_name`'s attention after its layer range of every
+        load of this step (on the stream; CPU tensors: a CPU wait)."""
+        loads = self._step.loads
+        if not loads:
+            return
+        where = self._layer.get(layer_name)
+        if where is None:
+            return  # not a layer kvstash holds (e.g. a KV-sharing layer)
+        index, k = where
+        registered = self._registered[index]
+        stream = self._stream(registered)
+        for load in loads:
+            if load.registration == index:
+                self._wait_range(load, registered, k, stream)
+
+    def _resolve_loads(self) -> None:
+        """Collects this step's outcomes (the CPU reply; the forward pass is
+        already queued): failed chunks become load errors."""
+        step = self._step
+        if step.resolved:
+            return
+        step.resolved = True
+        c = self._chunk_tokens
+        for load in step.loads:
+            spec = load.spec
+            registered = self._registered[load.registration]
+            whole = (spec.start_token, spec.end_token - spec.end_token % c)
+            future = load.request.outcomes if load.request is not None else load.future
+            unwaited = [k for k in range(load.num_ranges) if k not in load.waited]
+            if unwaited:
+                # The attention of those layers may have run before the
+                # bytes landed: never trust them.
+                self.stats["unwaited_ranges"] += len(unwaited)
+                logger.warning(
+                    "kvstash: request %s's layer ranges %s were never waited for "
+                    "(wait_for_layer_load not called for their layers); recomputing them. "
+                    "Set layerwise_loads=false if this engine skips the per-layer hooks",
+                    spec.req_id, unwaited)
+                load.failed = True
+            try:
+                outcomes = future.result(max(0.0, self._cpu_deadline() - time.monotonic()))
+            except Exception as error:  # kvstash.Error, TimeoutError, anything the call raised
                 logger.warning("kvstash load for request %s failed: %s", spec.req_id, error)
-                self._load_errors |= self._blocks_of(spec.block_ids, spec.start_token,
-                                                     spec.end_token - spec.end_token % c)
+                self._load_errors |= self._blocks_of(spec.block_ids, *whole)
+                step.failed_reqs.add(spec.req_id)
                 self.stats["load_failed_chunks"] += 1
+                continue
+            if load.failed:
+                self._load_errors |= self._blocks_of(spec.block_ids, *whole)
+                step.failed_reqs.add(spec.req_id)
+                self.stats["load_failed_chunks"] += len(outcomes)
                 continue
             for i, outcome in enumerate(outcomes):
                 begin = max((load.first_chunk + i) * c, spec.start_token)
@@ -150,66 +394,173 @@ class WorkerSide:
                     self.stats["load_chunks"] += 1
                     continue
                 self.stats["load_failed_chunks"] += 1
-                logger.warning("kvstash chunk %d of request %s not loaded: %s",
-                               load.first_chunk + i, spec.req_id, outcome)
+                logger.warning("kvstash chunk %d of request %s (group %d) not loaded: %s",
+                               load.first_chunk + i, spec.req_id, registered.layout.group_id,
+                               outcome)
                 self._load_errors |= self._blocks_of(spec.block_ids, begin, end)
+                step.failed_reqs.add(spec.req_id)
+        # Later waits of this step (none expected) have nothing to wait for.
+        step.loads = []
 
     def take_load_errors(self) -> Set[int]:
-        self.wait_for_loads()
+        self._resolve_loads()
         errors, self._load_errors = self._load_errors, set()
         return errors
 
     # ---- stores ----
 
+    def save_kv_layer(self, layer_name: str, meta: KvstashConnectorMetadata) -> None:
+        """Once every layer of a registration has been written this step, its
+        stores are gated on the stream right there (not after the rest of the
+        forward pass)."""
+        if not meta.stores:
+            return
+        where = self._layer.get(layer_name)
+        if where is None:
+            return
+        index = where[0]
+        step = self._step
+        if index in step.stored_regs:
+            return
+        saved = step.saved_layers.setdefault(index, set())
+        saved.add(layer_name)
+        registered = self._registered[index]
+        if len(saved) == len(registered.tensors.tensors):
+            step.stored_regs.add(index)
+            self._submit_stores(meta, [index], load_reqs=False)
+
     def submit_stores(self, meta: KvstashConnectorMetadata) -> None:
+        """wait_for_save: every store of the step not submitted yet."""
+        step = self._step
+        rest = [i for i in range(len(self._registered)) if i not in step.stored_regs]
+        self._submit_stores(meta, rest, load_reqs=False)
+        if any(spec.req_id in step.load_reqs for spec in meta.stores):
+            # A request that loaded this step stores only KV computed from a
+            # load known to be good: a failed load's blocks are recomputed.
+            self._resolve_loads()
+            self._submit_stores(meta, range(len(self._registered)), load_reqs=True)
+        step.stored_regs.update(range(len(self._registered)))
+
+    def _submit_stores(self, meta: KvstashConnectorMetadata, registrations: Any,
+                       load_reqs: bool) -> None:
+        step = self._step
         for spec in meta.stores:
+            if (spec.req_id in step.load_reqs) != load_reqs:
+                continue
+            # Every rank reports the request's sends finished, stored or not:
+            # the scheduler holds its blocks until all ranks did.
             self._store_reqs.add(spec.req_id)
-            for registered in self._registered:
+            if spec.req_id in step.failed_reqs:
+                self.stats["stores_skipped"] += 1
+                continue
+            for index in registrations:
+                registered = self._registered[index]
                 if registered.layout.is_mla and self._tp_rank != 0:
                     continue  # MLA is the same on every rank: rank 0 stores it
-                self._stores.setdefault(spec.req_id, []).append(self._store(registered, spec))
+                store = self._store(registered, spec)
+                if store is not None:
+                    self._stores.setdefault(spec.req_id, []).append(store)
 
-    def _store(self, registered: _Registered, spec: StoreSpec) -> "concurrent.futures.Future[Any]":
+    def _store(self, registered: _Registered, spec: StoreSpec) -> Optional[_Store]:
         try:
             chunks = registered.reg.chunks(
                 spec.token_ids, self._table(registered, spec.block_ids),
                 start_chunk=spec.start_chunk, num_chunks=spec.num_chunks)
-            return registered.reg.store_async(chunks, stream=self._stream(registered))
         except kvstash.Error as error:
-            future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
-            future.set_exception(error)
-            return future
+            logger.warning("kvstash store for request %s refused: %s", spec.req_id, error)
+            self.stats["store_failed_chunks"] += spec.num_chunks
+            return None
+        stream = self._stream(registered)
+        if registered.board is None:
+            # No board: the host waits for the stream, then submits.
+            return _Store(future=registered.reg.store_async(chunks, stream=stream))
+        try:
+            request = registered.reg.store_on_stream(chunks, stream=stream)
+        except kvstash.ResourceExhausted as error:
+            # A cache: a store skipped for lack of slots is a later miss.
+            if not self._warned_board_full:
+                self._warned_board_full = True
+                logger.warning("kvstash: completion board full (%s); stores skipped (raise "
+                               "board_slots)", error)
+            self.stats["stores_skipped"] += 1
+            return None
+        except kvstash.Error as error:
+            logger.warning("kvstash store for request %s failed: %s", spec.req_id, error)
+            self.stats["store_failed_chunks"] += spec.num_chunks
+            return None
+        if stream is None:
+            # CPU tensors: the forward's writes are done when this runs.
+            request.open_gate()
+        return _Store(request=request, device=registered.device)
 
     def _reap(self, req_id: str, wait: bool) -> bool:
-        """Collects req_id's finished stores; True when none is in flight."""
-        futures = self._stores.get(req_id, [])
-        if wait:
-            concurrent.futures.wait(futures)
+        """Drops req_id's stores whose blocks may be reused (their replies
+        are counted when they come); True when none is left."""
         pending = []
-        for future in futures:
-            if not future.done():
-                pending.append(future)
-                continue
-            error = future.exception()
-            if error is not None:
-                logger.warning("kvstash store for request %s failed: %s", req_id, error)
-                self.stats["store_failed_chunks"] += 1
-                continue
-            for outcome in future.result():
-                key = "store_chunks" if outcome.ok else "store_failed_chunks"
-                self.stats[key] += 1
+        for store in self._stores.get(req_id, []):
+            if wait:
+                self._wait_reusable(store)
+            if store.reusable():
+                self._replies.append((req_id, store.outcomes))
+            else:
+                pending.append(store)
         if pending:
             self._stores[req_id] = pending
         else:
             self._stores.pop(req_id, None)
+        self._count_replies(wait)
         return not pending
 
+    def _count_replies(self, wait: bool) -> None:
+        left = []
+        for req_id, outcomes in self._replies:
+            if wait:
+                try:
+                    outcomes.result(max(0.0, self._cpu_deadline() - time.monotonic()))
+                except Exception:
+                    pass  # counted below
+            if outcomes.done():
+                self._count_store(req_id, outcomes)
+            else:
+                left.append((req_id, outcomes))
+        self._replies = left
+
+    def _wait_reusable(self, store: _Store) -> None:
+        if store.request is not None:
+            _cpu_wait(store.request, 1, self._cpu_deadline())
+        try:
+            store.outcomes.result(max(0.0, self._cpu_deadline() - time.monotonic()))
+        except Exception:
+            pass  # counted by _count_store
+
+    def _count_store(self, req_id: str, outcomes: "concurrent.futures.Future[Any]") -> None:
+        error = outcomes.exception() if outcomes.done() else TimeoutError("no reply")
+        if error is not None:
+            logger.warning("kvstash store for request %s failed: %s", req_id, error)
+            self.stats["store_failed_chunks"] += 1
+            return
+        for outcome in outcomes.result():
+            key = "store_chunks" if outcome.ok else "store_failed_chunks"
+            self.stats[key] += 1
+
     def handle_preemptions(self, meta: KvstashConnectorMetadata) -> None:
-        # A preempted request's blocks are free for reuse in this very step.
+        """A preempted request's blocks may be rewritten in this very step:
+        the stream (CPU tensors: the CPU) waits until its stores read them."""
         for req_id in meta.preempted_req_ids:
-            self._reap(req_id, wait=True)
+            for store in self._stores.get(req_id, []):
+                if store.request is None:
+                    self._wait_reusable(store)
+                    continue
+                if store.device is not None:
+                    import torch
+                    store.request.wait(torch.cuda.current_stream(store.device), 1)
+                else:
+                    _cpu_wait(store.request, 1, self._cpu_deadline())
+            self._reap(req_id, wait=False)
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        """Requests whose blocks vLLM may free now: finished, and every store
+        of theirs past its reuse slot."""
         self._finishing |= finished_req_ids & self._store_reqs
         done = set()
         for req_id in list(self._stores):
@@ -226,8 +577,10 @@ class WorkerSide:
         """Waits for every store in flight (tests, shutdown)."""
         for req_id in list(self._stores):
             self._reap(req_id, wait=True)
+        self._count_replies(wait=True)
 
     def shutdown(self) -> None:
+        self._resolve_loads()
         self.wait_for_stores()
         for registered in self._registered:
             try:
@@ -235,3 +588,6 @@ class WorkerSide:
             except kvstash.Error:
                 pass
         self._client.close()
+        for registered in self._registered:
+            if registered.board is not None:
+                registered.board.close()
