@@ -15,7 +15,7 @@ import sys
 from collections import defaultdict
 
 LINE = re.compile(r"(store|retrieve) of (\d+) chunks, (\d+) bytes: enqueued after (\d+) us, "
-                  r"(\d+) us on the GPU, lane awake after (\d+) us; GPU steps \(us\): (.*)$")
+                  r"(\d+) us on the GPU, lane awake after (\d+) us; GPU steps \(us\): (.*?)(?:; began at (\d+) ns)?$")
 STEP = re.compile(r"k (-?\d+)-(-?\d+) c (-?\d+)-(-?\d+)")
 
 
@@ -30,7 +30,7 @@ def main(path):
         m = LINE.search(line)
         if not m:
             continue
-        op, chunks, nbytes, enq, gpu, awake, steps = m.groups()
+        op, chunks, nbytes, enq, gpu, awake, steps, _ = m.groups()
         key = (op, int(chunks), int(nbytes))
         r = rows[key]
         r["enqueue"].append(int(enq))

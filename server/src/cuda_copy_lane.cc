@@ -19,6 +19,9 @@ namespace {
 
 // Bytes of one sub-batch of a staged copy (one chunk at least).
 constexpr uint64_t kSubBatchBytes = 8 << 20;
+// Direct mode: CTAs of 256 threads per SM one lane's kernels take (an SM
+// holds 8): half the GPU per direction.
+constexpr uint32_t kDirectCtasPerSm = 4;
 
 }  // namespace
 
@@ -49,6 +52,15 @@ Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& option
   if (!done.ok()) return done.status();
   lane->done_ = std::move(*done);
   if (options.trace) KVSTASH_RETURN_IF_ERROR(lane->trace_.Enable());
+  if (options.mode == TransferMode::kDirect) {
+    // Kernels over mapped host memory are bound by PCIe, not SMs: each lane
+    // takes at most half of the GPU's resident CTAs, so that a store and a
+    // retrieve run side by side instead of one waiting for the other's grid.
+    int sms = 0;
+    KVSTASH_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options.device));
+    lane->max_ctas_ = uint32_t(std::max(1, sms)) * kDirectCtasPerSm;
+  }
   if (options.mode == TransferMode::kDma) {
     Result<cuda::DeviceBuffer> staging = cuda::DeviceBuffer::Allocate(options.staging_bytes);
     if (!staging.ok()) {
@@ -144,10 +156,11 @@ Status CudaCopyLane::Copy(const CopyLayout& layout,
     };
     logger->debug(
         "{} of {} chunks, {} bytes: enqueued after {} us, {:.0f} us on the GPU, lane "
-        "awake after {} us; GPU steps (us): {}",
+        "awake after {} us; GPU steps (us): {}; began at {} ns",
         options_.direction == Direction::kStore ? "store" : "retrieve", chunks.size(), bytes,
         us(enqueued), double(gpu_ms) * 1000, us(woke),
-        trace_.Report(started_.get(), traced_steps_));
+        trace_.Report(started_.get(), traced_steps_),
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
   }
   return Status::Ok();
 }
@@ -285,8 +298,8 @@ Status CudaCopyLane::Launch(const CopyLayout& layout, const LayerAddresses& addr
     if (layers == 0) continue;
     const kernels::DeviceGroupCopy group = addresses.Slice(layout.groups, g, first, layers);
     KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore
-                                ? kernels::GatherChunks(group, batch, stream)
-                                : kernels::ScatterChunks(group, batch, stream));
+                                ? kernels::GatherChunks(group, batch, stream, max_ctas_)
+                                : kernels::ScatterChunks(group, batch, stream, max_ctas_));
   }
   traced_steps_ = std::max(traced_steps_, trace_step + 1);
   return trace_.Mark(stream, trace_step, LaneTrace::Stage::kKernel, false);

@@ -7,10 +7,10 @@
 //          A batch runs in sub-batches (about 8 MiB, one chunk at least),
 //          each in its own region of the ring, so kernels overlap copies
 //          and a batch larger than the ring waits only for regions to free.
-//          A retrieve of one sub-batch is cut in two by layers (the second
-//          piece about an eighth of the layers), so that the scatter of the
-//          first runs while the second arrives: the copy plus one small
-//          scatter.
+//          A retrieve of one sub-batch can be cut in two by layers (the
+//          second piece about an eighth of the layers), so that the scatter
+//          of the first runs while the second arrives (Options::split_bytes;
+//          off by default: measured, it cost more copy time than it hid).
 //   layer-wise retrieves (a board slot per layer range) copy and scatter
 //          the ranges in steps of 1, 1, 2, 4, ... ranges, each step's slots
 //          written after its scatter: the first layer is usable after its
@@ -32,6 +32,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -63,9 +64,12 @@ class CudaCopyLane {
     bool trace = false;                    // time each sub-batch (debug logs)
     bool host_pointers_on_device = false;  // registered host memory has one address everywhere
     // A retrieve of one sub-batch is split in two pieces from this many
-    // bytes on: below, the second copy's fixed cost outweighs the scatter
-    // it hides (tests lower it to split every layout).
-    uint64_t split_bytes = 4 << 20;
+    // bytes on. Off by default: on the H100 the split hid the scatter
+    // (kernel end 16 us after the last copy, not 32) but slowed the copies
+    // more (a 32 MiB chunk's H2D 613 -> 635 us, 10 MiB 190 -> 202 us), so a
+    // 1-chunk retrieve ended 8-15 us later (bench/RESULTS.md, fifth session).
+    // Tests set 0 to split every retrieve.
+    uint64_t split_bytes = UINT64_MAX;
   };
   static Result<std::unique_ptr<CudaCopyLane>> Create(const Options& options);
 
@@ -136,6 +140,7 @@ class CudaCopyLane {
   LaneTrace trace_;
   size_t traced_steps_ = 0;
   std::atomic<uint64_t> plan_bytes_{0};
+  uint32_t max_ctas_ = 0;  // grid cap of the kernels (direct mode); 0: none
 };
 
 }  // namespace kvstash::server
