@@ -18,7 +18,8 @@ import re
 import sys
 from collections import defaultdict
 
-LINE = re.compile(r"retrieve of (\d+) chunks, (\d+) bytes: .* GPU steps \(us\): (.*); began at (\d+) ns")
+LINE = re.compile(r"retrieve of (\d+) chunks, (\d+) bytes: enqueued after \d+ us, GPU began by (\d+) us,"
+                  r".* GPU steps \(us\): (.*); began at (\d+) ns")
 STEP = re.compile(r"k (-?\d+)-(-?\d+) c (-?\d+)-(-?\d+)")
 
 
@@ -33,11 +34,11 @@ def main(prefix, log):
         m = LINE.search(line)
         if not m:
             continue
-        steps = [tuple(map(int, x)) for x in STEP.findall(m.group(3))]
+        steps = [tuple(map(int, x)) for x in STEP.findall(m.group(4))]
         if not steps:
             continue
-        copies.append((int(m.group(4)), int(m.group(2)), max(s[1] for s in steps),
-                       min(s[2] for s in steps)))
+        copies.append((int(m.group(5)), int(m.group(2)), max(s[1] for s in steps),
+                       int(m.group(3))))
     copies.sort()
     starts = [c[0] for c in copies]
     rows = defaultdict(lambda: defaultdict(list))
@@ -50,18 +51,20 @@ def main(prefix, log):
             match = next((c for c in copies[i:i + 4] if c[0] <= visible and c[1] == nbytes), None)
             if match is None:
                 continue
-            began, _, kernel_end_us, copy_start_us = match
+            began, _, kernel_end_us, gpu_began_us = match
             r = rows[(layout, int(n))]
             r["call->return"].append((returned - call) / 1e3)
             r["call->lane Copy"].append((began - call) / 1e3)
-            r["Copy->first H2D"].append(copy_start_us)
+            r["Copy->GPU began by"].append(gpu_began_us)
             r["Copy->kernel end"].append(kernel_end_us)
             r["kernel end->CPU sees slot"].append((flagged - began) / 1e3 - kernel_end_us)
+            # The GPU's start event ran by gpu_began_us: a lower bound.
+            r["GPU-placed end->slot"].append((flagged - began) / 1e3 - gpu_began_us - kernel_end_us)
             r["CPU sees slot->visible"].append((visible - flagged) / 1e3)
             r["kernel end->visible"].append((visible - began) / 1e3 - kernel_end_us)
             r["total"].append((visible - call) / 1e3)
-    keys = ["call->return", "call->lane Copy", "Copy->first H2D", "Copy->kernel end",
-            "kernel end->CPU sees slot", "CPU sees slot->visible", "kernel end->visible", "total"]
+    keys = ["call->return", "call->lane Copy", "Copy->GPU began by", "Copy->kernel end",
+            "kernel end->CPU sees slot", "GPU-placed end->slot", "CPU sees slot->visible", "kernel end->visible", "total"]
     print(f"{'layout':22} {'n':>3} {'samples':>7} " + " ".join(f"{k:>26}" for k in keys))
     for (layout, n), r in sorted(rows.items()):
         print(f"{layout:22} {n:3} {len(r['total']):7} " +

@@ -134,6 +134,15 @@ Status CudaCopyLane::Copy(const CopyLayout& layout,
   addresses_.ForEach([&](const LayerAddresses& a) { plan_bytes += a.device_bytes(); });
   plan_bytes_.store(plan_bytes, std::memory_order_relaxed);
   const auto enqueued = std::chrono::steady_clock::now();
+  // Tracing: when the GPU reached the start event, on the host clock (no
+  // earlier than `enqueued`): how long the GPU took to start this copy.
+  auto gpu_began = enqueued;
+  if (trace_.enabled()) {
+    while (cudaEventQuery(started_.get()) == cudaErrorNotReady) {
+    }
+    (void)cudaGetLastError();
+    gpu_began = std::chrono::steady_clock::now();
+  }
   // Whatever was enqueued finishes before the plan, the ring or a slot is
   // touched again, also after a failed launch.
   const uint64_t bytes = chunks.size() * layout.chunk_bytes;
@@ -155,10 +164,10 @@ Status CudaCopyLane::Copy(const CopyLayout& layout,
       return std::chrono::duration_cast<std::chrono::microseconds>(t - start).count();
     };
     logger->debug(
-        "{} of {} chunks, {} bytes: enqueued after {} us, {:.0f} us on the GPU, lane "
-        "awake after {} us; GPU steps (us): {}; began at {} ns",
+        "{} of {} chunks, {} bytes: enqueued after {} us, GPU began by {} us, {:.0f} us on "
+        "the GPU, lane awake after {} us; GPU steps (us): {}; began at {} ns",
         options_.direction == Direction::kStore ? "store" : "retrieve", chunks.size(), bytes,
-        us(enqueued), double(gpu_ms) * 1000, us(woke),
+        us(enqueued), us(gpu_began), double(gpu_ms) * 1000, us(woke),
         trace_.Report(started_.get(), traced_steps_),
         std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
   }
