@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# tests, diagnostic profiles, then the lead's bench in both modes
+# The fifth session's last GPU run (bench/RESULTS.md): the gpu tests, the
+# lane profiles in both modes, then the lead's bench in both modes. Run from
+# the repository root on the GPU machine with binaries packed into
+# .device-lane (scripts as in bench/probes) and KVSTASH_BIN_DIR set;
+# everything lands in /tmp/o and, tarred, under $OUT.
 B=$KVSTASH_BIN_DIR; O=/tmp/o; mkdir -p $O
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader; date -u
 for t in chunk_copy_gpu_test:60 cuda_lane_gpu_test:120 gpu_test:240 backend_selection_test:40; do n=${t%:*}; timeout ${t#*:} $B/$n --gtest_brief=1 > $O/$n.log 2>&1; echo "== $n rc=$?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" $O/$n.log | head -20; grep -B3 -A10 "Failure" $O/$n.log | head -40; done
