@@ -23,14 +23,13 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e = (x);                                                          \
-    if (e != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,              \
-                   cudaGetErrorString(e));                                        \
-      std::exit(1);                                                               \
-    }                                                                             \
+#define CHECK(x)                                                                             \
+  do {                                                                                       \
+    cudaError_t e = (x);                                                                     \
+    if (e != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace {
@@ -45,8 +44,8 @@ __global__ void CopyKernel(const uint4* src, uint4* dst, uint64_t n) {
 
 uint8_t* MapTouched(uint64_t bytes, int advice) {
   const uint64_t align = 2 * kMiB;
-  void* raw = mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+  void* raw =
+      mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) std::exit(2);
   auto* p = reinterpret_cast<uint8_t*>((uintptr_t(raw) + align - 1) / align * align);
   madvise(p, bytes, advice);
@@ -125,7 +124,8 @@ int main() {
 
   const long huge0 = AnonHugeKb();
   uint8_t* small_pages = MapTouched(max_bytes, MADV_NOHUGEPAGE);
-  CHECK(cudaHostRegister(small_pages, max_bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
+  CHECK(
+      cudaHostRegister(small_pages, max_bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
   cases.push_back({"register 4KiB pages", small_pages});
 
   uint8_t* huge = MapTouched(max_bytes, MADV_HUGEPAGE);
@@ -141,14 +141,15 @@ int main() {
   for (uint64_t s0 = 0; s0 < pool; s0 += slab) {
     madvise(pool_base + s0, slab, MADV_HUGEPAGE);
     for (uint64_t i = 0; i < slab; i += 4096) pool_base[s0 + i] = 1;
-    CHECK(cudaHostRegister(pool_base + s0, slab,
-                           cudaHostRegisterPortable | cudaHostRegisterMapped));
+    CHECK(
+        cudaHostRegister(pool_base + s0, slab, cudaHostRegisterPortable | cudaHostRegisterMapped));
   }
   const long huge2 = AnonHugeKb();
   cases.push_back({"L1 pool slab (THP hint)", pool_base + slab + 32 * kMiB});
-  std::printf("pool base %p (2 MiB aligned: %s); AnonHugePages kB: start %ld, +THP buffer %ld, "
-              "+pool %ld\n",
-              raw, uintptr_t(raw) % (2 * kMiB) == 0 ? "yes" : "no", huge0, huge1, huge2);
+  std::printf(
+      "pool base %p (2 MiB aligned: %s); AnonHugePages kB: start %ld, +THP buffer %ld, "
+      "+pool %ld\n",
+      raw, uintptr_t(raw) % (2 * kMiB) == 0 ? "yes" : "no", huge0, huge1, huge2);
   {
     std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
     std::string line;
@@ -163,8 +164,8 @@ int main() {
         if (mib == 3 && pieces == 16) continue;
         const double alone = Time(c.host, dev, dev2, mib * kMiB, pieces, false, s, k);
         const double busy = Time(c.host, dev, dev2, mib * kMiB, pieces, true, s, k);
-        std::printf("%-26s %8llu %7d %9.1f %9.1f\n", c.name, (unsigned long long)mib, pieces,
-                    alone, busy);
+        std::printf("%-26s %8llu %7d %9.1f %9.1f\n", c.name, (unsigned long long)mib, pieces, alone,
+                    busy);
       }
     }
   }

@@ -245,14 +245,14 @@ Status Launch(Direction direction, const DeviceGroupCopy& device_group,
     if (direction == Direction::kGather) {
       GatherChunksKernel<kWidth><<<grid, kThreadsPerCta, 0, cuda_stream>>>(
           merged.geometry, s, merged.flat_offset_bytes, device_group.device_layer_bases,
-          batch.device_chunks, static_cast<uint32_t>(tile_tokens),
-          static_cast<uint32_t>(tiles), num_ctas);
+          batch.device_chunks, static_cast<uint32_t>(tile_tokens), static_cast<uint32_t>(tiles),
+          num_ctas);
       return cuda::CudaStatus(cudaGetLastError(), "GatherChunksKernel launch");
     }
     ScatterChunksKernel<kWidth><<<grid, kThreadsPerCta, 0, cuda_stream>>>(
         merged.geometry, s, merged.flat_offset_bytes, device_group.device_layer_bases,
-        batch.device_chunks, static_cast<uint32_t>(tile_tokens),
-          static_cast<uint32_t>(tiles), num_ctas);
+        batch.device_chunks, static_cast<uint32_t>(tile_tokens), static_cast<uint32_t>(tiles),
+        num_ctas);
     return cuda::CudaStatus(cudaGetLastError(), "ScatterChunksKernel launch");
   });
 }

@@ -120,7 +120,8 @@ Status CudaCopyLane::Copy(const CopyLayout& layout,
   // A gated store reaches the lane only once its gate is open (the transfer
   // worker checks it from the CPU): no stream here waits on an engine.
   if (options_.mode == TransferMode::kDirect) {
-    copied = CopyDirect(layout, **addresses, CopySteps(layout.groups, signal, false), chunks, signal);
+    copied =
+        CopyDirect(layout, **addresses, CopySteps(layout.groups, signal, false), chunks, signal);
   } else {
     copied = CopyThroughStaging(layout, **addresses, chunks, slabs, signal, expired, &stopped_at);
   }

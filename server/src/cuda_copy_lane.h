@@ -32,8 +32,8 @@
 #pragma once
 
 #include <atomic>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -97,8 +97,8 @@ class CudaCopyLane {
   // Enqueues the write of slot's value on the kernel stream.
   Status SignalSlot(const CopySignal& signal, uint32_t slot);
   Status CopyDirect(const CopyLayout& layout, const LayerAddresses& addresses,
-                    const std::vector<CopyStep>& steps, const std::vector<kernels::ChunkCopy>& chunks,
-                    const CopySignal* signal);
+                    const std::vector<CopyStep>& steps,
+                    const std::vector<kernels::ChunkCopy>& chunks, const CopySignal* signal);
   // expired(begin, end): whether a chunk of [begin, end) is past its
   // deadline now; then nothing from `begin` on is enqueued, and the return
   // value says where it stopped.

@@ -64,7 +64,8 @@ std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups, const
     }
   } else {
     uint32_t most_layers = 0;
-    for (const GroupAddresses& g : groups) most_layers = std::max(most_layers, g.group.shape.num_layers);
+    for (const GroupAddresses& g : groups)
+      most_layers = std::max(most_layers, g.group.shape.num_layers);
     CopyStep& all = steps.emplace_back();
     for (const GroupAddresses& g : groups) all.slices.emplace_back(0, g.group.shape.num_layers);
     if (split && most_layers >= 2) {

@@ -56,8 +56,8 @@ Status FaultInjectionBackend::Copy(Direction direction, int device, const CopyLa
           partial_deadlines.at.assign(deadlines.at.begin(), deadlines.at.begin() + long(before));
         }
         // No signal: the transfer worker releases the slots of a failed copy.
-        KVSTASH_RETURN_IF_ERROR(
-            real_->Copy(direction, device, layout, partial, partial_slabs, partial_deadlines, nullptr));
+        KVSTASH_RETURN_IF_ERROR(real_->Copy(direction, device, layout, partial, partial_slabs,
+                                            partial_deadlines, nullptr));
         deadlines.missed.assign(chunks.size(), 0);
         std::copy(partial_deadlines.missed.begin(), partial_deadlines.missed.end(),
                   deadlines.missed.begin());

@@ -169,8 +169,8 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
     const CopyLayout layout{registration.id, registration.layout.chunk_bytes(),
                             registration.groups};
     const Status status = chunks.empty() ? Status::Ok()
-                                         : backend_.Copy(direction_, device_, layout, chunks,
-                                                         slabs, deadlines, signal);
+                                         : backend_.Copy(direction_, device_, layout, chunks, slabs,
+                                                         deadlines, signal);
     deadlines.missed.resize(chunks.size());
     if (trace_) {
       for (size_t j = begin; j < end; ++j) trace_->Mark(jobs[j].request_id, TraceStage::kCopyDone);

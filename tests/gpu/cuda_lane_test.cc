@@ -84,8 +84,9 @@ class CudaLaneTest : public ::testing::TestWithParam<Case> {
     options.staging_bytes = 16 << 20;
     options.split_bytes = 0;  // split every one-sub-batch retrieve
     int same_address = 0;
-    ASSERT_EQ(cudaDeviceGetAttribute(&same_address, cudaDevAttrCanUseHostPointerForRegisteredMem, 0),
-              cudaSuccess);
+    ASSERT_EQ(
+        cudaDeviceGetAttribute(&same_address, cudaDevAttrCanUseHostPointerForRegisteredMem, 0),
+        cudaSuccess);
     options.host_pointers_on_device = same_address != 0;
     auto lane = CudaCopyLane::Create(options);
     ASSERT_TRUE(lane.ok()) << lane.status().ToString();

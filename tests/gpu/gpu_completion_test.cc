@@ -192,8 +192,8 @@ TEST_P(GpuCompletionTest, EveryLayerInItsOwnRangeIsCompleteWhenItsWaitPasses) {
   ASSERT_TRUE(client_->Store(reg_.id, Chunks(reg_, 0)).get().ok());
   for (int round = 0; round < 2; ++round) {  // the second with the registration's cached plan
     for (uint32_t l = 0; l < kLayers; ++l) {
-      ASSERT_EQ(cudaMemsetAsync(BlockOf(l, kDst), kPoisonByte,
-                                kChunks * 4 * geometry_.block_stride, stream_),
+      ASSERT_EQ(cudaMemsetAsync(BlockOf(l, kDst), kPoisonByte, kChunks * 4 * geometry_.block_stride,
+                                stream_),
                 cudaSuccess);
     }
     auto load =

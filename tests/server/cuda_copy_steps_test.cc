@@ -28,7 +28,8 @@ Groups Make(const std::vector<LayerGeometry>& layers, uint32_t chunk_tokens) {
   Groups out{*layout, {}};
   for (const ChunkGroup& group : layout->groups()) {
     GroupAddresses a;
-    for (uint32_t l : group.layers) a.layer_bases.push_back(reinterpret_cast<uint8_t*>(4096 * (l + 1)));
+    for (uint32_t l : group.layers)
+      a.layer_bases.push_back(reinterpret_cast<uint8_t*>(4096 * (l + 1)));
     a.group = kernels::GroupCopy{group.geometry, group.shape, group.offset_bytes, nullptr};
     out.groups.push_back(std::move(a));
   }
@@ -116,8 +117,8 @@ TEST(CudaCopySteps, WindowsAreExactForOddHeadSizes) {
   // heads of 132 bytes (not a multiple of 16): layer ranges and pieces must
   // tile the flat chunk's bytes exactly.
   for (const auto& [heads, head_dim, dtype, layers] :
-       std::vector<std::tuple<uint32_t, uint32_t, DType, uint32_t>>{
-           {1, 656, DType::kU8, 61}, {4, 132, DType::kU8, 27}}) {
+       std::vector<std::tuple<uint32_t, uint32_t, DType, uint32_t>>{{1, 656, DType::kU8, 61},
+                                                                    {4, 132, DType::kU8, 27}}) {
     const LayerGeometry geometry = VllmFlashNhdGeometry(8, 64, heads, head_dim, dtype);
     const Groups g = Make(std::vector<LayerGeometry>(layers, geometry), 256);
     ExpectWindowsTile(g, CopySteps(g.groups, nullptr, true));
