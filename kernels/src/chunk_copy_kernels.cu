@@ -64,8 +64,7 @@ struct RowPlan {
   uint32_t block_ids[kMaxTileTokens];  // from the block of the tile's first copied token
 };
 
-__device__ __forceinline__ RowIndex CtaRow(const FlatGroupShape& s) {
-  const uint32_t row = blockIdx.x;
+__device__ __forceinline__ RowIndex RowOf(const FlatGroupShape& s, uint32_t row) {
   return {row / (s.num_layers * s.kv_count), row / s.kv_count % s.num_layers, row % s.kv_count};
 }
 
@@ -145,8 +144,10 @@ __device__ __forceinline__ void ZeroBytes(uint8_t* dst, uint64_t bytes) {
   }
 }
 
-// Grid: (num_chunks * num_layers * kv_count, ceil(chunk_tokens / tile_tokens))
-// Block: (kThreadsPerCta). CTA (row, y) gathers tokens [y * tile_tokens,
+// Tiles: (num_chunks * num_layers * kv_count rows) x (num_tiles =
+// ceil(chunk_tokens / tile_tokens)), num_ctas in all, row-major; the grid
+// walks them (one each unless the launch capped the grid). Block:
+// (kThreadsPerCta). Tile (row, y) gathers tokens [y * tile_tokens,
 // (y + 1) * tile_tokens) of row (chunk, layer, kv) and zeros those past the
 // chunk's num_tokens.
 template <int kWidth>
@@ -156,29 +157,31 @@ __global__ void __launch_bounds__(kThreadsPerCta) GatherChunksKernel(
     const uint64_t flat_offset_bytes,          // group start inside each flat chunk
     uint8_t* const* __restrict__ layer_bases,  // [num_layers]
     const ChunkCopy* __restrict__ chunks,      // [num_chunks]
-    const uint32_t tile_tokens) {
+    const uint32_t tile_tokens, const uint32_t num_tiles, const uint64_t num_ctas) {
   __shared__ RowPlan plan;
-  const RowIndex r = CtaRow(shape);
-  LoadRowPlan(r, layer_bases, chunks, plan);
-  const uint32_t begin = blockIdx.y * tile_tokens;
-  const uint32_t end = min(begin + tile_tokens, shape.chunk_tokens);
-  const uint32_t num_tokens = plan.chunk.num_tokens;
-  const uint32_t copy_end = min(end, num_tokens);
-  LoadBlockIds(geometry.block_tokens, begin, copy_end, plan);
-  if (begin < copy_end) {
-    CopyTokens<kWidth, true>(geometry, shape, flat_offset_bytes, r, plan, begin, copy_end);
-  }
-  const uint32_t zero_begin = max(begin, num_tokens);
-  if (zero_begin < end) {
-    const uint64_t token_bytes = uint64_t{shape.num_heads} * shape.head_bytes;
-    ZeroBytes<kWidth>(
-        plan.chunk.flat + flat_offset_bytes + FlatOffset(shape, r.layer, r.kv, zero_begin, 0),
-        (end - zero_begin) * token_bytes);
+  for (uint64_t cta = blockIdx.x; cta < num_ctas; cta += gridDim.x) {
+    const RowIndex r = RowOf(shape, uint32_t(cta / num_tiles));
+    LoadRowPlan(r, layer_bases, chunks, plan);
+    const uint32_t begin = uint32_t(cta % num_tiles) * tile_tokens;
+    const uint32_t end = min(begin + tile_tokens, shape.chunk_tokens);
+    const uint32_t num_tokens = plan.chunk.num_tokens;
+    const uint32_t copy_end = min(end, num_tokens);
+    LoadBlockIds(geometry.block_tokens, begin, copy_end, plan);
+    if (begin < copy_end) {
+      CopyTokens<kWidth, true>(geometry, shape, flat_offset_bytes, r, plan, begin, copy_end);
+    }
+    const uint32_t zero_begin = max(begin, num_tokens);
+    if (zero_begin < end) {
+      const uint64_t token_bytes = uint64_t{shape.num_heads} * shape.head_bytes;
+      ZeroBytes<kWidth>(
+          plan.chunk.flat + flat_offset_bytes + FlatOffset(shape, r.layer, r.kv, zero_begin, 0),
+          (end - zero_begin) * token_bytes);
+    }
+    __syncthreads();  // the next tile reloads the plan
   }
 }
 
-// Grid: (num_chunks * num_layers * kv_count, ceil(chunk_tokens / tile_tokens))
-// Block: (kThreadsPerCta). CTA (row, y) scatters the tokens of [y * tile_tokens,
+// Tiles and grid as for GatherChunksKernel. Tile (row, y) scatters the tokens of [y * tile_tokens,
 // (y + 1) * tile_tokens) that lie in [skip_tokens, num_tokens) of its chunk.
 template <int kWidth>
 __global__ void __launch_bounds__(kThreadsPerCta) ScatterChunksKernel(
@@ -187,22 +190,26 @@ __global__ void __launch_bounds__(kThreadsPerCta) ScatterChunksKernel(
     const uint64_t flat_offset_bytes,          // group start inside each flat chunk
     uint8_t* const* __restrict__ layer_bases,  // [num_layers]
     const ChunkCopy* __restrict__ chunks,      // [num_chunks]
-    const uint32_t tile_tokens) {
+    const uint32_t tile_tokens, const uint32_t num_tiles, const uint64_t num_ctas) {
   __shared__ RowPlan plan;
-  const RowIndex r = CtaRow(shape);
-  LoadRowPlan(r, layer_bases, chunks, plan);
-  const uint32_t begin = max(blockIdx.y * tile_tokens, plan.chunk.skip_tokens);
-  const uint32_t end = min((blockIdx.y + 1) * tile_tokens, plan.chunk.num_tokens);
-  LoadBlockIds(geometry.block_tokens, begin, end, plan);
-  if (begin < end) {
-    CopyTokens<kWidth, false>(geometry, shape, flat_offset_bytes, r, plan, begin, end);
+  for (uint64_t cta = blockIdx.x; cta < num_ctas; cta += gridDim.x) {
+    const RowIndex r = RowOf(shape, uint32_t(cta / num_tiles));
+    LoadRowPlan(r, layer_bases, chunks, plan);
+    const uint32_t tile = uint32_t(cta % num_tiles);
+    const uint32_t begin = max(tile * tile_tokens, plan.chunk.skip_tokens);
+    const uint32_t end = min((tile + 1) * tile_tokens, plan.chunk.num_tokens);
+    LoadBlockIds(geometry.block_tokens, begin, end, plan);
+    if (begin < end) {
+      CopyTokens<kWidth, false>(geometry, shape, flat_offset_bytes, r, plan, begin, end);
+    }
+    __syncthreads();  // the next tile reloads the plan
   }
 }
 
 enum class Direction { kGather, kScatter };
 
 Status Launch(Direction direction, const DeviceGroupCopy& device_group,
-              const DeviceChunkBatch& batch, void* stream) {
+              const DeviceChunkBatch& batch, void* stream, uint32_t max_ctas) {
   const GroupCopy& group = device_group.group;
   KVSTASH_RETURN_IF_ERROR(internal::CheckGroup(group));
   KVSTASH_RETURN_IF_ERROR(internal::CheckChunks(group, batch.chunks, batch.num_chunks));
@@ -227,7 +234,10 @@ Status Launch(Direction direction, const DeviceGroupCopy& device_group,
         "batch of " + std::to_string(batch.num_chunks) + " chunks makes a " + std::to_string(rows) +
         " x " + std::to_string(tiles) + " grid, over CUDA's limits (2^31 - 1) x 65535: split it");
   }
-  const dim3 grid(static_cast<uint32_t>(rows), static_cast<uint32_t>(tiles));
+  const uint64_t num_ctas = rows * tiles;
+  // Past CUDA's 2^31 - 1 blocks, or past the cap, CTAs walk several tiles.
+  const uint64_t ctas = std::min<uint64_t>(num_ctas, max_ctas == 0 ? INT32_MAX : max_ctas);
+  const dim3 grid(static_cast<uint32_t>(ctas));
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
   const uint32_t width = AccessWidthBytes(group, batch.chunks, batch.num_chunks);
   return internal::DispatchAccessWidth(width, [&](auto width_tag) {
@@ -235,24 +245,28 @@ Status Launch(Direction direction, const DeviceGroupCopy& device_group,
     if (direction == Direction::kGather) {
       GatherChunksKernel<kWidth><<<grid, kThreadsPerCta, 0, cuda_stream>>>(
           merged.geometry, s, merged.flat_offset_bytes, device_group.device_layer_bases,
-          batch.device_chunks, static_cast<uint32_t>(tile_tokens));
+          batch.device_chunks, static_cast<uint32_t>(tile_tokens), static_cast<uint32_t>(tiles),
+          num_ctas);
       return cuda::CudaStatus(cudaGetLastError(), "GatherChunksKernel launch");
     }
     ScatterChunksKernel<kWidth><<<grid, kThreadsPerCta, 0, cuda_stream>>>(
         merged.geometry, s, merged.flat_offset_bytes, device_group.device_layer_bases,
-        batch.device_chunks, static_cast<uint32_t>(tile_tokens));
+        batch.device_chunks, static_cast<uint32_t>(tile_tokens), static_cast<uint32_t>(tiles),
+        num_ctas);
     return cuda::CudaStatus(cudaGetLastError(), "ScatterChunksKernel launch");
   });
 }
 
 }  // namespace
 
-Status GatherChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream) {
-  return Launch(Direction::kGather, group, batch, stream);
+Status GatherChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream,
+                    uint32_t max_ctas) {
+  return Launch(Direction::kGather, group, batch, stream, max_ctas);
 }
 
-Status ScatterChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream) {
-  return Launch(Direction::kScatter, group, batch, stream);
+Status ScatterChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream,
+                     uint32_t max_ctas) {
+  return Launch(Direction::kScatter, group, batch, stream, max_ctas);
 }
 
 }  // namespace kvstash::kernels

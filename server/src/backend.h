@@ -99,6 +99,17 @@ struct GroupAddresses {
   std::vector<uint8_t*> layer_bases;
 };
 
+// What a registration computed once, passed down to every copy of it: its
+// groups' addresses and the bytes of one flat chunk (its layout's
+// chunk_bytes). The id is never reused, so a backend may cache what it
+// derives from the groups (the CUDA lanes keep their layer addresses on the
+// GPU) under it.
+struct CopyLayout {
+  uint64_t registration_id;
+  uint64_t chunk_bytes;
+  const std::vector<GroupAddresses>& groups;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -109,8 +120,8 @@ class Backend {
   virtual SlabHooks slab_hooks() = 0;
   // Refuses a layout this backend cannot copy (a chunk larger than its
   // staging ring, say) before the registration is accepted.
-  virtual Status CheckRegistration(int /*device*/,
-                                   const std::vector<GroupAddresses>& /*groups*/) const {
+  virtual Status CheckRegistration(int /*device*/, const std::vector<GroupAddresses>& /*groups*/,
+                                   uint64_t /*chunk_bytes*/) const {
     return Status::Ok();
   }
   // Copies a batch of chunks of one registration, every group, in one
@@ -118,11 +129,14 @@ class Backend {
   // scatters them back. Safe to call from the two lanes of one device at once;
   // each (device, direction) has one lane thread, so per-lane state needs no
   // lock. Returns once the data is in its destination.
+  // slabs[i] is the L1 slab of chunks[i].flat (its L1Pool::Slot's): slots
+  // adjacent in memory may be copied as one only inside one slab.
   // Chunks whose deadline passed are left out and marked in
   // deadlines.missed (sized to chunks by the caller). `signal` (may be null):
   // GPU-side completion of this call, see CopySignal.
-  virtual Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-                      const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+  virtual Status Copy(Direction direction, int device, const CopyLayout& layout,
+                      const std::vector<kernels::ChunkCopy>& chunks,
+                      const std::vector<uint32_t>& slabs, CopyDeadlines& deadlines,
                       const CopySignal* signal = nullptr) = 0;
   // Makes an engine's completion board reachable from the copies of
   // `device` (CUDA: cudaHostRegister, device-mapped). The host backend

@@ -154,7 +154,7 @@ ChunkStore::StoreTicket ChunkStore::BeginStoreLocked(ScopeId scope, const ChunkK
   entry->bytes = chunk_bytes;
   Entry* raw = entry.get();
   index_.emplace(id, std::move(entry));
-  return {Reservation::kReserved, raw, slot->data};
+  return {Reservation::kReserved, raw, slot->data, slot->slab};
 }
 
 void ChunkStore::CommitStore(Entry* entry, uint32_t num_tokens, bool clean) {
@@ -185,7 +185,7 @@ std::optional<ChunkStore::ReadTicket> ChunkStore::BeginRead(ScopeId scope, const
   Entry* e = found->second.get();
   ++e->readers;
   PinLocked(e);
-  return ReadTicket{e, e->slot.data, e->num_tokens};
+  return ReadTicket{e, e->slot.data, e->num_tokens, e->slot.slab};
 }
 
 void ChunkStore::EndRead(Entry* entry) {

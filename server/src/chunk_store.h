@@ -62,11 +62,13 @@ class ChunkStore {
     Reservation result = Reservation::kNoRoom;
     Entry* entry = nullptr;   // with kReserved
     uint8_t* slot = nullptr;  // with kReserved: chunk_bytes to fill
+    uint32_t slab = 0;        // with kReserved: the slot's L1 slab
   };
   struct ReadTicket {
     Entry* entry = nullptr;
     const uint8_t* slot = nullptr;
     uint32_t num_tokens = 0;
+    uint32_t slab = 0;  // the slot's L1 slab
   };
   struct LookupResult {
     uint32_t hit_chunks = 0;

@@ -52,7 +52,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
     options.trace = config.log_level == "debug" || config.log_level == "trace";
     for (Direction direction : {Direction::kStore, Direction::kRetrieve}) {
       options.direction = direction;
-      Result<std::unique_ptr<CudaCopyLane>> lane = CudaCopyLane::Create(options, backend->pinned_);
+      Result<std::unique_ptr<CudaCopyLane>> lane = CudaCopyLane::Create(options);
       if (!lane.ok()) return lane.status();
       (direction == Direction::kStore ? device.store : device.retrieve) = std::move(*lane);
     }
@@ -80,7 +80,7 @@ Result<std::shared_ptr<MappedAllocation>> CudaBackend::Open(const AllocationSpec
 SlabHooks CudaBackend::slab_hooks() {
   SlabHooks hooks;
   // Runs on the pool's preparer threads, in parallel, in the background.
-  hooks.prepare = [this](uint8_t* data, uint64_t bytes) {
+  hooks.prepare = [](uint8_t* data, uint64_t bytes) {
     // Huge pages, where the kernel gives them: the GPU maps pinned memory
     // with fewer, larger pages, so copies and kernels miss its TLB less.
     // A hint: without THP the pages stay 4 KiB and everything still works.
@@ -92,21 +92,17 @@ SlabHooks CudaBackend::slab_hooks() {
       Logger()->warn("cannot pin an L1 slab of {} bytes: {}", bytes, pinned.message());
       return pinned;
     }
-    pinned_.Add(data, bytes);
     return Status::Ok();
   };
-  hooks.release = [this](uint8_t* data, uint64_t /*bytes*/) {
-    pinned_.Remove(data);
-    cudaHostUnregister(data);
-  };
+  hooks.release = [](uint8_t* data, uint64_t /*bytes*/) { cudaHostUnregister(data); };
   return hooks;
 }
 
-Status CudaBackend::CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const {
+Status CudaBackend::CheckRegistration(int device, const std::vector<GroupAddresses>& /*groups*/,
+                                      uint64_t chunk_bytes) const {
   if (device < 0 || device >= num_devices()) {
     return Status::Internal("registration on unknown device " + std::to_string(device));
   }
-  const uint64_t chunk_bytes = FlatChunkBytes(groups);
   const uint64_t staging = devices_[size_t(device)].store->staging_bytes();
   if (mode_ == TransferMode::kDma && chunk_bytes > staging) {
     return Status::TooLarge(
@@ -118,12 +114,13 @@ Status CudaBackend::CheckRegistration(int device, const std::vector<GroupAddress
   return Status::Ok();
 }
 
-Status CudaBackend::Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-                         const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+Status CudaBackend::Copy(Direction direction, int device, const CopyLayout& layout,
+                         const std::vector<kernels::ChunkCopy>& chunks,
+                         const std::vector<uint32_t>& slabs, CopyDeadlines& deadlines,
                          const CopySignal* signal) {
   const Device& d = devices_.at(size_t(device));
   return (direction == Direction::kStore ? *d.store : *d.retrieve)
-      .Copy(groups, chunks, deadlines, signal);
+      .Copy(layout, chunks, slabs, deadlines, signal);
 }
 
 Result<BoardMapping> CudaBackend::MapBoard(int device, uint8_t* base, uint64_t bytes) {

@@ -16,7 +16,6 @@
 #include "cuda_copy_lane.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/cuda/devices.h"
-#include "pinned_ranges.h"
 
 namespace kvstash::server {
 
@@ -30,10 +29,11 @@ class CudaBackend : public Backend {
   int num_devices() const override { return int(devices_.size()); }
   Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) override;
   SlabHooks slab_hooks() override;
-  Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const override;
-  Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
-              const CopySignal* signal = nullptr) override;
+  Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups,
+                           uint64_t chunk_bytes) const override;
+  Status Copy(Direction direction, int device, const CopyLayout& layout,
+              const std::vector<kernels::ChunkCopy>& chunks, const std::vector<uint32_t>& slabs,
+              CopyDeadlines& deadlines, const CopySignal* signal = nullptr) override;
   Result<BoardMapping> MapBoard(int device, uint8_t* base, uint64_t bytes) override;
   void Describe(nlohmann::json& out) const override;
 
@@ -50,7 +50,6 @@ class CudaBackend : public Backend {
   const TransferMode mode_;
   const CompletionWait wait_;
   std::vector<Device> devices_;  // index = CUDA ordinal; fixed after Create
-  PinnedRanges pinned_;
   std::shared_ptr<std::atomic<int64_t>> ipc_open_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 

@@ -19,12 +19,14 @@ namespace {
 
 // Bytes of one sub-batch of a staged copy (one chunk at least).
 constexpr uint64_t kSubBatchBytes = 8 << 20;
+// Direct mode: CTAs of 256 threads per SM one lane's kernels take (an SM
+// holds 8): half the GPU per direction.
+constexpr uint32_t kDirectCtasPerSm = 4;
 
 }  // namespace
 
-Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& options,
-                                                           const PinnedRanges& pinned) {
-  std::unique_ptr<CudaCopyLane> lane(new CudaCopyLane(options, pinned));
+Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& options) {
+  std::unique_ptr<CudaCopyLane> lane(new CudaCopyLane(options));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   for (cuda::Stream* stream : {&lane->kernel_stream_, &lane->copy_stream_}) {
     Result<cuda::Stream> created = cuda::Stream::Create();
@@ -50,6 +52,15 @@ Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& option
   if (!done.ok()) return done.status();
   lane->done_ = std::move(*done);
   if (options.trace) KVSTASH_RETURN_IF_ERROR(lane->trace_.Enable());
+  if (options.mode == TransferMode::kDirect) {
+    // Kernels over mapped host memory are bound by PCIe, not SMs: each lane
+    // takes at most half of the GPU's resident CTAs, so that a store and a
+    // retrieve run side by side instead of one waiting for the other's grid.
+    int sms = 0;
+    KVSTASH_CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options.device));
+    lane->max_ctas_ = uint32_t(std::max(1, sms)) * kDirectCtasPerSm;
+  }
   if (options.mode == TransferMode::kDma) {
     Result<cuda::DeviceBuffer> staging = cuda::DeviceBuffer::Allocate(options.staging_bytes);
     if (!staging.ok()) {
@@ -63,12 +74,14 @@ Result<std::unique_ptr<CudaCopyLane>> CudaCopyLane::Create(const Options& option
   return lane;
 }
 
-Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
+Status CudaCopyLane::Copy(const CopyLayout& layout,
                           const std::vector<kernels::ChunkCopy>& all_chunks,
-                          CopyDeadlines& deadlines, const CopySignal* signal) {
+                          const std::vector<uint32_t>& all_slabs, CopyDeadlines& deadlines,
+                          const CopySignal* signal) {
   deadlines.missed.assign(all_chunks.size(), 0);
   // Chunks past their deadline now are not copied at all.
   std::vector<kernels::ChunkCopy> live;
+  std::vector<uint32_t> live_slabs;
   std::vector<size_t> index;  // live chunk -> its place in all_chunks
   if (deadlines.any()) {
     const auto now = std::chrono::steady_clock::now();
@@ -77,11 +90,13 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
         deadlines.missed[i] = 1;
       } else {
         live.push_back(all_chunks[i]);
+        live_slabs.push_back(all_slabs[i]);
         index.push_back(i);
       }
     }
   }
   const std::vector<kernels::ChunkCopy>& chunks = deadlines.any() ? live : all_chunks;
+  const std::vector<uint32_t>& slabs = deadlines.any() ? live_slabs : all_slabs;
   if (chunks.empty()) return Status::Ok();
   const auto expired = [&](size_t begin, size_t end) {
     if (!deadlines.any()) return false;
@@ -95,16 +110,20 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
   const auto start = std::chrono::steady_clock::now();
   traced_steps_ = 0;
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  // Between two Copy calls nothing is in flight: an entry the cache drops
+  // here is read by no copy.
+  Result<const LayerAddresses*> addresses = AddressesOf(layout);
+  if (!addresses.ok()) return addresses.status();
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(started_.get(), kernel_stream_.get()));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_.get(), started_.get(), 0));
-  const std::vector<Range> ranges = Ranges(groups, signal);
   Status copied = Status::Ok();
   // A gated store reaches the lane only once its gate is open (the transfer
   // worker checks it from the CPU): no stream here waits on an engine.
-  if (copied.ok()) {
-    copied = options_.mode == TransferMode::kDirect
-                 ? CopyDirect(ranges, chunks, signal)
-                 : CopyThroughStaging(groups, ranges, chunks, signal, expired, &stopped_at);
+  if (options_.mode == TransferMode::kDirect) {
+    copied =
+        CopyDirect(layout, **addresses, CopySteps(layout.groups, signal, false), chunks, signal);
+  } else {
+    copied = CopyThroughStaging(layout, **addresses, chunks, slabs, signal, expired, &stopped_at);
   }
   if (copied.ok() && signal != nullptr && signal->done_slot) {
     // After the last gather: the engine's blocks may be reused.
@@ -113,12 +132,21 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
   for (size_t i = stopped_at; i < chunks.size(); ++i)
     deadlines.missed[index.empty() ? i : index[i]] = 1;
   uint64_t plan_bytes = plan_.device_bytes();
-  for (const auto& plan : range_plans_) plan_bytes += plan->device_bytes();
+  addresses_.ForEach([&](const LayerAddresses& a) { plan_bytes += a.device_bytes(); });
   plan_bytes_.store(plan_bytes, std::memory_order_relaxed);
   const auto enqueued = std::chrono::steady_clock::now();
+  // Tracing: when the GPU reached the start event, on the host clock (no
+  // earlier than `enqueued`): how long the GPU took to start this copy.
+  auto gpu_began = enqueued;
+  if (trace_.enabled()) {
+    while (cudaEventQuery(started_.get()) == cudaErrorNotReady) {
+    }
+    (void)cudaGetLastError();
+    gpu_began = std::chrono::steady_clock::now();
+  }
   // Whatever was enqueued finishes before the plan, the ring or a slot is
   // touched again, also after a failed launch.
-  const uint64_t bytes = chunks.size() * FlatChunkBytes(groups);
+  const uint64_t bytes = chunks.size() * layout.chunk_bytes;
   const Status drained = Drain(bytes, start);
   if (!copied.ok() || !drained.ok()) return copied.ok() ? drained : copied;
   const auto woke = std::chrono::steady_clock::now();
@@ -137,60 +165,21 @@ Status CudaCopyLane::Copy(const std::vector<GroupAddresses>& groups,
       return std::chrono::duration_cast<std::chrono::microseconds>(t - start).count();
     };
     logger->debug(
-        "{} of {} chunks, {} bytes: enqueued after {} us, {:.0f} us on the GPU, lane "
-        "awake after {} us; GPU steps (us): {}",
+        "{} of {} chunks, {} bytes: enqueued after {} us, GPU began by {} us, {:.0f} us on "
+        "the GPU, lane awake after {} us; GPU steps (us): {}; began at {} ns",
         options_.direction == Direction::kStore ? "store" : "retrieve", chunks.size(), bytes,
-        us(enqueued), double(gpu_ms) * 1000, us(woke),
-        trace_.Report(started_.get(), traced_steps_));
+        us(enqueued), us(gpu_began), double(gpu_ms) * 1000, us(woke),
+        trace_.Report(started_.get(), traced_steps_),
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
   }
   return Status::Ok();
 }
 
-std::vector<CudaCopyLane::Range> CudaCopyLane::Ranges(const std::vector<GroupAddresses>& groups,
-                                                      const CopySignal* signal) {
-  std::vector<Range> ranges;
-  if (signal == nullptr || signal->ranges.empty()) {
-    Range& all = ranges.emplace_back();
-    all.groups = groups;
-    if (signal != nullptr && !signal->range_slots.empty()) {
-      all.has_slot = true;
-      all.slot = signal->range_slots[0];
-    }
-  } else {
-    for (size_t r = 0; r < signal->ranges.size(); ++r) {
-      Range& range = ranges.emplace_back();
-      const auto& slices = signal->ranges[r];
-      for (size_t g = 0; g < groups.size() && g < slices.size(); ++g) {
-        const auto [first, count] = slices[g];
-        if (count == 0) continue;
-        GroupAddresses sliced;
-        sliced.group = groups[g].group;
-        FlatGroupShape one = sliced.group.shape;
-        one.num_layers = 1;
-        sliced.group.shape.num_layers = count;
-        sliced.group.flat_offset_bytes += uint64_t(first) * FlatGroupBytes(one);
-        sliced.layer_bases.assign(groups[g].layer_bases.begin() + first,
-                                  groups[g].layer_bases.begin() + first + count);
-        range.windows.emplace_back(
-            sliced.group.flat_offset_bytes,
-            sliced.group.flat_offset_bytes + FlatGroupBytes(sliced.group.shape));
-        range.groups.push_back(std::move(sliced));
-      }
-      range.has_slot = r < signal->range_slots.size();
-      if (range.has_slot) range.slot = signal->range_slots[r];
-    }
-  }
-  // The copies above moved the address vectors: point at them only now.
-  for (Range& range : ranges) {
-    for (GroupAddresses& g : range.groups) g.group.layer_bases = g.layer_bases.data();
-  }
-  return ranges;
-}
-
-CopyPlan& CudaCopyLane::PlanOf(size_t r) {
-  if (r == 0) return plan_;
-  while (range_plans_.size() < r) range_plans_.push_back(std::make_unique<CopyPlan>());
-  return *range_plans_[r - 1];
+Result<const LayerAddresses*> CudaCopyLane::AddressesOf(const CopyLayout& layout) {
+  if (const LayerAddresses* found = addresses_.Find(layout.registration_id)) return found;
+  Result<LayerAddresses> uploaded = LayerAddresses::Upload(layout.groups, kernel_stream_.get());
+  if (!uploaded.ok()) return uploaded.status();
+  return &addresses_.Insert(layout.registration_id, std::move(*uploaded));
 }
 
 Status CudaCopyLane::SignalSlot(const CopySignal& signal, uint32_t slot) {
@@ -204,7 +193,8 @@ Status CudaCopyLane::SignalSlot(const CopySignal& signal, uint32_t slot) {
       "cuStreamWriteValue32");
 }
 
-Status CudaCopyLane::CopyDirect(const std::vector<Range>& ranges,
+Status CudaCopyLane::CopyDirect(const CopyLayout& layout, const LayerAddresses& addresses,
+                                const std::vector<CopyStep>& steps,
                                 const std::vector<kernels::ChunkCopy>& chunks,
                                 const CopySignal* signal) {
   std::vector<uint8_t*> flats(chunks.size());
@@ -217,24 +207,23 @@ Status CudaCopyLane::CopyDirect(const std::vector<Range>& ranges,
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, chunks[i].flat, 0));
     flats[i] = static_cast<uint8_t*>(mapped);
   }
-  for (size_t r = 0; r < ranges.size(); ++r) {
-    CopyPlan& plan = PlanOf(r);
-    KVSTASH_RETURN_IF_ERROR(plan.Build(ranges[r].groups, chunks, flats));
-    KVSTASH_RETURN_IF_ERROR(plan.Upload(kernel_stream_.get()));
-    KVSTASH_RETURN_IF_ERROR(Launch(plan, ranges[r].groups.size(), 0, chunks.size(), r));
-    if (ranges[r].has_slot) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, ranges[r].slot));
+  KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
+  KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernel_stream_.get()));
+  for (size_t s = 0; s < steps.size(); ++s) {
+    KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, steps[s], 0, chunks.size(), s));
+    for (uint32_t slot : steps[s].slots) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, slot));
   }
   return Status::Ok();
 }
 
-Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& groups,
-                                        const std::vector<Range>& ranges,
+Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAddresses& addresses,
                                         const std::vector<kernels::ChunkCopy>& chunks,
+                                        const std::vector<uint32_t>& slabs,
                                         const CopySignal* signal,
                                         const std::function<bool(size_t, size_t)>& expired,
                                         size_t* stopped_at) {
-  const uint64_t chunk_bytes = FlatChunkBytes(groups);
-  const uint64_t slots = staging_.size() / chunk_bytes;
+  const uint64_t chunk_bytes = layout.chunk_bytes;
+  const uint64_t slots = chunk_bytes == 0 ? 0 : staging_.size() / chunk_bytes;
   if (slots == 0) {  // CheckRegistration refuses such layouts; kept as a guard
     return Status::TooLarge("a chunk of " + std::to_string(chunk_bytes) +
                             " bytes does not fit the staging ring of " +
@@ -244,113 +233,126 @@ Status CudaCopyLane::CopyThroughStaging(const std::vector<GroupAddresses>& group
   // of one sub-batch runs while the copies of others are under way. A
   // sub-batch is as small as keeps per-copy overheads negligible: the
   // kernel time nothing overlaps (that of the first or last sub-batch)
-  // shrinks with it. A layer-wise retrieve runs range after range, each
-  // range in sub-batches of the same chunks (copying only the range's
-  // bytes), and the regions rotate across all of them.
+  // shrinks with it. Each chunk keeps one staging slot for the whole
+  // request (one plan serves every step): chunk i sits in region
+  // (i / per_region) % regions.
   const size_t per_region = size_t(std::clamp<uint64_t>(
       (kSubBatchBytes + chunk_bytes - 1) / chunk_bytes, 1, std::max<uint64_t>(1, slots / 2)));
   const size_t regions = std::min<size_t>(kMaxRegions, size_t(slots) / per_region);
   const size_t batches = (chunks.size() + per_region - 1) / per_region;
   const bool store = options_.direction == Direction::kStore;
+  const bool split = !store && batches == 1 && chunks.size() * chunk_bytes >= options_.split_bytes;
+  const std::vector<CopyStep> steps = CopySteps(layout.groups, signal, split);
+  // Where every chunk has a slot of its own, steps never wait for a region
+  // to free: they touch different bytes of it. Otherwise a sub-batch waits
+  // for the kernel or copy of the one before it in its region.
+  const bool reuse = batches > regions;
   cudaStream_t kernels = kernel_stream_.get();
   cudaStream_t copies = copy_stream_.get();
   std::vector<uint8_t*> flats(chunks.size());
-  for (size_t r = 0; r < ranges.size(); ++r) {
-    const Range& range = ranges[r];
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const size_t region = (r * batches + i / per_region) % regions;
-      flats[i] = staging_.data() + (region * per_region + i % per_region) * chunk_bytes;
-    }
-    CopyPlan& plan = PlanOf(r);
-    KVSTASH_RETURN_IF_ERROR(plan.Build(range.groups, chunks, flats));
-    KVSTASH_RETURN_IF_ERROR(plan.Upload(kernels));
-    for (size_t b = 0, begin = 0; begin < chunks.size(); ++b, begin += per_region) {
-      const size_t k = r * batches + b;  // the step, across ranges
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const size_t region = (i / per_region) % regions;
+    flats[i] = staging_.data() + (region * per_region + i % per_region) * chunk_bytes;
+  }
+  KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
+  KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernels));
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const CopyStep& step = steps[s];
+    bool any_layer = false;
+    for (const auto& slice : step.slices) any_layer |= slice.second > 0;
+    for (size_t b = 0, begin = 0; any_layer && begin < chunks.size(); ++b, begin += per_region) {
+      const size_t k = s * batches + b;  // the sub-batch, across steps
       const size_t end = std::min(chunks.size(), begin + per_region);
       if (expired(begin, end)) {  // enqueue no sub-batch past a deadline
-        // Chunks [begin, end) and later miss this range: they are missed.
-        // Earlier chunks missing a later range are missed too.
-        *stopped_at = r == 0 ? begin : 0;
+        // Chunks [begin, end) and later miss this step: they are missed.
+        // Earlier chunks missing a later step are missed too.
+        *stopped_at = s == 0 ? begin : 0;
         return Status::Ok();
       }
-      const size_t reg = k % regions;
+      const size_t reg = b % regions;
+      const bool wait_free = reuse && k >= regions;
       cudaEvent_t ready = region_ready_[reg].get();
       cudaEvent_t free = region_free_[reg].get();
       if (store) {
-        // gather -> ready -> D2H copy -> free (the gather of k + regions waits for it)
-        if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, free, 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(plan, range.groups.size(), begin, end - begin, k));
+        // gather -> ready -> D2H copy -> free (the gather of b + regions waits for it)
+        if (wait_free) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, free, 0));
+        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step, begin, end - begin, k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, kernels));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, ready, 0));
         KVSTASH_RETURN_IF_ERROR(
-            CopySlots(chunks, flats, begin, end, chunk_bytes, k, range.windows));
+            CopySlots(chunks, slabs, flats, begin, end, chunk_bytes, k, step.windows));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, copies));
       } else {
-        // H2D copy -> ready -> scatter -> free (the copy of k + regions waits for it)
-        if (k >= regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, free, 0));
+        // H2D copy -> ready -> scatter -> free (the copy of b + regions waits for it)
+        if (wait_free) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, free, 0));
         KVSTASH_RETURN_IF_ERROR(
-            CopySlots(chunks, flats, begin, end, chunk_bytes, k, range.windows));
+            CopySlots(chunks, slabs, flats, begin, end, chunk_bytes, k, step.windows));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, copies));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, ready, 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(plan, range.groups.size(), begin, end - begin, k));
+        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step, begin, end - begin, k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
       }
     }
-    if (range.has_slot) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, range.slot));
+    for (uint32_t slot : step.slots) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, slot));
   }
   return Status::Ok();
 }
 
-Status CudaCopyLane::Launch(const CopyPlan& plan, size_t num_groups, size_t begin, size_t count,
-                            size_t step) {
-  const kernels::DeviceChunkBatch batch = plan.Slice(begin, count);
+Status CudaCopyLane::Launch(const CopyLayout& layout, const LayerAddresses& addresses,
+                            const CopyStep& step, size_t begin, size_t count, size_t trace_step) {
+  const kernels::DeviceChunkBatch batch = plan_.Slice(begin, count);
   cudaStream_t stream = kernel_stream_.get();
-  KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, step, LaneTrace::Stage::kKernel, true));
-  for (size_t g = 0; g < num_groups; ++g) {
+  KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, trace_step, LaneTrace::Stage::kKernel, true));
+  for (size_t g = 0; g < step.slices.size(); ++g) {
+    const auto [first, layers] = step.slices[g];
+    if (layers == 0) continue;
+    const kernels::DeviceGroupCopy group = addresses.Slice(layout.groups, g, first, layers);
     KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore
-                                ? kernels::GatherChunks(plan.Group(g), batch, stream)
-                                : kernels::ScatterChunks(plan.Group(g), batch, stream));
+                                ? kernels::GatherChunks(group, batch, stream, max_ctas_)
+                                : kernels::ScatterChunks(group, batch, stream, max_ctas_));
   }
-  traced_steps_ = std::max(traced_steps_, step + 1);
-  return trace_.Mark(stream, step, LaneTrace::Stage::kKernel, false);
+  traced_steps_ = std::max(traced_steps_, trace_step + 1);
+  return trace_.Mark(stream, trace_step, LaneTrace::Stage::kKernel, false);
 }
 
 Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
+                               const std::vector<uint32_t>& slabs,
                                const std::vector<uint8_t*>& flats, size_t begin, size_t end,
-                               uint64_t chunk_bytes, size_t step,
+                               uint64_t chunk_bytes, size_t trace_step,
                                const std::vector<std::pair<uint64_t, uint64_t>>& windows) {
   const bool store = options_.direction == Direction::kStore;
   cudaStream_t stream = copy_stream_.get();
-  KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, step, LaneTrace::Stage::kCopy, true));
-  if (!windows.empty()) {  // one layer range: its bytes of each chunk
-    for (size_t i = begin; i < end; ++i) {
-      for (const auto& [lo, hi] : windows) {
-        uint8_t* slot = chunks[i].flat + lo;
-        uint8_t* staging = flats[i] + lo;
-        KVSTASH_CUDA_RETURN_IF_ERROR(
-            store ? cudaMemcpyAsync(slot, staging, hi - lo, cudaMemcpyDeviceToHost, stream)
-                  : cudaMemcpyAsync(staging, slot, hi - lo, cudaMemcpyHostToDevice, stream));
-      }
-    }
-    return trace_.Mark(stream, step, LaneTrace::Stage::kCopy, false);
-  }
+  KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, trace_step, LaneTrace::Stage::kCopy, true));
+  const std::vector<std::pair<uint64_t, uint64_t>> whole = {{0, chunk_bytes}};
+  const auto& spans = windows.empty() ? whole : windows;
   size_t first = begin;
   while (first < end) {
     size_t last = first + 1;  // the run is [first, last)
     while (last < end && chunks[last].flat == chunks[last - 1].flat + chunk_bytes &&
-           flats[last] == flats[last - 1] + chunk_bytes &&
-           pinned_.Contains(chunks[first].flat, chunks[last].flat + chunk_bytes)) {
+           flats[last] == flats[last - 1] + chunk_bytes && slabs[last] == slabs[first]) {
       ++last;
     }
-    const uint64_t bytes = (last - first) * chunk_bytes;
-    uint8_t* slot = chunks[first].flat;
-    uint8_t* staging = flats[first];
-    KVSTASH_CUDA_RETURN_IF_ERROR(
-        store ? cudaMemcpyAsync(slot, staging, bytes, cudaMemcpyDeviceToHost, stream)
-              : cudaMemcpyAsync(staging, slot, bytes, cudaMemcpyHostToDevice, stream));
+    const size_t rows = last - first;
+    for (const auto& [lo, hi] : spans) {
+      uint8_t* slot = chunks[first].flat + lo;
+      uint8_t* staging = flats[first] + lo;
+      const uint64_t width = hi - lo;
+      if (rows == 1 || width == chunk_bytes) {
+        const uint64_t bytes = width == chunk_bytes ? rows * chunk_bytes : width;
+        KVSTASH_CUDA_RETURN_IF_ERROR(
+            store ? cudaMemcpyAsync(slot, staging, bytes, cudaMemcpyDeviceToHost, stream)
+                  : cudaMemcpyAsync(staging, slot, bytes, cudaMemcpyHostToDevice, stream));
+      } else {  // the same window of each chunk of the run: one 2D copy
+        KVSTASH_CUDA_RETURN_IF_ERROR(
+            store ? cudaMemcpy2DAsync(slot, chunk_bytes, staging, chunk_bytes, width, rows,
+                                      cudaMemcpyDeviceToHost, stream)
+                  : cudaMemcpy2DAsync(staging, chunk_bytes, slot, chunk_bytes, width, rows,
+                                      cudaMemcpyHostToDevice, stream));
+      }
+    }
     first = last;
   }
-  return trace_.Mark(stream, step, LaneTrace::Stage::kCopy, false);
+  return trace_.Mark(stream, trace_step, LaneTrace::Stage::kCopy, false);
 }
 
 Status CudaCopyLane::Drain(uint64_t bytes, std::chrono::steady_clock::time_point start) {

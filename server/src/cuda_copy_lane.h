@@ -7,10 +7,22 @@
 //          A batch runs in sub-batches (about 8 MiB, one chunk at least),
 //          each in its own region of the ring, so kernels overlap copies
 //          and a batch larger than the ring waits only for regions to free.
+//          A retrieve of one sub-batch can be cut in two by layers (the
+//          second piece about an eighth of the layers), so that the scatter
+//          of the first runs while the second arrives (Options::split_bytes;
+//          off by default: measured, it cost more copy time than it hid).
+//   layer-wise retrieves (a board slot per layer range) copy and scatter
+//          the ranges in steps of 1, 1, 2, 4, ... ranges, each step's slots
+//          written after its scatter: the first layer is usable after its
+//          own copy, and the many small copies of a 60- or 80-range request
+//          do not each pay a copy's and a launch's fixed cost.
 //   direct the kernels read and write the mapped pinned L1 slots themselves:
 //          no GPU staging memory at all.
 //
-// Copy returns once every byte has arrived. Meanwhile the lane thread
+// Every group's layer addresses go to the GPU once per registration (cached
+// by registration id); a request uploads only its chunk entries and block
+// ids, one plan for all its layer ranges (a range is a slice of layers the
+// kernel is told). Copy returns once every byte has arrived. Meanwhile the lane thread
 // sleeps: `block` sleeps on a blocking-sync event until the driver wakes it;
 // `poll` sleeps through the shortest time the copy can take (its bytes over
 // the highest bandwidth this lane has measured) and then checks every few
@@ -21,17 +33,19 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "backend.h"
 #include "cuda_copy_plan.h"
+#include "cuda_copy_steps.h"
 #include "cuda_lane_trace.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
-#include "pinned_ranges.h"
+#include "registration_cache.h"
 
 namespace kvstash::server {
 
@@ -49,62 +63,59 @@ class CudaCopyLane {
     bool busy_poll = false;                // poll: check on a core, no sleeps
     bool trace = false;                    // time each sub-batch (debug logs)
     bool host_pointers_on_device = false;  // registered host memory has one address everywhere
+    // A retrieve of one sub-batch is split in two pieces from this many
+    // bytes on. Off by default: on the H100 the split hid the scatter
+    // (kernel end 16 us after the last copy, not 32) but slowed the copies
+    // more (a 32 MiB chunk's H2D 613 -> 635 us, 10 MiB 190 -> 202 us), so a
+    // 1-chunk retrieve ended 8-15 us later (bench/RESULTS.md, fifth session).
+    // Tests set 0 to split every retrieve.
+    uint64_t split_bytes = UINT64_MAX;
   };
-  // `pinned` must outlive the lane.
-  static Result<std::unique_ptr<CudaCopyLane>> Create(const Options& options,
-                                                      const PinnedRanges& pinned);
+  static Result<std::unique_ptr<CudaCopyLane>> Create(const Options& options);
 
   // Chunks past their deadline are left out before anything is enqueued;
   // in dma mode each sub-batch is checked again before it is enqueued, and
   // once one is past, it and the rest are left out (deadlines.missed).
   // With a signal (may be null): a store's done slot is written after the
   // last gather (its gate was open before the store reached the lane); a
-  // retrieve copies layer range by layer range and writes each range's
-  // slot after that range's scatter (cuStreamWriteValue32).
-  Status Copy(const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+  // retrieve writes each layer range's slot after that range's scatter
+  // (cuStreamWriteValue32). slabs[i]: chunk i's L1 slab; adjacent slots are
+  // copied as one only inside one slab (each slab is pinned on its own).
+  Status Copy(const CopyLayout& layout, const std::vector<kernels::ChunkCopy>& chunks,
+              const std::vector<uint32_t>& slabs, CopyDeadlines& deadlines,
               const CopySignal* signal);
 
   uint64_t staging_bytes() const { return staging_.size(); }
-  // The plan arenas: each as large in pinned host memory as on the GPU.
+  // The plan arena and the cached layer addresses on the GPU (the arena
+  // takes as much pinned host memory again).
   uint64_t plan_bytes() const { return plan_bytes_.load(std::memory_order_relaxed); }
 
  private:
-  CudaCopyLane(const Options& options, const PinnedRanges& pinned)
-      : options_(options), pinned_(pinned) {}
-  // The layer ranges of one Copy: each its groups (sliced to the range's
-  // layers), its byte windows inside a flat chunk (empty: the whole chunk)
-  // and the board slot written after it (none: 0 with has_slot false).
-  struct Range {
-    std::vector<GroupAddresses> groups;
-    std::vector<std::pair<uint64_t, uint64_t>> windows;
-    bool has_slot = false;
-    uint32_t slot = 0;
-  };
-  static std::vector<Range> Ranges(const std::vector<GroupAddresses>& groups,
-                                   const CopySignal* signal);
-  // The plan of range r (plan_ for the first).
-  CopyPlan& PlanOf(size_t r);
+  explicit CudaCopyLane(const Options& options) : options_(options) {}
+  // The registration's layer addresses on this GPU, uploaded at first use.
+  Result<const LayerAddresses*> AddressesOf(const CopyLayout& layout);
   // Enqueues the write of slot's value on the kernel stream.
   Status SignalSlot(const CopySignal& signal, uint32_t slot);
-  Status CopyDirect(const std::vector<Range>& ranges, const std::vector<kernels::ChunkCopy>& chunks,
-                    const CopySignal* signal);
+  Status CopyDirect(const CopyLayout& layout, const LayerAddresses& addresses,
+                    const std::vector<CopyStep>& steps,
+                    const std::vector<kernels::ChunkCopy>& chunks, const CopySignal* signal);
   // expired(begin, end): whether a chunk of [begin, end) is past its
   // deadline now; then nothing from `begin` on is enqueued, and the return
   // value says where it stopped.
-  Status CopyThroughStaging(const std::vector<GroupAddresses>& groups,
-                            const std::vector<Range>& ranges,
-                            const std::vector<kernels::ChunkCopy>& chunks, const CopySignal* signal,
+  Status CopyThroughStaging(const CopyLayout& layout, const LayerAddresses& addresses,
+                            const std::vector<kernels::ChunkCopy>& chunks,
+                            const std::vector<uint32_t>& slabs, const CopySignal* signal,
                             const std::function<bool(size_t, size_t)>& expired, size_t* stopped_at);
-  // One kernel per group over chunks [begin, begin + count) of the plan;
-  // `step` names the sub-batch for the trace.
-  Status Launch(const CopyPlan& plan, size_t num_groups, size_t begin, size_t count, size_t step);
-  // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end),
-  // one copy per run of slots adjacent in both (and inside one pinned slab).
-  // With windows: only those bytes of each chunk, one copy per window.
+  // One kernel per group of `step` over chunks [begin, begin + count) of
+  // the plan; `trace_step` names the sub-batch for the trace.
+  Status Launch(const CopyLayout& layout, const LayerAddresses& addresses, const CopyStep& step,
+                size_t begin, size_t count, size_t trace_step);
+  // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end):
+  // per window, one copy per run of slots adjacent in both and in one slab
+  // (a 2D copy where the window is less than a chunk).
   Status CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
-                   const std::vector<uint8_t*>& flats, size_t begin, size_t end,
-                   uint64_t chunk_bytes, size_t step,
+                   const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
+                   size_t begin, size_t end, uint64_t chunk_bytes, size_t trace_step,
                    const std::vector<std::pair<uint64_t, uint64_t>>& windows);
   // Waits, sleeping, for everything enqueued on both streams since `start`.
   Status Drain(uint64_t bytes, std::chrono::steady_clock::time_point start);
@@ -112,7 +123,6 @@ class CudaCopyLane {
   Status Poll(uint64_t bytes, std::chrono::steady_clock::time_point start);
 
   const Options options_;
-  const PinnedRanges& pinned_;
   cuda::Stream kernel_stream_;
   cuda::Stream copy_stream_;
   static constexpr size_t kMaxRegions = 16;
@@ -125,11 +135,12 @@ class CudaCopyLane {
   // a copy's time, the lane never sleeps past its end. 40 GB/s at first.
   double bytes_per_ns_ = 40;
   cuda::DeviceBuffer staging_;  // dma mode only
-  CopyPlan plan_;
-  std::vector<std::unique_ptr<CopyPlan>> range_plans_;  // ranges 1.. of a layer-wise retrieve
+  CopyPlan plan_;               // one per request, all its steps
+  RegistrationCache<LayerAddresses> addresses_{64};
   LaneTrace trace_;
   size_t traced_steps_ = 0;
   std::atomic<uint64_t> plan_bytes_{0};
+  uint32_t max_ctas_ = 0;  // grid cap of the kernels (direct mode); 0: none
 };
 
 }  // namespace kvstash::server

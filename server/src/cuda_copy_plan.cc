@@ -1,4 +1,4 @@
-// Plan arenas.
+// Layer address uploads and plan arenas.
 #include "cuda_copy_plan.h"
 
 #include <algorithm>
@@ -16,24 +16,46 @@ uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
 }  // namespace
 
-uint64_t FlatChunkBytes(const std::vector<GroupAddresses>& groups) {
-  uint64_t end = 0;
+Result<LayerAddresses> LayerAddresses::Upload(const std::vector<GroupAddresses>& groups,
+                                              cudaStream_t stream) {
+  LayerAddresses out;
+  std::vector<uint8_t*> all;
   for (const GroupAddresses& g : groups) {
-    end = std::max(end, g.group.flat_offset_bytes + FlatGroupBytes(g.group.shape));
+    out.offsets_.push_back(all.size());
+    all.insert(all.end(), g.layer_bases.begin(), g.layer_bases.end());
   }
-  return AlignUp(end, kGroupAlignmentBytes);
+  const uint64_t bytes = std::max<uint64_t>(1, all.size()) * sizeof(uint8_t*);
+  Result<cuda::DeviceBuffer> device = cuda::DeviceBuffer::Allocate(bytes);
+  if (!device.ok()) return device.status();
+  out.device_ = std::move(*device);
+  if (!all.empty()) {
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.device_.data(), all.data(),
+                                                 all.size() * sizeof(uint8_t*),
+                                                 cudaMemcpyHostToDevice, stream));
+    // Once per registration and lane: `all` is freed on return.
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  }
+  return out;
 }
 
-Status CopyPlan::Build(const std::vector<GroupAddresses>& groups,
-                       const std::vector<kernels::ChunkCopy>& chunks,
+kernels::DeviceGroupCopy LayerAddresses::Slice(const std::vector<GroupAddresses>& groups, size_t g,
+                                               uint32_t first, uint32_t count) const {
+  kernels::GroupCopy group = groups[g].group;
+  FlatGroupShape one = group.shape;
+  one.num_layers = 1;
+  group.flat_offset_bytes += uint64_t(first) * FlatGroupBytes(one);
+  group.shape.num_layers = count;
+  group.layer_bases = groups[g].layer_bases.data() + first;
+  const auto* device = reinterpret_cast<uint8_t* const*>(device_.data()) + offsets_[g] + first;
+  return kernels::DeviceGroupCopy{group, device};
+}
+
+Status CopyPlan::Build(const std::vector<kernels::ChunkCopy>& chunks,
                        const std::vector<uint8_t*>& flats) {
-  // Layer addresses first, then the entries (8-byte aligned), block ids last.
-  uint64_t bases = 0;
-  for (const GroupAddresses& g : groups) bases += g.layer_bases.size() * sizeof(uint8_t*);
+  // The entries first, the block ids after them.
   uint64_t ids = 0;
   for (const kernels::ChunkCopy& c : chunks) ids += c.num_block_ids;
-  const uint64_t entries_offset = AlignUp(bases, alignof(kernels::ChunkCopy));
-  const uint64_t ids_offset = entries_offset + chunks.size() * sizeof(kernels::ChunkCopy);
+  const uint64_t ids_offset = AlignUp(chunks.size() * sizeof(kernels::ChunkCopy), 16);
   const uint64_t bytes = ids_offset + ids * sizeof(uint32_t);
   if (bytes > host_.size()) {
     const uint64_t size = std::max({bytes, 2 * uint64_t(host_.size()), kMinArenaBytes});
@@ -48,17 +70,7 @@ Status CopyPlan::Build(const std::vector<GroupAddresses>& groups,
   }
   uint8_t* const host = host_.host();
   uint8_t* const device = device_.data();
-  groups_.clear();
-  group_bases_offsets_.clear();
-  uint64_t offset = 0;
-  for (const GroupAddresses& g : groups) {
-    const uint64_t size = g.layer_bases.size() * sizeof(uint8_t*);
-    std::memcpy(host + offset, g.layer_bases.data(), size);
-    groups_.push_back(g.group);
-    group_bases_offsets_.push_back(offset);
-    offset += size;
-  }
-  auto* entries = reinterpret_cast<kernels::ChunkCopy*>(host + entries_offset);
+  auto* entries = reinterpret_cast<kernels::ChunkCopy*>(host);
   auto* host_ids = reinterpret_cast<uint32_t*>(host + ids_offset);
   auto* device_ids = reinterpret_cast<const uint32_t*>(device + ids_offset);
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -69,7 +81,6 @@ Status CopyPlan::Build(const std::vector<GroupAddresses>& groups,
     host_ids += c.num_block_ids;
     device_ids += c.num_block_ids;
   }
-  entries_offset_ = entries_offset;
   used_bytes_ = bytes;
   return Status::Ok();
 }
@@ -80,15 +91,9 @@ Status CopyPlan::Upload(cudaStream_t stream) const {
   return Status::Ok();
 }
 
-kernels::DeviceGroupCopy CopyPlan::Group(size_t g) const {
-  return kernels::DeviceGroupCopy{
-      groups_[g], reinterpret_cast<uint8_t* const*>(device_.data() + group_bases_offsets_[g])};
-}
-
 kernels::DeviceChunkBatch CopyPlan::Slice(size_t begin, size_t count) const {
-  const auto* host = reinterpret_cast<const kernels::ChunkCopy*>(host_.host() + entries_offset_);
-  const auto* device =
-      reinterpret_cast<const kernels::ChunkCopy*>(device_.data() + entries_offset_);
+  const auto* host = reinterpret_cast<const kernels::ChunkCopy*>(host_.host());
+  const auto* device = reinterpret_cast<const kernels::ChunkCopy*>(device_.data());
   return kernels::DeviceChunkBatch{host + begin, device + begin, count};
 }
 

@@ -31,7 +31,11 @@ std::string LaneTrace::Report(cudaEvent_t start, size_t steps) {
   if (!enabled()) return text;
   auto since = [&](cuda::Event& e) {
     float ms = 0;
-    return cudaEventElapsedTime(&ms, start, e.get()) == cudaSuccess ? double(ms) * 1000 : -1.0;
+    if (cudaEventElapsedTime(&ms, start, e.get()) == cudaSuccess) return double(ms) * 1000;
+    // A stage this batch never marked (direct mode has no copies): clear
+    // the error, or the next launch's cudaGetLastError would report it.
+    (void)cudaGetLastError();
+    return -1.0;
   };
   for (size_t s = 0; s < std::min(steps, kMaxSteps); ++s) {
     char line[96];

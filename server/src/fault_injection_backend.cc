@@ -33,30 +33,31 @@ std::optional<FaultRule> FaultInjectionBackend::Match(Direction direction) {
   return fired;
 }
 
-Status FaultInjectionBackend::Copy(Direction direction, int device,
-                                   const std::vector<GroupAddresses>& groups,
+Status FaultInjectionBackend::Copy(Direction direction, int device, const CopyLayout& layout,
                                    const std::vector<kernels::ChunkCopy>& chunks,
-                                   CopyDeadlines& deadlines, const CopySignal* signal) {
+                                   const std::vector<uint32_t>& slabs, CopyDeadlines& deadlines,
+                                   const CopySignal* signal) {
   (direction == Direction::kStore ? store_copies_ : retrieve_copies_).fetch_add(1);
   const std::optional<FaultRule> rule = Match(direction);
-  if (!rule) return real_->Copy(direction, device, groups, chunks, deadlines, signal);
+  if (!rule) return real_->Copy(direction, device, layout, chunks, slabs, deadlines, signal);
   switch (rule->action) {
     case FaultRule::Action::kStall:
       std::this_thread::sleep_for(rule->stall);
-      return real_->Copy(direction, device, groups, chunks, deadlines, signal);
+      return real_->Copy(direction, device, layout, chunks, slabs, deadlines, signal);
     case FaultRule::Action::kDie: _exit(86);  // [[noreturn]]
     case FaultRule::Action::kFail: {
       const size_t before = std::min<size_t>(rule->chunk_index, chunks.size());
       if (before > 0) {
         const std::vector<kernels::ChunkCopy> partial(chunks.begin(),
                                                       chunks.begin() + long(before));
+        const std::vector<uint32_t> partial_slabs(slabs.begin(), slabs.begin() + long(before));
         CopyDeadlines partial_deadlines;
         if (deadlines.any()) {
           partial_deadlines.at.assign(deadlines.at.begin(), deadlines.at.begin() + long(before));
         }
         // No signal: the transfer worker releases the slots of a failed copy.
-        KVSTASH_RETURN_IF_ERROR(
-            real_->Copy(direction, device, groups, partial, partial_deadlines, nullptr));
+        KVSTASH_RETURN_IF_ERROR(real_->Copy(direction, device, layout, partial, partial_slabs,
+                                            partial_deadlines, nullptr));
         deadlines.missed.assign(chunks.size(), 0);
         std::copy(partial_deadlines.missed.begin(), partial_deadlines.missed.end(),
                   deadlines.missed.begin());

@@ -52,12 +52,13 @@ class FaultInjectionBackend : public Backend {
     return real_->Open(spec);
   }
   SlabHooks slab_hooks() override { return real_->slab_hooks(); }
-  Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups) const override {
-    return real_->CheckRegistration(device, groups);
+  Status CheckRegistration(int device, const std::vector<GroupAddresses>& groups,
+                           uint64_t chunk_bytes) const override {
+    return real_->CheckRegistration(device, groups, chunk_bytes);
   }
-  Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
-              const CopySignal* signal = nullptr) override;
+  Status Copy(Direction direction, int device, const CopyLayout& layout,
+              const std::vector<kernels::ChunkCopy>& chunks, const std::vector<uint32_t>& slabs,
+              CopyDeadlines& deadlines, const CopySignal* signal = nullptr) override;
   Result<BoardMapping> MapBoard(int device, uint8_t* base, uint64_t bytes) override {
     return real_->MapBoard(device, base, bytes);
   }

@@ -210,7 +210,8 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
         continue;
       case ChunkStore::Reservation::kReserved: break;
     }
-    job.Add(kernels::ChunkCopy{ticket.slot, nullptr, 0, chunk.num_tokens, 0}, chunk.block_ids);
+    job.Add(kernels::ChunkCopy{ticket.slot, nullptr, 0, chunk.num_tokens, 0}, ticket.slab,
+            chunk.block_ids);
     outcome.num_tokens = chunk.num_tokens;
     reserved->emplace_back(i, ticket.entry);
   }
@@ -340,7 +341,7 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
       continue;
     }
     job.Add(kernels::ChunkCopy{const_cast<uint8_t*>(ticket->slot), nullptr, 0, stored, skip},
-            chunk.block_ids);
+            ticket->slab, chunk.block_ids);
     reading->emplace_back(i, ticket->entry);
   }
   const uint64_t lease_id = m.lease_id;

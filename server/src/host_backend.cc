@@ -159,10 +159,11 @@ SlabHooks HostBackend::slab_hooks() {
   return hooks;
 }
 
-Status HostBackend::Copy(Direction direction, int /*device*/,
-                         const std::vector<GroupAddresses>& groups,
-                         const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
+Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& layout,
+                         const std::vector<kernels::ChunkCopy>& chunks,
+                         const std::vector<uint32_t>& /*slabs*/, CopyDeadlines& deadlines,
                          const CopySignal* signal) {
+  const std::vector<GroupAddresses>& groups = layout.groups;
   deadlines.missed.assign(chunks.size(), 0);
   // One task per (layer, chunk): a single large chunk spreads over every
   // thread, and so do many small ones. A one-layer slice of a group is the

@@ -40,9 +40,9 @@ class HostBackend : public Backend {
   int num_devices() const override { return 1; }
   Result<std::shared_ptr<MappedAllocation>> Open(const AllocationSpec& spec) override;
   SlabHooks slab_hooks() override;
-  Status Copy(Direction direction, int device, const std::vector<GroupAddresses>& groups,
-              const std::vector<kernels::ChunkCopy>& chunks, CopyDeadlines& deadlines,
-              const CopySignal* signal = nullptr) override;
+  Status Copy(Direction direction, int device, const CopyLayout& layout,
+              const std::vector<kernels::ChunkCopy>& chunks, const std::vector<uint32_t>& slabs,
+              CopyDeadlines& deadlines, const CopySignal* signal = nullptr) override;
 
  private:
   // Copies one layer of one chunk; a SIGBUS on the engine layer becomes an

@@ -125,7 +125,8 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
     registration->groups.push_back(std::move(addresses));
   }
   for (GroupAddresses& g : registration->groups) g.group.layer_bases = g.layer_bases.data();
-  KVSTASH_RETURN_IF_ERROR(backend_.CheckRegistration(registration->device, registration->groups));
+  KVSTASH_RETURN_IF_ERROR(backend_.CheckRegistration(registration->device, registration->groups,
+                                                     layout->chunk_bytes()));
   if (request.board) {
     const int device = registration->device;
     Result<std::shared_ptr<CompletionBoard>> board = CompletionBoard::Open(

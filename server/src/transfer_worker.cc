@@ -151,11 +151,13 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
       ++end;
     }
     std::vector<kernels::ChunkCopy> chunks;
+    std::vector<uint32_t> slabs;
     CopyDeadlines deadlines;
     bool any_deadline = false;
     for (size_t j = begin; j < end; ++j) any_deadline |= jobs[j].deadline.has_value();
     for (size_t j = begin; j < end; ++j) {
       chunks.insert(chunks.end(), jobs[j].chunks.begin(), jobs[j].chunks.end());
+      slabs.insert(slabs.end(), jobs[j].slabs.begin(), jobs[j].slabs.end());
       if (any_deadline) {
         deadlines.at.insert(deadlines.at.end(), jobs[j].chunks.size(),
                             jobs[j].deadline.value_or(CopyDeadlines::Clock::time_point::max()));
@@ -164,9 +166,11 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
     deadlines.missed.assign(chunks.size(), 0);
     const Registration& registration = *jobs[begin].registration;
     const CopySignal* signal = jobs[begin].signal ? &*jobs[begin].signal : nullptr;
+    const CopyLayout layout{registration.id, registration.layout.chunk_bytes(),
+                            registration.groups};
     const Status status = chunks.empty() ? Status::Ok()
-                                         : backend_.Copy(direction_, device_, registration.groups,
-                                                         chunks, deadlines, signal);
+                                         : backend_.Copy(direction_, device_, layout, chunks, slabs,
+                                                         deadlines, signal);
     deadlines.missed.resize(chunks.size());
     if (trace_) {
       for (size_t j = begin; j < end; ++j) trace_->Mark(jobs[j].request_id, TraceStage::kCopyDone);

@@ -31,12 +31,16 @@ struct TransferJob {
   std::optional<Clock::time_point> deadline;  // no engine block is written after it
   // Chunk i's num_block_ids ids follow chunk i - 1's in `block_ids`; its
   // block_ids pointer is set once, when the job is submitted (Seal).
+  // slabs[i]: the L1 slab of chunk i's slot.
   std::vector<kernels::ChunkCopy> chunks;
+  std::vector<uint32_t> slabs;
   std::vector<uint32_t> block_ids;
 
-  // Appends a chunk and its block ids (copy.block_ids is set by Seal).
-  void Add(const kernels::ChunkCopy& copy, const std::vector<uint32_t>& ids) {
+  // Appends a chunk in L1 slab `slab` and its block ids (copy.block_ids is
+  // set by Seal).
+  void Add(const kernels::ChunkCopy& copy, uint32_t slab, const std::vector<uint32_t>& ids) {
     chunks.push_back(copy);
+    slabs.push_back(slab);
     chunks.back().num_block_ids = uint32_t(ids.size());
     block_ids.insert(block_ids.end(), ids.begin(), ids.end());
   }

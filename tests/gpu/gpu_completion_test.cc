@@ -184,6 +184,34 @@ TEST_P(GpuCompletionTest, EachLayerRangeIsCompleteWhenItsWaitPasses) {
   for (uint32_t k = 0; k < kRanges; ++k) EXPECT_EQ(board_->status(load->signal.slot + k), 0u);
 }
 
+// One range per layer: the lane copies them in growing steps (1, 1, 2, 4
+// layers), and still no layer's wait passes before its bytes are there.
+TEST_P(GpuCompletionTest, EveryLayerInItsOwnRangeIsCompleteWhenItsWaitPasses) {
+  FillSource(3, stream_);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  ASSERT_TRUE(client_->Store(reg_.id, Chunks(reg_, 0)).get().ok());
+  for (int round = 0; round < 2; ++round) {  // the second with the registration's cached plan
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      ASSERT_EQ(cudaMemsetAsync(BlockOf(l, kDst), kPoisonByte, kChunks * 4 * geometry_.block_stride,
+                                stream_),
+                cudaSuccess);
+    }
+    auto load =
+        client_->RetrieveOnStream(reg_.id, Chunks(reg_, kDst), *board_, stream_, 0, 0, kLayers);
+    ASSERT_TRUE(load.ok()) << load.status().ToString();
+    for (uint32_t k = 0; k < kLayers; ++k) {
+      ASSERT_TRUE(board_->WaitLayerRange(stream_, load->signal, k).ok());
+      EnqueueCheck(k, 3, round * kLayers + k);
+    }
+    ASSERT_TRUE(StreamDrains());
+    auto outcomes = load->outcomes.get();
+    ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+    for (uint32_t k = 0; k < kLayers; ++k) EXPECT_EQ(board_->status(load->signal.slot + k), 0u);
+  }
+  const auto counts = Counters();
+  for (uint32_t i = 0; i < 2 * kLayers; ++i) EXPECT_EQ(counts[i], 0u) << "check " << i;
+}
+
 TEST_P(GpuCompletionTest, StoreGathersAfterTheEngineStreamAndSaysWhenBlocksMayBeReused) {
   FillSource(0, stream_);
   // The engine's stream is busy, then writes new KV (salt 0x40): the gather

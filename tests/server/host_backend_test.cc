@@ -33,7 +33,8 @@ TEST(HostBackendTest, ARetrieveWritesNoBlockOfAChunkPastItsDeadline) {
   const auto now = std::chrono::steady_clock::now();
   deadlines.at = {now + std::chrono::hours(1), now - std::chrono::milliseconds(1)};
   HostBackend backend(2);
-  ASSERT_TRUE(backend.Copy(Direction::kRetrieve, 0, groups, chunks, deadlines).ok());
+  const CopyLayout copy_layout{1, layout->chunk_bytes(), groups};
+  ASSERT_TRUE(backend.Copy(Direction::kRetrieve, 0, copy_layout, chunks, {0, 0}, deadlines).ok());
   EXPECT_EQ(deadlines.missed, (std::vector<uint8_t>{0, 1}));
   for (const auto& layer : engine) {
     EXPECT_GT(std::count(layer.begin(), layer.end(), 0xAB), 0) << "chunk 0 was written";

@@ -3,10 +3,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
+
+#include <unistd.h>
 
 #include "baseline_copy.h"
 #include "bench_report.h"
@@ -168,7 +174,23 @@ struct EngineSide {
   cudaEvent_t first;
   cudaEvent_t last;
   BaselineCopy& baseline;
+  // With KVSTASH_TRACE_FILE=<prefix>: each engine-visible retrieve's call,
+  // return and visible times (steady clock ns), for joining with kvstashd's
+  // per-copy debug lines (bench/probes/engine_join.py).
+  std::ofstream* samples = nullptr;
 };
+
+// <prefix>.bench.<pid> where KVSTASH_TRACE_FILE=<prefix> is set; else null.
+std::unique_ptr<std::ofstream> SampleFile() {
+  const char* prefix = std::getenv("KVSTASH_TRACE_FILE");
+  if (prefix == nullptr || *prefix == 0) return nullptr;
+  return std::make_unique<std::ofstream>(
+      std::string(prefix) + ".bench." + std::to_string(::getpid()), std::ios::app);
+}
+
+int64_t Ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 // Spins until `event` completes (an engine's next kernel would start then).
 Status SpinOn(cudaEvent_t event) {
@@ -213,9 +235,21 @@ Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& 
     Result<GpuTransfer> load =
         client.RetrieveOnStream(reg.id, targets, engine.board, engine.stream);
     if (!load.ok()) return load.status();
+    const auto returned = Clock::now();
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(engine.last, engine.stream));
+    auto flagged = returned;
+    if (engine.samples != nullptr) {  // tracing: when the CPU sees the slot released
+      const uint32_t last = load->signal.count - 1;
+      while (!engine.board.Released(load->signal, last)) {
+      }
+      flagged = Clock::now();
+    }
     KVSTASH_RETURN_IF_ERROR(SpinOn(engine.last));
     const double seconds = Seconds(start);
+    if (engine.samples != nullptr) {
+      *engine.samples << layout << ' ' << n << ' ' << bytes << ' ' << Ns(start) << ' '
+                      << Ns(returned) << ' ' << Ns(Clock::now()) << ' ' << Ns(flagged) << '\n';
+    }
     KVSTASH_RETURN_IF_ERROR(CheckAll("retrieve", load->outcomes.get(), ChunkResult::kRetrieved));
     return seconds;
   };
@@ -344,7 +378,8 @@ Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBe
   if (!stream.ok() || !first.ok() || !last.ok()) {
     return !stream.ok() ? stream.status() : !first.ok() ? first.status() : last.status();
   }
-  EngineSide engine{**board, stream->get(), first->get(), last->get(), **baseline};
+  const std::unique_ptr<std::ofstream> samples = SampleFile();
+  EngineSide engine{**board, stream->get(), first->get(), last->get(), **baseline, samples.get()};
   auto reg = client.RegisterKV(options).get();
   if (!reg.ok()) return reg.status();
   std::vector<uint32_t> blocks(num_blocks);

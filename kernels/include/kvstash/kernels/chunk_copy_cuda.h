@@ -38,11 +38,16 @@ struct DeviceChunkBatch {
 // the legacy default stream). Returns once the kernel is enqueued: the device
 // views, block ids and buffers must stay valid until the stream passes it.
 // InvalidArgument for what GatherChunksCpu rejects, DeviceError if the launch
-// fails. Block ids must already be checked against num_blocks.
-Status GatherChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream);
+// fails. Block ids must already be checked against num_blocks. max_ctas
+// (0: none) caps the grid, each CTA then walking several tiles, so that
+// kernels of other streams find SMs free (direct mode: a store's and a
+// retrieve's kernels over mapped host memory run side by side).
+Status GatherChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream,
+                    uint32_t max_ctas = 0);
 
 // ScatterChunksCpu on the GPU; same contract as GatherChunks. Writes only
 // tokens [skip_tokens, num_tokens) of the named blocks.
-Status ScatterChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream);
+Status ScatterChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream,
+                     uint32_t max_ctas = 0);
 
 }  // namespace kvstash::kernels

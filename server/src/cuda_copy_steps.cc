@@ -1,0 +1,91 @@
+// Steps of a copy lane's request.
+#include "cuda_copy_steps.h"
+
+#include <algorithm>
+
+namespace kvstash::server {
+
+namespace {
+
+uint64_t LayerBytes(const GroupAddresses& g) {
+  FlatGroupShape one = g.group.shape;
+  one.num_layers = 1;
+  return FlatGroupBytes(one);
+}
+
+// The byte windows of `slices` inside a flat chunk (one per group with layers).
+std::vector<std::pair<uint64_t, uint64_t>> Windows(
+    const std::vector<GroupAddresses>& groups,
+    const std::vector<std::pair<uint32_t, uint32_t>>& slices) {
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  for (size_t g = 0; g < slices.size(); ++g) {
+    if (slices[g].second == 0) continue;
+    const uint64_t lo = groups[g].group.flat_offset_bytes + slices[g].first * LayerBytes(groups[g]);
+    windows.emplace_back(lo, lo + slices[g].second * LayerBytes(groups[g]));
+  }
+  return windows;
+}
+
+}  // namespace
+
+std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups, const CopySignal* signal,
+                                bool split) {
+  std::vector<CopyStep> steps;
+  const size_t num_groups = groups.size();
+  if (signal != nullptr && !signal->ranges.empty()) {
+    // Ranges in steps of 1, 1, 2, 4, ... ranges: a step's copy takes about
+    // as long as everything before it, and its slots go after its scatter.
+    size_t r = 0, done = 0;
+    while (r < signal->ranges.size()) {
+      CopyStep& step = steps.emplace_back();
+      step.slices.assign(num_groups, {0, 0});
+      const size_t want = std::max<size_t>(1, done);
+      size_t taken = 0;
+      for (; r < signal->ranges.size() && taken < want; ++r, ++taken) {
+        const auto& slices = signal->ranges[r];
+        // A range whose layers do not continue the step's starts a new one.
+        bool adjacent = true;
+        for (size_t g = 0; g < num_groups && g < slices.size(); ++g) {
+          const auto [first, count] = slices[g];
+          const auto [have_first, have_count] = step.slices[g];
+          if (count > 0 && have_count > 0 && first != have_first + have_count) adjacent = false;
+        }
+        if (!adjacent && taken > 0) break;
+        for (size_t g = 0; g < num_groups && g < slices.size(); ++g) {
+          const auto [first, count] = slices[g];
+          if (count == 0) continue;
+          auto& have = step.slices[g];
+          if (have.second == 0) have.first = first;
+          have.second += count;
+        }
+        if (r < signal->range_slots.size()) step.slots.push_back(signal->range_slots[r]);
+      }
+      done += taken;
+    }
+  } else {
+    uint32_t most_layers = 0;
+    for (const GroupAddresses& g : groups)
+      most_layers = std::max(most_layers, g.group.shape.num_layers);
+    CopyStep& all = steps.emplace_back();
+    for (const GroupAddresses& g : groups) all.slices.emplace_back(0, g.group.shape.num_layers);
+    if (split && most_layers >= 2) {
+      // The second piece: the last eighth of each group's layers (one at least).
+      CopyStep last;
+      for (size_t g = 0; g < num_groups; ++g) {
+        const uint32_t layers = groups[g].group.shape.num_layers;
+        const uint32_t tail = layers >= 2 ? std::max<uint32_t>(1, layers / 8) : 0;
+        all.slices[g].second = layers - tail;
+        last.slices.emplace_back(layers - tail, tail);
+      }
+      steps.push_back(std::move(last));
+    }
+    if (signal != nullptr && !signal->range_slots.empty())
+      steps.back().slots.push_back(signal->range_slots[0]);
+  }
+  if (steps.size() > 1) {
+    for (CopyStep& step : steps) step.windows = Windows(groups, step.slices);
+  }
+  return steps;
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,37 @@
+// How a CUDA copy lane cuts one request into steps: layer ranges copied and
+// scattered together, each step's board slots written after its scatter.
+// Plain C++ (no CUDA types), so that it is tested everywhere.
+//
+//   layer-wise retrieve  the ranges in steps of 1, 1, 2, 4, ... ranges: the
+//                        first range is usable after its own copy, and a
+//                        step's copy takes about as long as everything
+//                        before it, so 60 or 80 ranges cost ~8 steps, not 80
+//                        copies and launches with their fixed costs;
+//   split                one unsignalled (or one-slot) retrieve in two pieces
+//                        by layers, the second the last eighth of each group's
+//                        layers (one at least): the scatter of the first runs
+//                        while the second arrives;
+//   otherwise            one step of every layer.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "backend.h"
+
+namespace kvstash::server {
+
+struct CopyStep {
+  // slices[g]: the (first, count) of group g's layers in this step.
+  std::vector<std::pair<uint32_t, uint32_t>> slices;
+  // Its bytes inside a flat chunk, one window per group with layers; empty
+  // when the request is a single step (the whole chunk).
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  std::vector<uint32_t> slots;  // board slots written after it
+};
+
+std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups, const CopySignal* signal,
+                                bool split);
+
+}  // namespace kvstash::server
