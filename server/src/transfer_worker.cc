@@ -1,5 +1,6 @@
 // Lanes, batching and completion.
 #include "transfer_worker.h"
+#include "kvstash/thread_annotations.h"
 
 #include <sched.h>
 #include <sys/prctl.h>
@@ -30,7 +31,7 @@ TransferWorker::Lane::Lane(Backend& backend, int device, Direction direction,
 
 TransferWorker::Lane::~Lane() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -40,7 +41,7 @@ TransferWorker::Lane::~Lane() {
 void TransferWorker::Lane::Submit(TransferJob job) {
   job.registration->BeginWork();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     queue_.push_back(std::move(job));
   }
   submitted_.fetch_add(1, std::memory_order_release);
@@ -78,12 +79,13 @@ void TransferWorker::Lane::Loop() {
     if (taken_ > 0 && gated_.empty())
       PollForJob();  // not before the first job: an idle daemon sleeps
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      const auto queued = [this] { return stopping_ || !queue_.empty(); };
+      MutexLock lock(mutex_);
+      const auto queued = [this]()
+                              KVSTASH_REQUIRES(mutex_) { return stopping_ || !queue_.empty(); };
       if (gated_.empty()) {
-        wake_.wait(lock, queued);
+        wake_.wait(lock.native(), queued);
       } else {
-        wake_.wait_for(lock, kGateCheck, queued);
+        wake_.wait_for(lock.native(), kGateCheck, queued);
       }
       stopping = stopping_;
       if (queue_.empty() && gated_.empty() && stopping) return;  // everything queued is done

@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "kvstash/stage_trace.h"
+#include "kvstash/thread_annotations.h"
 #include "registry.h"
 
 namespace kvstash::server {
@@ -101,16 +102,16 @@ class TransferWorker {
     StageTrace* const trace_;
     std::atomic<uint64_t> submitted_{0};  // jobs ever queued: polling reads it without the lock
     uint64_t taken_ = 0;                  // jobs ever taken; lane thread only
-    std::mutex mutex_;
+    Mutex mutex_;
     std::condition_variable wake_;
-    std::deque<TransferJob> queue_;  // GUARDED_BY(mutex_)
+    std::deque<TransferJob> queue_ KVSTASH_GUARDED_BY(mutex_);
     // Stores waiting for the engine's stream to open their gate; lane
     // thread only. The lane checks the gate word from the CPU and starts
     // the copy once it is open: no stream of the daemon ever waits on a
     // value an engine controls, so a gate never opened can stall nothing
     // but its own store.
     std::vector<TransferJob> gated_;
-    bool stopping_ = false;  // GUARDED_BY(mutex_)
+    bool stopping_ KVSTASH_GUARDED_BY(mutex_) = false;
     std::thread thread_;
   };
   Lane store_;
