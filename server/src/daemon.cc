@@ -261,12 +261,13 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
     if (frames.empty()) continue;
     const PeerId peer = frames[0].to_string();
     // What the peer wrote to its ring before this message comes first; an
-    // empty message is its doorbell, nothing more.
+    // empty message is its doorbell, nothing more (from a peer without a
+    // channel it is malformed, as ever).
     if (!channels.empty() && channels.count(peer) != 0) {
       bool handled = false;
       DrainChannel(router, peer, &handled);
+      if (frames.size() == 2 && frames[1].size() == 0) continue;
     }
-    if (frames.size() == 2 && frames[1].size() == 0) continue;
     if (frames.size() != 2) {
       Send(router, peer,
            proto::ErrorMessage(0,
