@@ -345,7 +345,8 @@ void IoLoop::DropChannel(const std::string& why) {
   }
   channel_ready_ = false;
   doorbell_wanted_ = false;
-  retired_channel_ = std::move(channel_);  // marks it closed once freed
+  channel_->MarkClosed();
+  retired_channel_ = std::move(channel_);  // unmapped at the next Step
   SetChannelInfo(false);
 }
 

@@ -69,12 +69,16 @@ Result<std::unique_ptr<ClientChannel>> ClientChannel::Create(uint64_t ring_bytes
 
 ClientChannel::~ClientChannel() {
   if (base_ != nullptr) {
-    __atomic_store_n(reinterpret_cast<uint32_t*>(base_ + offsetof(channel::SegmentHeader,
-                                                                  client_closed)),
-                     1u, __ATOMIC_SEQ_CST);
+    MarkClosed();
     munmap(base_, bytes_);
   }
   Unlink();
+}
+
+void ClientChannel::MarkClosed() {
+  channel::StoreWord32(replies_.awake_word(), 0);
+  awake_ = false;
+  channel::StoreWord32(base_ + offsetof(channel::SegmentHeader, client_closed), 1);
 }
 
 void ClientChannel::Unlink() {

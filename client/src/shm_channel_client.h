@@ -32,6 +32,10 @@ class ClientChannel {
   uint64_t reply_ring_bytes() const { return replies_.bytes; }
   // Removes the name (the daemon mapped it, or will not).
   void Unlink();
+  // This side stops using the channel: client_closed (the daemon detaches
+  // it at its next check) and "asleep" on the reply ring, so that the
+  // daemon answers over the socket meanwhile. The destructor does it too.
+  void MarkClosed();
 
   enum class Sent {
     kRing,          // in the ring, and the daemon polls it

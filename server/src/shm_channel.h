@@ -60,9 +60,6 @@ class ShmChannel {
   // segment is unreadable: the reason, or empty while it lives.
   std::string Ended();
 
-  // Mappings and descriptors the daemon holds per channel (for tests).
-  static constexpr int kMappingsPerChannel = 1;
-
  private:
   ShmChannel() = default;
   bool Guarded(void (*body)(void*), void* arg);
