@@ -36,12 +36,16 @@ Result<std::unique_ptr<ClientChannel>> ClientChannel::Create(uint64_t ring_bytes
   std::unique_ptr<ClientChannel> ch(new ClientChannel());
   ch->name_ = FreshName();
   ch->bytes_ = channel::SegmentBytes(ring_bytes, ring_bytes);
-  const int fd = shm_open(ch->name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  // 0660 with the creator's primary group, as host KV memory and completion
+  // boards (docs/deployment.md): a daemon of another uid opens it through
+  // the group. The name lives only until the attach is answered.
+  constexpr mode_t kMode = 0660;
+  const int fd = shm_open(ch->name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, kMode);
   if (fd < 0) {
     return Status::Unavailable("cannot create channel " + ch->name_ + ": " + std::strerror(errno));
   }
   ch->linked_ = true;
-  if (ftruncate(fd, off_t(ch->bytes_)) != 0) {
+  if (fchmod(fd, kMode) != 0 || ftruncate(fd, off_t(ch->bytes_)) != 0) {
     const int error = errno;
     close(fd);
     return Status::Exhausted("cannot size channel " + ch->name_ + " to " +

@@ -1,6 +1,6 @@
 // The client's end of the shared-memory channel (kvstash/shm_channel.h,
 // docs/protocol.md "Shared-memory channel"): the segment this client creates
-// (mode 0600, a fresh name), whose request ring the I/O thread writes and
+// (mode 0660 like host KV memory, a fresh name), whose request ring the I/O thread writes and
 // whose reply ring it reads once kvstashd attached it. The name is unlinked
 // as soon as the daemon answered AttachChannel, so that nothing is left in
 // /dev/shm by a client that dies; the mapping goes with the object.
