@@ -127,10 +127,9 @@ std::string Stat(const char* name, const std::vector<double>& us) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(
-        stderr,
-        "usage: kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N] "
-        "[--no-shm-channel]\n");
+    std::fprintf(stderr,
+                 "usage: kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N] "
+                 "[--no-shm-channel]\n");
     return 2;
   }
   int samples = 2000;

@@ -315,7 +315,7 @@ void IoLoop::AttachChannel() {
   ClientChannel* const attaching = channel_.get();
   Request attach = OwnRequest("AttachChannel", [this, attaching](Result<Reply> reply) {
     if (channel_.get() != attaching) return;  // dropped meanwhile (the session ended)
-    channel_->Unlink();  // mapped by the daemon, or never will be
+    channel_->Unlink();                       // mapped by the daemon, or never will be
     if (!reply.ok()) {
       Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint +
                                " attached no shared-memory channel: " + reply.status().message() +
@@ -328,9 +328,8 @@ void IoLoop::AttachChannel() {
     Log(LogLevel::kDebug, "shared-memory channel " + channel_->name() + " attached");
   });
   flatbuffers::FlatBufferBuilder fbb(128);
-  auto body = wire::CreateAttachChannelRequestDirect(fbb, channel_->name().c_str(),
-                                                     channel_->request_ring_bytes(),
-                                                     channel_->reply_ring_bytes());
+  auto body = wire::CreateAttachChannelRequestDirect(
+      fbb, channel_->name().c_str(), channel_->request_ring_bytes(), channel_->reply_ring_bytes());
   attach.bytes = proto::Finish(fbb, attach.id, wire::Body::AttachChannelRequest, body.Union(),
                                HeaderOf(attach).deadline_ns);
   attach.session = true;

@@ -147,11 +147,11 @@ class IoLoop {
   bool want_pollout_ = false;
   std::unique_ptr<ClientChannel> channel_;
   std::unique_ptr<ClientChannel> retired_channel_;  // freed at the next Step
-  bool channel_ready_ = false;  // attached: requests may go through the ring
+  bool channel_ready_ = false;                      // attached: requests may go through the ring
   bool doorbell_wanted_ = false;  // a frame went into the ring of a sleeping daemon
-  bool queue_woken_ = true;      // the submission queue's eventfd fired since the last Drain
-  AdaptiveSpin spin_;            // polls on the core for a while after activity
-  Clock::time_point last_sent_;  // the last message to kvstashd
+  bool queue_woken_ = true;       // the submission queue's eventfd fired since the last Drain
+  AdaptiveSpin spin_;             // polls on the core for a while after activity
+  Clock::time_point last_sent_;   // the last message to kvstashd
   std::chrono::milliseconds keepalive_{0};  // a quarter of the daemon's peer timeout
   uint64_t max_message_bytes_;
   proto::Bytes aligned_;  // a misaligned reply's copy (operator new aligns it)

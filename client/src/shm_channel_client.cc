@@ -28,10 +28,9 @@ std::string FreshName() {
 
 Result<std::unique_ptr<ClientChannel>> ClientChannel::Create(uint64_t ring_bytes) {
   if (!channel::ValidRingBytes(ring_bytes)) {
-    return Status::InvalidArgument("channel ring of " + std::to_string(ring_bytes) +
-                                   " bytes: a power of two from " +
-                                   std::to_string(channel::kMinRingBytes) + " to " +
-                                   std::to_string(channel::kMaxRingBytes));
+    return Status::InvalidArgument(
+        "channel ring of " + std::to_string(ring_bytes) + " bytes: a power of two from " +
+        std::to_string(channel::kMinRingBytes) + " to " + std::to_string(channel::kMaxRingBytes));
   }
   std::unique_ptr<ClientChannel> ch(new ClientChannel());
   ch->name_ = FreshName();

@@ -312,8 +312,8 @@ Status Daemon::Impl::AttachChannel(const Peer& peer, const wire::AttachChannelRe
                              " shared-memory channels, its limit; this client uses the socket");
   }
   const std::string name = request.shm_name() ? request.shm_name()->str() : std::string();
-  Result<std::unique_ptr<ShmChannel>> opened = ShmChannel::Open(
-      peer, name, request.request_ring_bytes(), request.reply_ring_bytes());
+  Result<std::unique_ptr<ShmChannel>> opened =
+      ShmChannel::Open(peer, name, request.request_ring_bytes(), request.reply_ring_bytes());
   if (!opened.ok()) return opened.status();
   const pid_t pid = peer.credentials ? peer.credentials->pid : 0;
   Logger()->debug("shared-memory channel {} attached for client pid {}", name, pid);
@@ -331,9 +331,10 @@ void Daemon::Impl::DetachChannel(zmq::socket_t& router, const PeerId& peer, cons
     Logger()->debug("shared-memory channel {} detached: {}", name, why);
     return;
   }
-  Logger()->error("shared-memory channel {} detached: {}; this client's requests travel over the "
-                  "socket from now on",
-                  name, why);
+  Logger()->error(
+      "shared-memory channel {} detached: {}; this client's requests travel over the "
+      "socket from now on",
+      name, why);
   flatbuffers::FlatBufferBuilder fbb(64 + why.size());
   auto body = wire::CreateChannelClosedDirect(fbb, why.c_str());
   Send(router, peer, proto::Finish(fbb, 0, wire::Body::ChannelClosed, body.Union()));

@@ -69,9 +69,9 @@ struct ClosedCall {
 };
 void DoClosed(void* arg) {
   auto* call = static_cast<ClosedCall*>(arg);
-  call->closed = __atomic_load_n(
-      reinterpret_cast<const uint32_t*>(call->base + offsetof(channel::SegmentHeader, client_closed)),
-      __ATOMIC_ACQUIRE);
+  call->closed = __atomic_load_n(reinterpret_cast<const uint32_t*>(
+                                     call->base + offsetof(channel::SegmentHeader, client_closed)),
+                                 __ATOMIC_ACQUIRE);
 }
 
 struct HeaderCall {
@@ -185,8 +185,7 @@ bool ShmChannel::Guarded(void (*body)(void*), void* arg) {
   return MemoryFaultGuard::RunGuarded(base_, bytes_, body, arg, &fault);
 }
 
-channel::RingResult ShmChannel::PopRequest(const uint8_t** data, uint32_t* size,
-                                           std::string* why) {
+channel::RingResult ShmChannel::PopRequest(const uint8_t** data, uint32_t* size, std::string* why) {
   PopCall call{&requests_, frame_.data(), frame_.size() * 8, 0, RingResult::kEmpty};
   if (!Guarded(DoPop, &call)) {
     *why = "its segment " + name_ + " shrank under the daemon (SIGBUS on the request ring)";
@@ -212,8 +211,7 @@ ShmChannel::Sent ShmChannel::PushReply(const uint8_t* data, size_t size, std::st
   switch (call.result) {
     case RingResult::kOk: return call.still_awake ? Sent::kRing : Sent::kRingDoorbell;
     case RingResult::kCorrupt:
-      *why = "its reply ring's head is impossible (tail " + std::to_string(replies_.position) +
-             ")";
+      *why = "its reply ring's head is impossible (tail " + std::to_string(replies_.position) + ")";
       return Sent::kCorrupt;
     default: return Sent::kNotSent;  // full: backpressure, ZeroMQ carries it
   }

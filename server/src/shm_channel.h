@@ -70,8 +70,8 @@ class ShmChannel {
   uint64_t bytes_ = 0;
   channel::Ring requests_;
   channel::Ring replies_;
-  bool awake_ = false;  // what this side last wrote into the request ring's awake word
-  int pidfd_ = -1;      // the client process; readable once it exited (-1: use kill)
+  bool awake_ = false;           // what this side last wrote into the request ring's awake word
+  int pidfd_ = -1;               // the client process; readable once it exited (-1: use kill)
   std::vector<uint64_t> frame_;  // one request frame, copied out, 8-aligned
 };
 

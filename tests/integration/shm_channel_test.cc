@@ -78,7 +78,8 @@ size_t ChannelNames() {
 uint8_t* OwnSegment() {
   const std::vector<std::string> lines = ChannelMappings("self");
   if (lines.size() != 1) return nullptr;
-  return reinterpret_cast<uint8_t*>(std::stoull(lines[0].substr(0, lines[0].find('-')), nullptr, 16));
+  return reinterpret_cast<uint8_t*>(
+      std::stoull(lines[0].substr(0, lines[0].find('-')), nullptr, 16));
 }
 
 class ShmChannel : public DaemonTest {
@@ -103,7 +104,8 @@ class ShmChannel : public DaemonTest {
 
 TEST_F(ShmChannel, IsAttachedByDefaultAndMappedOnceOnEachSide) {
   // (DaemonProcess's own readiness ping may still be mapped for a tick.)
-  EXPECT_TRUE(Eventually([&] { return ChannelMappings(std::to_string(daemon_->pid())).size() == 1; }));
+  EXPECT_TRUE(
+      Eventually([&] { return ChannelMappings(std::to_string(daemon_->pid())).size() == 1; }));
   EXPECT_EQ(ChannelMappings("self").size(), 1u);
   EXPECT_EQ(ChannelNames(), 0u) << "the name outlived the attach";
   const auto tokens = PromptTokens(1, 128, 0);
@@ -121,8 +123,9 @@ TEST_F(ShmChannel, ATurnedOffClientAttachesNone) {
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   for (int i = 0; i < 20; ++i) ASSERT_TRUE((*plain)->Ping().get().ok());
   EXPECT_FALSE((*plain)->server_info().shm_channel);
-  EXPECT_TRUE(Eventually([&] { return ChannelMappings(std::to_string(daemon_->pid())).size() == 1; }))
-      << "only the fixture's client has a channel";
+  EXPECT_TRUE(Eventually([&] {
+    return ChannelMappings(std::to_string(daemon_->pid())).size() == 1;
+  })) << "only the fixture's client has a channel";
 }
 
 TEST_F(ShmChannel, ManyThreadsOfMixedRequestsEachGetTheirOwnReply) {
@@ -138,8 +141,8 @@ TEST_F(ShmChannel, ManyThreadsOfMixedRequestsEachGetTheirOwnReply) {
     threads.emplace_back([&, t] {
       const auto keys = ChunkKeys(reg_, prompts[t].data(), prompts[t].size());
       const auto blocks = Blocks(16 * t, 4 * (t % 4 + 1));
-      auto chunks = PromptChunks(reg_, prompts[t].data(), prompts[t].size(), blocks.data(),
-                                 blocks.size());
+      auto chunks =
+          PromptChunks(reg_, prompts[t].data(), prompts[t].size(), blocks.data(), blocks.size());
       for (int i = 0; i < 100; ++i) {
         // Several in flight at once, of every kind, answered in any order.
         auto lookup = client_->Lookup(reg_.id, keys);
@@ -208,8 +211,7 @@ TEST_F(ShmChannel, AClientThatBreaksItsRingLosesItsChannelOnly) {
   channel::StoreWord64(requests.tail_word(), tail + 8);
   ASSERT_TRUE(Eventually([&] { return !client_->server_info().shm_channel; }))
       << "the daemon did not close a channel with a broken frame";
-  EXPECT_TRUE(Eventually(
-      [&] { return ChannelMappings(std::to_string(daemon_->pid())).empty(); }));
+  EXPECT_TRUE(Eventually([&] { return ChannelMappings(std::to_string(daemon_->pid())).empty(); }));
   // This client goes on over the socket, the other as before; a new one
   // gets a channel as before.
   EXPECT_TRUE(client_->Ping().get().ok());
@@ -228,8 +230,8 @@ TEST_F(ShmChannel, ImpossiblePositionsAndRandomScribblesNeverHurtTheDaemon) {
   ASSERT_NE(base, nullptr);
   channel::Ring requests = channel::RequestRing(base, channel::kDefaultRingBytes);
   // A tail more than a ring ahead of the head.
-  channel::StoreWord64(requests.tail_word(), channel::LoadWord64(requests.head_word()) +
-                                                 3 * channel::kDefaultRingBytes);
+  channel::StoreWord64(requests.tail_word(),
+                       channel::LoadWord64(requests.head_word()) + 3 * channel::kDefaultRingBytes);
   ASSERT_TRUE(Eventually([&] { return !client_->server_info().shm_channel; }));
   EXPECT_TRUE(client_->Ping().get().ok());
 
@@ -322,7 +324,8 @@ TEST_F(ShmChannel, AfterADaemonRestartTheClientAttachesAFreshChannel) {
            client_->server_info().shm_channel;
   }));
   EXPECT_EQ(ChannelMappings("self").size(), 1u) << "the old segment is still mapped here";
-  EXPECT_TRUE(Eventually([&] { return ChannelMappings(std::to_string(daemon_->pid())).size() == 1; }));
+  EXPECT_TRUE(
+      Eventually([&] { return ChannelMappings(std::to_string(daemon_->pid())).size() == 1; }));
   EXPECT_EQ(ChannelNames(), 0u);
   const auto tokens = PromptTokens(11, 128, 0);
   for (const ChunkOutcome& o : FillAndStore(kSeed, tokens, Blocks(0, 8))) {

@@ -67,7 +67,9 @@ inline uint64_t SegmentBytes(uint64_t request_ring_bytes, uint64_t reply_ring_by
   return kControlBytes + request_ring_bytes + reply_ring_bytes;
 }
 // Ring bytes one frame of `size` payload bytes takes.
-inline uint64_t FrameBytes(uint64_t size) { return kFrameHeaderBytes + ((size + 7) & ~uint64_t{7}); }
+inline uint64_t FrameBytes(uint64_t size) {
+  return kFrameHeaderBytes + ((size + 7) & ~uint64_t{7});
+}
 // The largest payload a ring carries (larger frames travel over ZeroMQ).
 inline uint64_t MaxFrame(uint64_t ring_bytes) { return ring_bytes / 4; }
 
