@@ -3,9 +3,12 @@
 # with stage tracing, runs bench/probes' kvstash_call_latency against it
 # (ping, 64-key lookup, 1- and 64-chunk retrieves of a small layout, and a raw
 # ZeroMQ round trip of the same frame sizes), then prints where each call's
-# time went (bench/probes/trace_stages.py). Each configuration runs twice:
-# spinning off (--busy-poll-us 0 on both sides: the old default) and the
-# defaults (no option set).
+# time went (bench/probes/trace_stages.py). Three configurations: spinning
+# off (--busy-poll-us 0 on both sides: the old default), the shared-memory
+# channel off (ClientOptions::shm_channel = false: ZeroMQ only, spinning on),
+# and the defaults (no option set: the channel on). Last, one table of
+# p50/p99 per call and configuration, the raw ZeroMQ round trip, and the
+# ratio lookup64 / raw.
 #
 #   scripts/fixed_cost.sh [--bin-dir build/bin] [--samples N] [--out DIR]
 #
@@ -13,7 +16,7 @@
 # engine memory is POSIX shared memory and it measures the request path (the
 # same threads and hand-offs as with CUDA), not PCIe; `kvstash bench
 # --backend cuda` measures the GPU copies. Writes
-# DIR/{off,default}.{json,stages.txt}.
+# DIR/{off,zmq,default}.{json,stages.txt}.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin="$here/build/bin"
@@ -32,7 +35,7 @@ mkdir -p "$out"
 daemon=
 trap '[[ -n $daemon ]] && kill -TERM "$daemon" 2>/dev/null; true' EXIT
 
-run() {  # name, then extra kvstashd arguments; KVSTASH_CLIENT_SPIN for the probe
+run() {  # name, then extra kvstashd arguments; KVSTASH_CLIENT_SPIN, KVSTASH_PROBE_ARGS for the probe
   local name=$1; shift
   local socket="$out/$name.sock" prefix="$out/$name.trace"
   rm -f "$prefix".* "$socket"
@@ -42,8 +45,10 @@ run() {  # name, then extra kvstashd arguments; KVSTASH_CLIENT_SPIN for the prob
   for _ in $(seq 100); do [[ -S $socket ]] && break; sleep 0.05; done
   local spin=()
   [[ -n ${KVSTASH_CLIENT_SPIN:-} ]] && spin=(--spin-us "$KVSTASH_CLIENT_SPIN")
+  # shellcheck disable=SC2206
+  local extra=(${KVSTASH_PROBE_ARGS:-})
   KVSTASH_TRACE_FILE=$prefix "$bin/kvstash_call_latency" "$socket" "$samples" "${spin[@]}" \
-    | tee "$out/$name.json"
+    "${extra[@]}" | tee "$out/$name.json"
   kill -TERM "$daemon"; wait "$daemon" || true
   daemon=
   python3 "$here/bench/probes/trace_stages.py" "$prefix" | tee "$out/$name.stages.txt"
@@ -51,6 +56,22 @@ run() {  # name, then extra kvstashd arguments; KVSTASH_CLIENT_SPIN for the prob
 
 echo "== spinning off (--busy-poll-us 0, ClientOptions::busy_poll_us 0)"
 KVSTASH_CLIENT_SPIN=0 run off --busy-poll-us 0
-echo "== defaults (no option set)"
+echo "== shared-memory channel off (ClientOptions::shm_channel false), spinning on"
+KVSTASH_PROBE_ARGS=--no-shm-channel run zmq
+echo "== defaults (no option set: the shared-memory channel on)"
 run default
+echo "== summary: p50 / p99 in us"
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+rows = [("off", "spinning off"), ("zmq", "channel off"), ("default", "defaults")]
+calls = ["ping", "lookup64", "retrieve1", "retrieve64", "raw_zmq_lookup_frame"]
+print(f"{'configuration':<14}{'channel':>8}" + "".join(f"{c:>22}" for c in calls) +
+      f"{'lookup64/raw':>14}")
+for name, label in rows:
+    r = json.load(open(f"{out}/{name}.json"))
+    cells = "".join(f"{r[c + '_p50_us']:>12.1f} /{r[c + '_p99_us']:>7.1f}" for c in calls)
+    print(f"{label:<14}{str(r.get('shm_channel', False)).lower():>8}{cells}"
+          f"{r['lookup64_over_raw']:>14.2f}")
+PY
 echo "results in $out"

@@ -24,7 +24,8 @@ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DKVSTASH_WITH_CUDA=OFF -DKVSTASH_BUILD_TESTS=OFF -DKVSTASH_BUILD_BENCH=OFF -DKVSTASH_BUILD_FUZZERS=ON \
   "${launcher[@]}" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target kvstash_request_fuzzer kvstash_fuzz_seeds
+cmake --build "$build_dir" -j "$(nproc)" --target kvstash_request_fuzzer kvstash_fuzz_seeds \
+  kvstash_ring_fuzzer
 built=$(date +%s)
 echo "fuzz: built in $((built - start)) s"
 
@@ -45,6 +46,14 @@ echo "fuzz: regression corpus and seeds ran clean"
   -print_final_stats=1 -artifact_prefix="$work_dir/artifacts/" \
   "$work_dir/corpus" "$work_dir/seeds" tests/fuzz/regression 2>&1 | tee "$work_dir/fuzz.log" | grep -E "^#|stat::|ERROR|SUMMARY|Done" | tail -n 40
 status=${PIPESTATUS[0]}
+# The shared-memory channel's ring reader: small and fast, a few seconds.
+mkdir -p "$work_dir/ring-corpus"
+set +e
+"$build_dir/bin/kvstash_ring_fuzzer" -max_total_time=10 -max_len=4200 \
+  -artifact_prefix="$work_dir/artifacts/ring-" "$work_dir/ring-corpus" 2>&1 | grep -E "ERROR|SUMMARY|Done"
+ring_status=${PIPESTATUS[0]}
+set -e
+[[ $status -eq 0 ]] && status=$ring_status
 end=$(date +%s)
 echo "fuzz: $((end - start)) s in all (build $((built - start)) s)"
 exit "$status"

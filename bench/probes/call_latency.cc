@@ -7,8 +7,11 @@
 // scripts/fixed_cost.sh runs it against a traced kvstashd.
 //
 //   kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N]
+//                        [--no-shm-channel]
 //
-// --spin-us sets ClientOptions::busy_poll_us (the client's spin window).
+// --spin-us sets ClientOptions::busy_poll_us (the client's spin window);
+// --no-shm-channel sets ClientOptions::shm_channel = false (requests over
+// ZeroMQ only). The JSON says whether the channel was attached.
 //
 // With KVSTASH_TRACE_FILE=<prefix> set (in this process and in kvstashd),
 // libkvstash and kvstashd record every request's stages, and this probe
@@ -124,9 +127,9 @@ std::string Stat(const char* name, const std::vector<double>& us) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(
-        stderr,
-        "usage: kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N]\n");
+    std::fprintf(stderr,
+                 "usage: kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N] "
+                 "[--no-shm-channel]\n");
     return 2;
   }
   int samples = 2000;
@@ -138,6 +141,8 @@ int main(int argc, char** argv) {
       profile_rounds = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--spin-us") == 0 && i + 1 < argc) {
       options.busy_poll_us = uint32_t(std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--no-shm-channel") == 0) {
+      options.shm_channel = false;
     } else {
       samples = std::atoi(argv[i]);
     }
@@ -246,12 +251,13 @@ int main(int argc, char** argv) {
   if (!raw_lookup.ok()) return Fail(raw_lookup.status());
   std::printf(
       "{%s, %s, %s, %s, %s, %s, \"lookup64_over_raw\": %.2f, \"ping_over_raw\": %.2f, "
-      "\"samples\": %d}\n",
+      "\"shm_channel\": %s, \"samples\": %d}\n",
       Stat("ping", ping).c_str(), Stat("lookup64", lookup).c_str(),
       Stat("retrieve1", retrieve1).c_str(), Stat("retrieve64", retrieve64).c_str(),
       Stat("raw_zmq_ping_frame", *raw_ping).c_str(),
       Stat("raw_zmq_lookup_frame", *raw_lookup).c_str(),
       Percentile(lookup, 0.5) / Percentile(*raw_lookup, 0.5),
-      Percentile(ping, 0.5) / Percentile(*raw_ping, 0.5), samples);
+      Percentile(ping, 0.5) / Percentile(*raw_ping, 0.5),
+      c.server_info().shm_channel ? "true" : "false", samples);
   return 0;
 }

@@ -2,6 +2,8 @@
 // I/O thread, and decodes the reply into the call's future.
 #include "kvstash/client.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "decode.h"
@@ -9,6 +11,25 @@
 #include "transport.h"
 
 namespace kvstash {
+
+namespace {
+
+// KVSTASH_SHM_CHANNEL=off turns the shared-memory channel off for every
+// client of the process (also those of the C API and Python).
+bool ShmChannelWanted() {
+  const char* value = std::getenv("KVSTASH_SHM_CHANNEL");
+  return value == nullptr || std::strcmp(value, "off") != 0;
+}
+
+// KVSTASH_SHM_CHANNEL_RING_BYTES: each ring's size (a power of two, 4 KiB
+// to 64 MiB); tests make it small to fill it.
+uint64_t ChannelRingBytes() {
+  const char* value = std::getenv("KVSTASH_SHM_CHANNEL_RING_BYTES");
+  if (value == nullptr || *value == '\0') return channel::kDefaultRingBytes;
+  return std::strtoull(value, nullptr, 10);
+}
+
+}  // namespace
 
 class Client::Impl {
  public:
@@ -81,6 +102,8 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   client::SessionOptions session{ClientEndpoint(options.socket), options.request_timeout,
                                  std::move(options.client_name), std::move(options.log),
                                  std::chrono::microseconds(options.busy_poll_us)};
+  session.shm_channel = options.shm_channel && ShmChannelWanted();
+  session.channel_ring_bytes = ChannelRingBytes();
   std::future<Result<ServerInfo>> hello;
   auto transport = client::Transport::Start(std::move(session), hello);
   if (!transport.ok()) return transport.status();

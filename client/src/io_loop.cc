@@ -136,6 +136,7 @@ void IoLoop::CloseSockets() {
 }
 
 bool IoLoop::Step() {
+  retired_channel_.reset();
   // Every Push and Close wakes the queue's eventfd: a busy-polling loop need
   // not read it idly.
   if (queue_woken_) {
@@ -148,6 +149,13 @@ bool IoLoop::Step() {
   if (queue_.closed()) return false;
   KeepAlive();
   Flush();
+  if (doorbell_wanted_) {
+    // An empty message: "look at your ring". A full pipe needs none (the
+    // daemon reads the ring before each message of ours).
+    doorbell_wanted_ = false;
+    zmq::message_t doorbell;
+    (void)dealer_->send(doorbell, zmq::send_flags::dontwait);
+  }
   ExpireDeadlines();
   Poll();
   return true;
@@ -201,9 +209,26 @@ void IoLoop::Flush() {
                                 std::to_string(max_message_bytes_)));
       continue;
     }
-    zmq::message_t message(request->bytes.data(), request->bytes.size());
     // Before the send: the daemon may read it before this thread runs again.
     MarkStage(options_.trace, id, TraceStage::kClientSent);
+    if (channel_ready_ && handshaken_) {
+      // The ring when the daemon polls it; otherwise the socket, whose
+      // message wakes it (and it reads the ring before that message).
+      const ClientChannel::Sent sent = channel_->Push(request->bytes);
+      if (sent == ClientChannel::Sent::kRing || sent == ClientChannel::Sent::kRingDoorbell) {
+        doorbell_wanted_ = doorbell_wanted_ || sent == ClientChannel::Sent::kRingDoorbell;
+        request->sent = true;
+        request->via_ring = true;
+        last_sent_ = Clock::now();
+        proto::Bytes().swap(request->bytes);
+        outbox_.pop_front();
+        continue;
+      }
+      if (sent == ClientChannel::Sent::kCorrupt) {
+        DropChannel("kvstashd's head of the request ring is impossible");
+      }
+    }
+    zmq::message_t message(request->bytes.data(), request->bytes.size());
     if (!dealer_->send(message, zmq::send_flags::dontwait)) {
       want_pollout_ = true;  // no connection yet, or the pipe is full
       return;
@@ -236,6 +261,14 @@ void IoLoop::Poll() {
   // so that neither a reply nor the engine's next request waits for this
   // thread to wake up.
   if (spin_.Spinning(Clock::now(), pending_.size() > 0)) timeout = std::chrono::milliseconds(0);
+  if (channel_ready_) {
+    // The eventcount's consumer side: say "asleep", then look once more.
+    if (timeout.count() != 0) {
+      if (channel_->SetAwake(false)) timeout = std::chrono::milliseconds(0);
+    } else {
+      channel_->SetAwake(true);
+    }
+  }
   try {
     if (zmq::poll(items, 3, timeout) > 0) {
       spin_.Activity(Clock::now());
@@ -248,7 +281,90 @@ void IoLoop::Poll() {
   }
   if (items[2].revents & ZMQ_POLLIN) queue_woken_ = true;
   if (items[1].revents & ZMQ_POLLIN) HandleMonitorEvents();
+  if (channel_ready_) ReceiveRing();
   if (items[0].revents & ZMQ_POLLIN) ReceiveReplies();
+}
+
+void IoLoop::ReceiveRing() {
+  for (int n = 0; n < 4096 && channel_ready_; ++n) {
+    const uint8_t* data = nullptr;
+    uint32_t size = 0;
+    // The frame lives in the channel's buffer; a handler that drops the
+    // channel retires it (freed at the next Step), so it stays valid here.
+    const channel::RingResult popped = channel_->Pop(&data, &size);
+    if (popped == channel::RingResult::kEmpty) return;
+    if (popped != channel::RingResult::kOk) {
+      DropChannel("kvstashd's reply ring holds an impossible frame");
+      return;
+    }
+    spin_.Activity(Clock::now());
+    HandleReply(data, size);
+  }
+}
+
+void IoLoop::AttachChannel() {
+  if (!options_.shm_channel || channel_ || options_.endpoint.rfind("ipc://", 0) != 0) return;
+  Result<std::unique_ptr<ClientChannel>> created =
+      ClientChannel::Create(options_.channel_ring_bytes);
+  if (!created.ok()) {
+    Log(LogLevel::kWarn, "no shared-memory channel (" + created.status().message() +
+                             "): requests travel over the socket");
+    return;
+  }
+  channel_ = std::move(*created);
+  ClientChannel* const attaching = channel_.get();
+  Request attach = OwnRequest("AttachChannel", [this, attaching](Result<Reply> reply) {
+    if (channel_.get() != attaching) return;  // dropped meanwhile (the session ended)
+    channel_->Unlink();                       // mapped by the daemon, or never will be
+    if (!reply.ok()) {
+      Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint +
+                               " attached no shared-memory channel: " + reply.status().message() +
+                               "; requests travel over the socket");
+      retired_channel_ = std::move(channel_);
+      return;
+    }
+    channel_ready_ = true;
+    SetChannelInfo(true);
+    Log(LogLevel::kDebug, "shared-memory channel " + channel_->name() + " attached");
+  });
+  flatbuffers::FlatBufferBuilder fbb(128);
+  auto body = wire::CreateAttachChannelRequestDirect(
+      fbb, channel_->name().c_str(), channel_->request_ring_bytes(), channel_->reply_ring_bytes());
+  attach.bytes = proto::Finish(fbb, attach.id, wire::Body::AttachChannelRequest, body.Union(),
+                               HeaderOf(attach).deadline_ns);
+  attach.session = true;
+  outbox_.push_front(attach.id);
+  pending_.Add(std::move(attach));
+}
+
+void IoLoop::DropChannel(const std::string& why) {
+  if (!channel_) return;
+  if (channel_ready_) {
+    Log(LogLevel::kDebug, "shared-memory channel " + channel_->name() + " dropped: " + why);
+  }
+  channel_ready_ = false;
+  doorbell_wanted_ = false;
+  channel_->MarkClosed();
+  retired_channel_ = std::move(channel_);  // unmapped at the next Step
+  SetChannelInfo(false);
+}
+
+void IoLoop::OnChannelClosed(const std::string& reason) {
+  if (!channel_ready_) return;
+  Log(LogLevel::kError, "kvstashd at " + options_.endpoint +
+                            " closed this client's shared-memory channel: " + reason);
+  DropChannel(reason);
+  // What the daemon read from the ring before is answered over the socket;
+  // what it did not will never be: fail them all now, not at their deadline.
+  for (Request& request : pending_.TakeSentThroughRing()) {
+    Complete(request, Status::Unavailable(request.Name() + " was sent through the shared-memory " +
+                                          "channel, which kvstashd closed: " + reason));
+  }
+}
+
+void IoLoop::SetChannelInfo(bool attached) {
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  if (info_) info_->shm_channel = attached;
 }
 
 void IoLoop::ExpireDeadlines() {
@@ -272,6 +388,10 @@ void IoLoop::ExpireDeadlines() {
 void IoLoop::ReceiveReplies() {
   zmq::message_t message;
   while (dealer_->recv(message, zmq::recv_flags::dontwait)) {
+    // Replies the daemon put in the ring before this message come first;
+    // an empty message is the ring's doorbell.
+    if (channel_ready_) ReceiveRing();
+    if (message.size() == 0 && !message.more()) continue;
     if (!message.more()) {
       HandleReply(message);
       continue;
@@ -291,9 +411,13 @@ void IoLoop::HandleReply(const zmq::message_t& message) {
     aligned_.assign(message.data<uint8_t>(), message.data<uint8_t>() + message.size());
     data = aligned_.data();
   }
-  auto verified = proto::VerifyEnvelope(data, message.size(), max_message_bytes_);
+  HandleReply(data, message.size());
+}
+
+void IoLoop::HandleReply(const void* data, size_t size) {
+  auto verified = proto::VerifyEnvelope(data, size, max_message_bytes_);
   if (!verified.ok()) {
-    const uint64_t id = PeekRequestId(data, message.size());
+    const uint64_t id = PeekRequestId(data, size);
     if (Request* request = id != 0 ? pending_.Find(id) : nullptr) {
       Complete(*request, Status(verified.status().code(),
                                 "the reply to " + request->Name() +
@@ -310,6 +434,10 @@ void IoLoop::HandleReply(const zmq::message_t& message) {
   MarkStage(options_.trace, id, TraceStage::kClientReceived);
   if (const wire::Goodbye* goodbye = envelope.body_as_Goodbye()) {
     OnGoodbye(goodbye->reason() ? goodbye->reason()->str() : std::string());
+    return;
+  }
+  if (const wire::ChannelClosed* closed = envelope.body_as_ChannelClosed()) {
+    OnChannelClosed(closed->reason() ? closed->reason()->str() : std::string());
     return;
   }
   if (const wire::ErrorReply* error = envelope.body_as_ErrorReply()) {
@@ -384,6 +512,9 @@ void IoLoop::OnGoodbye(const std::string& reason) {
 }
 
 void IoLoop::EndSession(const std::string& why) {
+  // A daemon that restarts maps nothing of ours; the next session attaches
+  // a fresh channel.
+  DropChannel(why);
   handshaken_ = false;
   down_why_ = why;
   registering_again_ = 0;
@@ -533,6 +664,7 @@ void IoLoop::RegisterAgain(const BootId& boot) {
 void IoLoop::Ready() {
   handshaken_ = true;
   down_why_.clear();
+  AttachChannel();
   if (first_hello_) {
     first_hello_->set_value(server_info());
     first_hello_.reset();

@@ -37,6 +37,7 @@
 #include "kvstash/stage_trace.h"
 #include "pending_requests.h"
 #include "registrations.h"
+#include "shm_channel_client.h"
 #include "submission_queue.h"
 
 namespace kvstash::client {
@@ -48,6 +49,8 @@ struct SessionOptions {
   LogSink log;
   std::chrono::microseconds busy_poll{0};  // see ClientOptions::busy_poll_us
   StageTrace* trace = nullptr;             // may be null; outlives the loop
+  bool shm_channel = true;                 // see ClientOptions::shm_channel (ipc only)
+  uint64_t channel_ring_bytes = channel::kDefaultRingBytes;
 };
 
 class IoLoop {
@@ -78,6 +81,16 @@ class IoLoop {
   void ExpireDeadlines();
   void ReceiveReplies();
   void HandleReply(const zmq::message_t& message);
+  void HandleReply(const void* data, size_t size);
+  // The shared-memory channel (docs/protocol.md "Shared-memory channel"):
+  // attached once a session is ready, on ipc endpoints; dropped when the
+  // session ends (a restarted daemon gets a fresh one) or kvstashd closes it.
+  void AttachChannel();
+  void DropChannel(const std::string& why);
+  void OnChannelClosed(const std::string& reason);
+  // Replies waiting in the reply ring, in order.
+  void ReceiveRing();
+  void SetChannelInfo(bool attached);
   void HandleMonitorEvents();
   void OnConnected();
   void OnDisconnected();
@@ -132,9 +145,13 @@ class IoLoop {
   bool handshake_wanted_ = false;
   uint64_t handshake_id_ = 0;  // the Hello in progress, 0 when none
   bool want_pollout_ = false;
-  bool queue_woken_ = true;      // the submission queue's eventfd fired since the last Drain
-  AdaptiveSpin spin_;            // polls on the core for a while after activity
-  Clock::time_point last_sent_;  // the last message to kvstashd
+  std::unique_ptr<ClientChannel> channel_;
+  std::unique_ptr<ClientChannel> retired_channel_;  // freed at the next Step
+  bool channel_ready_ = false;                      // attached: requests may go through the ring
+  bool doorbell_wanted_ = false;  // a frame went into the ring of a sleeping daemon
+  bool queue_woken_ = true;       // the submission queue's eventfd fired since the last Drain
+  AdaptiveSpin spin_;             // polls on the core for a while after activity
+  Clock::time_point last_sent_;   // the last message to kvstashd
   std::chrono::milliseconds keepalive_{0};  // a quarter of the daemon's peer timeout
   uint64_t max_message_bytes_;
   proto::Bytes aligned_;  // a misaligned reply's copy (operator new aligns it)

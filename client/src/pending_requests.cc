@@ -42,6 +42,16 @@ std::vector<Request> PendingRequests::TakeSent() {
   return sent;
 }
 
+std::vector<Request> PendingRequests::TakeSentThroughRing() {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, request] : by_id_) {
+    if (request.sent && request.via_ring) ids.push_back(id);
+  }
+  std::vector<Request> sent;
+  for (uint64_t id : ids) sent.push_back(*Take(id));
+  return sent;
+}
+
 std::vector<Request> PendingRequests::TakeAll() {
   std::vector<Request> all;
   for (auto& [id, request] : by_id_) all.push_back(std::move(request));

@@ -23,6 +23,8 @@ class PendingRequests {
   std::vector<Request> TakeExpired(Clock::time_point now);
   // Requests already handed to the socket (a lost connection loses them).
   std::vector<Request> TakeSent();
+  // Requests sent through the shared-memory channel (which kvstashd closed).
+  std::vector<Request> TakeSentThroughRing();
   std::vector<Request> TakeAll();
   std::optional<Clock::time_point> NextDeadline() const;
   size_t size() const { return by_id_.size(); }

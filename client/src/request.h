@@ -40,6 +40,7 @@ struct Request {
   // forgotten here and the request succeeds without being sent.
   bool unregisters = false;
   bool sent = false;
+  bool via_ring = false;  // sent through the shared-memory channel
   ReplyHandler on_reply;
 
   // "request 17 (Store)"

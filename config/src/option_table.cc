@@ -157,6 +157,11 @@ std::vector<OptionSpec> BuildTable() {
                  "The spin window: microseconds the frontend and copy lanes keep polling on "
                  "a core after their last work (the frontend up to 20 windows while copies "
                  "are in flight) instead of sleeping; an idle daemon sleeps. 0 = never"),
+      EnumOption("shm-channel", "KVSTASH_SHM_CHANNEL", &C::shm_channel, {"on", "off"},
+                 "Shared-memory request channel for clients on the ipc socket: on = a client "
+                 "may attach rings in shared memory that carry its requests and replies "
+                 "instead of ZeroMQ (docs/protocol.md \"Shared-memory channel\"), off = "
+                 "ZeroMQ only"),
       OptionalStringOption("l2-path", "KVSTASH_L2_PATH", &C::l2_path,
                            "Directory of the L2 tier on local disk (one file per chunk); "
                            "empty = no L2"),

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include <zmq.hpp>
@@ -26,6 +27,7 @@
 #include "prometheus_text.h"
 #include "reply_queue.h"
 #include "service.h"
+#include "shm_channel.h"
 
 namespace kvstash::server {
 
@@ -37,6 +39,9 @@ constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int kMaxRequestsPerWake = 256;  // then send replies, so none starve
 constexpr auto kStallSlack =
     std::chrono::milliseconds(50);  // a turn longer than poll + this stalled
+// Shared-memory channels attached at once: one per client connection; a
+// bound on what local peers can make the daemon map.
+constexpr size_t kMaxChannels = 4096;
 
 // Fixes the pool size (l1_share of MemAvailable, or l1_gb) and refuses one
 // that does not fit the machine, before any of it is touched.
@@ -71,6 +76,26 @@ struct Daemon::Impl {
   std::optional<PeerCredentials> Credentials(zmq::message_t& frame) const;
   bool ipc = false;
   static void Send(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
+
+  // ---- Shared-memory channels (docs/protocol.md "Shared-memory channel") ----
+  // Frontend thread only, like the socket.
+  Status AttachChannel(const Peer& peer, const wire::AttachChannelRequest& request);
+  // Ends a peer's channel; `tell` sends it ChannelClosed naming `why`.
+  void DetachChannel(zmq::socket_t& router, const PeerId& peer, const std::string& why, bool tell);
+  // Reads and handles what waits in the peer's request ring; returns
+  // whether it is drained (false: more may wait).
+  bool DrainChannel(zmq::socket_t& router, const PeerId& peer, bool* handled);
+  bool DrainChannels(zmq::socket_t& router, bool* handled);
+  // Before a blocking poll (sleeping) or while polling: writes the awake
+  // words; returns whether a ring holds a request (then do not block).
+  bool ChannelsSleeping(zmq::socket_t& router, bool sleeping);
+  // Detaches the channels whose client closed them or exited.
+  void CheckChannels(zmq::socket_t& router);
+  // A reply to `peer`: through its reply ring when it has one and polls it,
+  // otherwise over ZeroMQ.
+  void Route(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
+  std::unordered_map<PeerId, std::unique_ptr<ShmChannel>> channels;
+  bool reading_ring = false;  // handling a request read from a ring
 };
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& config) {
@@ -142,6 +167,9 @@ Status Daemon::Run() {
 }
 
 Status Daemon::Impl::Serve(zmq::socket_t& router) {
+  service->SetChannelAttacher([this](const Peer& peer, const wire::AttachChannelRequest& request) {
+    return AttachChannel(peer, request);
+  });
   bool stopping = false;
   Clock::time_point drain_deadline;
   AdaptiveSpin spin(std::chrono::microseconds(config.busy_poll_us));
@@ -171,10 +199,13 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     // A sleeping frontend is woken by the reply queue's eventfd; a spinning
     // one reads the queue's count, and lanes skip the write.
     const bool replies_waiting = replies.Sleeping(!busy);
-    const bool block = !busy && !replies_waiting;
+    // Attached rings are polled like the socket: their awake words say
+    // whether clients may write to them without ringing a doorbell.
+    const bool ring_waiting = !channels.empty() && ChannelsSleeping(router, !busy);
+    const bool block = !busy && !replies_waiting && !ring_waiting;
     if (zmq::poll(items, 3, block ? kPollInterval : std::chrono::milliseconds(0)) > 0) {
       spin.Activity(Clock::now());
-    } else if (!block) {
+    } else if (!block && !ring_waiting) {
       // Nothing yet: give the core to any thread waiting for it (the
       // copies), so that spinning never slows the work it waits for.
       sched_yield();
@@ -182,16 +213,22 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     if (block) replies.Sleeping(false);
     mark();
     if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
+    if (!channels.empty()) {
+      bool handled = false;
+      if (!DrainChannels(router, &handled)) drained = false;
+      if (handled) spin.Activity(Clock::now());
+    }
     if ((items[1].revents & ZMQ_POLLIN) || replies.pending()) {
       for (const OutgoingReply& reply : replies.TakeAll()) {
         MarkStage(service->trace(), reply.request_id, TraceStage::kReplySent);
-        Send(router, reply.peer, reply.bytes);
+        Route(router, reply.peer, reply.bytes);
       }
       spin.Activity(Clock::now());
     }
     if (const Clock::time_point now = Clock::now(); now - last_tick >= kTickInterval) {
       mark();
       service->Tick(drained);
+      if (!channels.empty()) CheckChannels(router);
       last_tick = now;
     }
     if ((items[2].revents & ZMQ_POLLIN) && !stopping) {
@@ -223,6 +260,14 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
       return true;
     if (frames.empty()) continue;
     const PeerId peer = frames[0].to_string();
+    // What the peer wrote to its ring before this message comes first; an
+    // empty message is its doorbell, nothing more (from a peer without a
+    // channel it is malformed, as ever).
+    if (!channels.empty() && channels.count(peer) != 0) {
+      bool handled = false;
+      DrainChannel(router, peer, &handled);
+      if (frames.size() == 2 && frames[1].size() == 0) continue;
+    }
     if (frames.size() != 2) {
       Send(router, peer,
            proto::ErrorMessage(0,
@@ -248,10 +293,129 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
         MarkStage(service->trace(), wire::GetEnvelope(reply->data())->request_id(),
                   TraceStage::kReplySent);
       }
-      Send(router, peer, *reply);
+      Route(router, peer, *reply);
     }
   }
   return false;  // more may be waiting
+}
+
+Status Daemon::Impl::AttachChannel(const Peer& peer, const wire::AttachChannelRequest& request) {
+  if (config.shm_channel != "on") {
+    return Status::Unavailable("kvstashd runs with --shm-channel " + config.shm_channel +
+                               ": requests travel over the socket only");
+  }
+  if (reading_ring) {
+    return Status::InvalidArgument("AttachChannel must come over the socket, not through a ring");
+  }
+  if (channels.size() >= kMaxChannels && channels.count(peer.id) == 0) {
+    return Status::Exhausted("kvstashd holds " + std::to_string(channels.size()) +
+                             " shared-memory channels, its limit; this client uses the socket");
+  }
+  const std::string name = request.shm_name() ? request.shm_name()->str() : std::string();
+  Result<std::unique_ptr<ShmChannel>> opened =
+      ShmChannel::Open(peer, name, request.request_ring_bytes(), request.reply_ring_bytes());
+  if (!opened.ok()) return opened.status();
+  const pid_t pid = peer.credentials ? peer.credentials->pid : 0;
+  Logger()->debug("shared-memory channel {} attached for client pid {}", name, pid);
+  channels[peer.id] = std::move(*opened);  // a channel attached before is replaced
+  return Status::Ok();
+}
+
+void Daemon::Impl::DetachChannel(zmq::socket_t& router, const PeerId& peer, const std::string& why,
+                                 bool tell) {
+  auto found = channels.find(peer);
+  if (found == channels.end()) return;
+  const std::string name = found->second->name();
+  channels.erase(found);
+  if (!tell) {
+    Logger()->debug("shared-memory channel {} detached: {}", name, why);
+    return;
+  }
+  Logger()->error(
+      "shared-memory channel {} detached: {}; this client's requests travel over the "
+      "socket from now on",
+      name, why);
+  flatbuffers::FlatBufferBuilder fbb(64 + why.size());
+  auto body = wire::CreateChannelClosedDirect(fbb, why.c_str());
+  Send(router, peer, proto::Finish(fbb, 0, wire::Body::ChannelClosed, body.Union()));
+}
+
+bool Daemon::Impl::DrainChannel(zmq::socket_t& router, const PeerId& peer, bool* handled) {
+  for (int n = 0; n < kMaxRequestsPerWake; ++n) {
+    auto found = channels.find(peer);
+    if (found == channels.end()) return true;
+    const uint8_t* data = nullptr;
+    uint32_t size = 0;
+    std::string why;
+    const channel::RingResult popped = found->second->PopRequest(&data, &size, &why);
+    if (popped == channel::RingResult::kEmpty) return true;
+    if (popped != channel::RingResult::kOk) {
+      DetachChannel(router, peer, why, true);
+      return true;
+    }
+    *handled = true;
+    const Peer sender = found->second->peer();  // a copy: handling may end the channel
+    reading_ring = true;
+    std::optional<proto::Bytes> reply = service->Handle(sender, data, size);
+    reading_ring = false;
+    if (reply) {
+      if (service->trace() != nullptr) {
+        MarkStage(service->trace(), wire::GetEnvelope(reply->data())->request_id(),
+                  TraceStage::kReplySent);
+      }
+      Route(router, peer, *reply);
+    }
+  }
+  return false;
+}
+
+bool Daemon::Impl::DrainChannels(zmq::socket_t& router, bool* handled) {
+  bool drained = true;
+  std::vector<PeerId> peers;
+  peers.reserve(channels.size());
+  for (const auto& [peer, ch] : channels) peers.push_back(peer);
+  for (const PeerId& peer : peers) drained = DrainChannel(router, peer, handled) && drained;
+  return drained;
+}
+
+bool Daemon::Impl::ChannelsSleeping(zmq::socket_t& router, bool sleeping) {
+  bool waiting = false;
+  std::vector<std::pair<PeerId, std::string>> broken;
+  for (const auto& [peer, ch] : channels) {
+    Result<bool> ready = ch->SetAwake(!sleeping);
+    if (!ready.ok()) {
+      broken.emplace_back(peer, ready.status().message());
+    } else if (sleeping && *ready) {
+      waiting = true;
+    }
+  }
+  for (const auto& [peer, why] : broken) DetachChannel(router, peer, why, true);
+  return waiting;
+}
+
+void Daemon::Impl::CheckChannels(zmq::socket_t& router) {
+  std::vector<std::pair<PeerId, std::string>> ended;
+  for (const auto& [peer, ch] : channels) {
+    std::string why = ch->Ended();
+    if (!why.empty()) ended.emplace_back(peer, std::move(why));
+  }
+  for (const auto& [peer, why] : ended) DetachChannel(router, peer, why, false);
+}
+
+void Daemon::Impl::Route(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes) {
+  if (!channels.empty()) {
+    auto found = channels.find(peer);
+    if (found != channels.end()) {
+      std::string why;
+      switch (found->second->PushReply(bytes.data(), bytes.size(), &why)) {
+        case ShmChannel::Sent::kRing: return;
+        case ShmChannel::Sent::kRingDoorbell: Send(router, peer, proto::Bytes()); return;
+        case ShmChannel::Sent::kNotSent: break;
+        case ShmChannel::Sent::kCorrupt: DetachChannel(router, peer, why, true); break;
+      }
+    }
+  }
+  Send(router, peer, bytes);
 }
 
 std::optional<PeerCredentials> Daemon::Impl::Credentials(zmq::message_t& frame) const {

@@ -92,6 +92,18 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
                                        " us before kvstashd read it; nothing was done"));
     }
   }
+  if ((*envelope)->body_type() == wire::Body::AttachChannelRequest) {
+    const Status attached =
+        attach_channel_ ? attach_channel_(peer, *(*envelope)->body_as_AttachChannelRequest())
+                        : Status::Unavailable("this kvstashd attaches no shared-memory channel");
+    if (!attached.ok()) {
+      Stats::Add(stats_.request_errors);
+      return proto::ErrorMessage(request.id, attached);
+    }
+    flatbuffers::FlatBufferBuilder fbb(64);
+    return proto::Finish(fbb, request.id, wire::Body::AttachChannelReply,
+                         wire::CreateAttachChannelReply(fbb).Union());
+  }
   Result<RequestBody> body =
       DecodeRequest(**envelope, DecodeLimits{config_.max_chunks_per_request});
   if (!body.ok()) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,12 @@ class Service {
   // Verifies and handles one message; returns the reply now, or nullopt when
   // it will come through the reply queue.
   std::optional<proto::Bytes> Handle(const Peer& peer, const uint8_t* data, size_t size);
+  // AttachChannel (docs/protocol.md "Shared-memory channel") is the
+  // frontend's: it owns the channels. Set before serving; absent, the
+  // request is refused.
+  using ChannelAttacher =
+      std::function<Status(const Peer& peer, const wire::AttachChannelRequest& request)>;
+  void SetChannelAttacher(ChannelAttacher attacher) { attach_channel_ = std::move(attacher); }
   // Answers every request with Unavailable from now on.
   void BeginShutdown() { shutting_down_ = true; }
   // Peers heard from lately, each with the Goodbye to send it (request_id 0)
@@ -103,6 +110,7 @@ class Service {
   std::unique_ptr<Leases> leases_;
   std::unique_ptr<Transfers> transfers_;
   std::unique_ptr<Introspection> introspection_;
+  ChannelAttacher attach_channel_;
   bool shutting_down_ = false;
 };
 

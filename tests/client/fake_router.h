@@ -34,8 +34,11 @@ class FakeRouter {
   FakeRouter& operator=(const FakeRouter&) = delete;
   const std::string& endpoint() const { return endpoint_; }
 
-  // The next request (verified), or nothing within the timeout.
+  // The next request (verified), or nothing within the timeout; an
+  // AttachChannel is refused on the way (the client then uses the socket).
   std::optional<Received> Receive(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  // The same, AttachChannel included.
+  std::optional<Received> ReceiveAny(std::chrono::milliseconds timeout = std::chrono::seconds(5));
   void Reply(const Received& to, const proto::Bytes& bytes) { Send(to.peer, {bytes}); }
   void Send(const std::string& peer, const std::vector<proto::Bytes>& frames);
   // Receives a Hello and answers it.

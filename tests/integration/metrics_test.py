@@ -264,9 +264,10 @@ class MetricsTest(unittest.TestCase):
             expected = {
                 "kvstash_registrations_total": 1,
                 "kvstash_unregistrations_total": 1,
-                # hello, (un)register, the bench's two Stats (evictions during
-                # the run), then store, lookup and retrieve per prompt.
-                "kvstash_requests_total": 5 + 3 * lookups,
+                # hello, the shared-memory channel's attach, (un)register,
+                # the bench's two Stats (evictions during the run), then
+                # store, lookup and retrieve per prompt.
+                "kvstash_requests_total": 6 + 3 * lookups,
                 "kvstash_request_errors_total": 0,
                 "kvstash_store_chunks_stored_total": chunks,
                 "kvstash_store_chunks_already_present_total": chunks * (rounds - 1),

@@ -47,6 +47,11 @@ struct ClientOptions {
   // of microseconds on some virtual machines); an idle client sleeps.
   // 0: never poll (docs/deployment.md "Spinning").
   uint32_t busy_poll_us = 50;
+  // On an ipc socket, after Hello, carry requests and replies through rings
+  // in shared memory rather than ZeroMQ whenever both sides poll
+  // (docs/protocol.md "Shared-memory channel"). KVSTASH_SHM_CHANNEL=off in
+  // the environment turns it off too. Remote (tcp) clients never use it.
+  bool shm_channel = true;
 };
 
 // Thread-safe: any thread may call any method. One I/O thread, owned by the

@@ -33,6 +33,10 @@ struct ServerInfo {
   // After each one the client registered every live registration again by
   // itself: registration ids stay valid; chunks stored before are gone.
   uint32_t restarts = 0;
+  // Requests and replies travel through the shared-memory channel (same-host
+  // clients on an ipc socket; docs/protocol.md "Shared-memory channel"), not
+  // only over the socket.
+  bool shm_channel = false;
 };
 
 // The daemon's L1 pool: it answers at once and pins its pool in the

@@ -56,9 +56,10 @@ struct ServerConfig {
   TransferMode transfer_mode = TransferMode::kDma;  // CUDA backend
   uint32_t staging_mb = 256;                        // GPU staging ring per device (dma mode)
   CompletionWait completion_wait = CompletionWait::kBlock;  // CUDA backend
-  uint32_t busy_poll_us = 50;  // the spin window (kvstash/adaptive_spin.h); 0 = never
-  std::string l2_path;         // L2 directory; empty = no L2
-  double l2_gb = 64.0;         // L2 capacity
+  uint32_t busy_poll_us = 50;      // the spin window (kvstash/adaptive_spin.h); 0 = never
+  std::string shm_channel = "on";  // or "off": attach same-host clients' shared-memory channels
+  std::string l2_path;             // L2 directory; empty = no L2
+  double l2_gb = 64.0;             // L2 capacity
   uint32_t l2_io_threads = 4;
   std::string tier_write = "write-through";  // or "on-eviction": when chunks go to L2/L3
   std::string l3_redis;                      // HOST:PORT[,HOST:PORT...]; empty = no L3
