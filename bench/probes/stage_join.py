@@ -16,7 +16,9 @@ ORDER = ["client_submit", "client_sent", "daemon_received", "daemon_handled", "l
 
 def main(prefix):
     by_id = defaultdict(dict)
-    for path in glob.glob(prefix + ".*"):
+    # The daemon's and the client's files; the bench's engine files hold
+    # other columns.
+    for path in glob.glob(prefix + ".daemon.*") + glob.glob(prefix + ".client.*"):
         for line in open(path):
             rid, stage, ns = line.split()
             by_id[int(rid)].setdefault(stage, int(ns))
