@@ -16,7 +16,7 @@ ReplyQueue::~ReplyQueue() { close(fd_); }
 
 void ReplyQueue::Push(PeerId peer, proto::Bytes bytes, uint64_t request_id) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     replies_.push_back(OutgoingReply{std::move(peer), std::move(bytes), request_id});
     count_.fetch_add(1);  // sequentially consistent: ordered before the load below
   }
@@ -32,7 +32,7 @@ std::vector<OutgoingReply> ReplyQueue::TakeAll() {
   uint64_t count;
   ssize_t got = read(fd_, &count, sizeof(count));
   (void)got;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<OutgoingReply> out;
   out.swap(replies_);
   count_.fetch_sub(out.size());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvstash/proto/codec.h"
+#include "kvstash/thread_annotations.h"
 
 namespace kvstash::server {
 
@@ -45,10 +46,10 @@ class ReplyQueue {
 
  private:
   int fd_;
-  std::mutex mutex_;
-  std::vector<OutgoingReply> replies_;  // GUARDED_BY(mutex_)
-  std::atomic<size_t> count_{0};        // replies_.size(), read without the lock
-  std::atomic<bool> sleeping_{true};    // the frontend may be in a blocking poll
+  Mutex mutex_;
+  std::vector<OutgoingReply> replies_ KVSTASH_GUARDED_BY(mutex_);
+  std::atomic<size_t> count_{0};      // replies_.size(), read without the lock
+  std::atomic<bool> sleeping_{true};  // the frontend may be in a blocking poll
 };
 
 }  // namespace kvstash::server

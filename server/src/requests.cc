@@ -20,7 +20,7 @@ void DeferredReplies::Finish(const Request& request, const ReplyBody& reply) {
 }
 
 Status DeferredReplies::CheckInFlight(const PeerId& peer) {
-  std::lock_guard<std::mutex> lock(in_flight_mutex_);
+  MutexLock lock(in_flight_mutex_);
   auto found = in_flight_.find(peer);
   if (found == in_flight_.end() || found->second < config_.max_in_flight_per_client) {
     return Status::Ok();
@@ -33,13 +33,13 @@ Status DeferredReplies::CheckInFlight(const PeerId& peer) {
 }
 
 void DeferredReplies::Begin(const PeerId& peer) {
-  std::lock_guard<std::mutex> lock(in_flight_mutex_);
+  MutexLock lock(in_flight_mutex_);
   ++in_flight_[peer];
   deferred_.fetch_add(1);
 }
 
 void DeferredReplies::End(const PeerId& peer) {
-  std::lock_guard<std::mutex> lock(in_flight_mutex_);
+  MutexLock lock(in_flight_mutex_);
   auto found = in_flight_.find(peer);
   if (found != in_flight_.end() && --found->second == 0) in_flight_.erase(found);
 }

@@ -14,6 +14,7 @@
 #include "chunk_store.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/stage_trace.h"
+#include "kvstash/thread_annotations.h"
 #include "peer.h"
 #include "reply_queue.h"
 #include "stats.h"
@@ -62,8 +63,8 @@ class DeferredReplies {
   ReplyQueue& replies_;
   StageTrace* const trace_;
   std::atomic<uint64_t> deferred_{0};
-  std::mutex in_flight_mutex_;
-  std::unordered_map<PeerId, uint32_t> in_flight_;  // GUARDED_BY(in_flight_mutex_)
+  Mutex in_flight_mutex_;
+  std::unordered_map<PeerId, uint32_t> in_flight_ KVSTASH_GUARDED_BY(in_flight_mutex_);
 };
 
 }  // namespace kvstash::server
