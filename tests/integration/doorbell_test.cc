@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -187,6 +188,29 @@ TEST_F(Doorbell, AClientRingingWithoutEndDoesNotStopOthersBeingServed) {
   EXPECT_LT(median, 50.0);
   EXPECT_LT(mine, 50.0);
   EXPECT_TRUE(daemon_->running());
+}
+
+TEST_F(Doorbell, SomethingElseAtItsPathIsNeitherFollowedNorRemoved) {
+  ASSERT_EQ(daemon_->Stop(), 0);
+  const std::string target = Folder(daemon_->socket_path()) + "/target";
+  { std::ofstream(target) << "precious"; }
+  ASSERT_EQ(symlink(target.c_str(), DoorbellPath().c_str()), 0) << std::strerror(errno);
+  ASSERT_TRUE(daemon_->Restart().ok());
+  ASSERT_TRUE(Eventually([&] { return client_->server_info().shm_channel; }, milliseconds(15000)));
+  // Without a doorbell the channel still serves, woken over ZeroMQ.
+  const uint64_t bells_before = Counter("channel_doorbells");
+  EXPECT_LT(PingSporadically(*client_, 5, milliseconds(20)), 50.0);
+  EXPECT_EQ(Counter("channel_doorbells"), bells_before);
+  struct stat st {};
+  ASSERT_EQ(lstat(DoorbellPath().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the symlink was replaced";
+  std::string content;
+  std::getline(std::ifstream(target), content);
+  EXPECT_EQ(content, "precious");
+  ASSERT_EQ(daemon_->Stop(), 0);
+  EXPECT_EQ(lstat(DoorbellPath().c_str(), &st), 0) << "kvstashd removed what was not its own";
+  unlink(DoorbellPath().c_str());
+  unlink(target.c_str());
 }
 
 class DoorbellOff : public DaemonTest {
