@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
   }
 
   CallerTrace trace;
-  const auto ping = Time(trace, "ping", samples, pause_us, [&] { check(c.Ping().get().ok(), "ping"); });
+  const auto ping =
+      Time(trace, "ping", samples, pause_us, [&] { check(c.Ping().get().ok(), "ping"); });
   uint64_t lease = 0;
   const auto lookup = Time(
       trace, "lookup64", samples, pause_us,

@@ -330,8 +330,8 @@ void IoLoop::AttachChannel() {
     const wire::AttachChannelReply* attached = reply->envelope->body_as_AttachChannelReply();
     if (attached != nullptr && attached->doorbell() != nullptr) {
       if (Status rung = channel_->OpenDoorbell(attached->doorbell()->str()); !rung.ok()) {
-        Log(LogLevel::kWarn, "no doorbell (" + rung.message() +
-                                 "): a sleeping kvstashd is woken over the socket");
+        Log(LogLevel::kWarn,
+            "no doorbell (" + rung.message() + "): a sleeping kvstashd is woken over the socket");
       }
     }
     channel_ready_ = true;

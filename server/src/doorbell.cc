@@ -30,7 +30,7 @@ Result<std::unique_ptr<Doorbell>> Doorbell::Create(const std::string& path, mode
     // is a dead daemon's.
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
       return Status::Unavailable("cannot remove the stale doorbell " + path + ": " +
-                                   std::strerror(errno));
+                                 std::strerror(errno));
     }
   }
   std::unique_ptr<Doorbell> bell(new Doorbell());

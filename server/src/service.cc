@@ -102,10 +102,10 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
       return proto::ErrorMessage(request.id, attached.status());
     }
     flatbuffers::FlatBufferBuilder fbb(128 + attached->size());
-    return proto::Finish(fbb, request.id, wire::Body::AttachChannelReply,
-                         wire::CreateAttachChannelReplyDirect(
-                             fbb, attached->empty() ? nullptr : attached->c_str())
-                             .Union());
+    return proto::Finish(
+        fbb, request.id, wire::Body::AttachChannelReply,
+        wire::CreateAttachChannelReplyDirect(fbb, attached->empty() ? nullptr : attached->c_str())
+            .Union());
   }
   Result<RequestBody> body =
       DecodeRequest(**envelope, DecodeLimits{config_.max_chunks_per_request});

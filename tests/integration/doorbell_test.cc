@@ -51,9 +51,7 @@ std::set<std::string> Entries(const std::string& dir) {
 std::string Folder(const std::string& path) { return path.substr(0, path.rfind('/')); }
 std::string Base(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
-size_t OpenFds(pid_t pid) {
-  return Entries("/proc/" + std::to_string(pid) + "/fd").size();
-}
+size_t OpenFds(pid_t pid) { return Entries("/proc/" + std::to_string(pid) + "/fd").size(); }
 
 bool IsSocket(const std::string& path) {
   struct stat st {};
