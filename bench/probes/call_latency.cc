@@ -7,11 +7,14 @@
 // scripts/fixed_cost.sh runs it against a traced kvstashd.
 //
 //   kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N]
-//                        [--no-shm-channel]
+//                        [--no-shm-channel] [--pause-us N]
 //
 // --spin-us sets ClientOptions::busy_poll_us (the client's spin window);
 // --no-shm-channel sets ClientOptions::shm_channel = false (requests over
-// ZeroMQ only). The JSON says whether the channel was attached.
+// ZeroMQ only). --pause-us N sleeps N us before each timed call (outside
+// its time), as an engine's requests come between its GPU work: past the
+// spin windows, so that the call finds kvstashd's frontend and the client's
+// I/O thread asleep. The JSON says whether the channel was attached.
 //
 // With KVSTASH_TRACE_FILE=<prefix> set (in this process and in kvstashd),
 // libkvstash and kvstashd record every request's stages, and this probe
@@ -78,8 +81,8 @@ struct CallerTrace {
 struct NoAfter {};
 
 template <typename Call, typename After = NoAfter>
-std::vector<double> Time(CallerTrace& trace, const char* label, int samples, Call call,
-                         After after = {}) {
+std::vector<double> Time(CallerTrace& trace, const char* label, int samples, int pause_us,
+                         Call call, After after = {}) {
   constexpr bool kAfter = !std::is_same_v<After, NoAfter>;
   const auto untimed = [&] {
     if constexpr (kAfter) {
@@ -95,6 +98,7 @@ std::vector<double> Time(CallerTrace& trace, const char* label, int samples, Cal
   std::vector<double> us;
   us.reserve(samples);
   for (int i = 0; i < samples; ++i) {
+    if (pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
     const auto start = Clock::now();
     call();
     const auto woke = Clock::now();
@@ -129,10 +133,11 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: kvstash_call_latency <socket> [samples] [--profile ROUNDS] [--spin-us N] "
-                 "[--no-shm-channel]\n");
+                 "[--no-shm-channel] [--pause-us N]\n");
     return 2;
   }
   int samples = 2000;
+  int pause_us = 0;
   int profile_rounds = 0;
   kvstash::ClientOptions options;
   options.socket = argv[1];
@@ -141,6 +146,8 @@ int main(int argc, char** argv) {
       profile_rounds = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--spin-us") == 0 && i + 1 < argc) {
       options.busy_poll_us = uint32_t(std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--pause-us") == 0 && i + 1 < argc) {
+      pause_us = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--no-shm-channel") == 0) {
       options.shm_channel = false;
     } else {
@@ -219,10 +226,11 @@ int main(int argc, char** argv) {
   }
 
   CallerTrace trace;
-  const auto ping = Time(trace, "ping", samples, [&] { check(c.Ping().get().ok(), "ping"); });
+  const auto ping =
+      Time(trace, "ping", samples, pause_us, [&] { check(c.Ping().get().ok(), "ping"); });
   uint64_t lease = 0;
   const auto lookup = Time(
-      trace, "lookup64", samples,
+      trace, "lookup64", samples, pause_us,
       [&] {
         auto found = c.Lookup(reg->id, keys).get();
         check(found.ok() && found->hit_chunks == 64,
@@ -234,12 +242,12 @@ int main(int argc, char** argv) {
         if (lease != 0) check(c.Release(lease).get().ok(), "release");
       });
   const std::vector<kvstash::ChunkBlocks> one(chunks->begin(), chunks->begin() + 1);
-  const auto retrieve1 = Time(trace, "retrieve1", samples, [&] {
+  const auto retrieve1 = Time(trace, "retrieve1", samples, pause_us, [&] {
     auto got = c.Retrieve(reg->id, one).get();
     check(got.ok() && (*got)[0].result == kvstash::ChunkResult::kRetrieved,
           "retrieve1: " + (got.ok() ? (*got)[0].error.ToString() : got.status().ToString()));
   });
-  const auto retrieve64 = Time(trace, "retrieve64", samples / 4, [&] {
+  const auto retrieve64 = Time(trace, "retrieve64", samples / 4, pause_us, [&] {
     auto got = c.Retrieve(reg->id, *chunks).get();
     check(got.ok() && got->back().result == kvstash::ChunkResult::kRetrieved,
           "retrieve64: " + (got.ok() ? got->back().error.ToString() : got.status().ToString()));
@@ -251,13 +259,13 @@ int main(int argc, char** argv) {
   if (!raw_lookup.ok()) return Fail(raw_lookup.status());
   std::printf(
       "{%s, %s, %s, %s, %s, %s, \"lookup64_over_raw\": %.2f, \"ping_over_raw\": %.2f, "
-      "\"shm_channel\": %s, \"samples\": %d}\n",
+      "\"shm_channel\": %s, \"samples\": %d, \"pause_us\": %d}\n",
       Stat("ping", ping).c_str(), Stat("lookup64", lookup).c_str(),
       Stat("retrieve1", retrieve1).c_str(), Stat("retrieve64", retrieve64).c_str(),
       Stat("raw_zmq_ping_frame", *raw_ping).c_str(),
       Stat("raw_zmq_lookup_frame", *raw_lookup).c_str(),
       Percentile(lookup, 0.5) / Percentile(*raw_lookup, 0.5),
       Percentile(ping, 0.5) / Percentile(*raw_ping, 0.5),
-      c.server_info().shm_channel ? "true" : "false", samples);
+      c.server_info().shm_channel ? "true" : "false", samples, pause_us);
   return 0;
 }

@@ -11,6 +11,8 @@ Stages, in order (kvstash/stage_trace.h): the caller's call, client_submit
 daemon_handled (answered inline or copy queued), lane_pickup, copy_done,
 reply_pushed (on the reply queue), reply_sent, client_received, client_done
 (the I/O thread begins completing), caller_woke. One client, one kvstashd.
+Also, per call, the time from the caller's call to daemon_received: what
+reaching the daemon costs (a sleeping one included).
 """
 import glob
 import json
@@ -59,6 +61,7 @@ def main():
         sys.exit("trace_stages: fewer client submissions than caller lines")
     gaps = defaultdict(lambda: defaultdict(list))  # label -> "a -> b" -> us
     totals = defaultdict(list)
+    to_daemon = defaultdict(list)
     for (label, start, woke), rid in zip(calls, ids):
         if label == "-":
             continue
@@ -68,6 +71,8 @@ def main():
         for a, b in zip(present, present[1:]):
             gaps[label][f"{a} -> {b}"].append((stages[b] - stages[a]) / 1000)
         totals[label].append((stages["caller_woke"] - stages["caller_call"]) / 1000)
+        if "daemon_received" in stages:
+            to_daemon[label].append((stages["daemon_received"] - stages["caller_call"]) / 1000)
     out = {}
     for label, per_gap in gaps.items():
         total50 = percentile(totals[label], 0.5)
@@ -76,12 +81,17 @@ def main():
                 for gap, v in per_gap.items()}
         out[label] = {"calls": len(totals[label]), "total_p50_us": round(total50, 2),
                       "total_p99_us": round(percentile(totals[label], 0.99), 2), "stages": rows}
+        if to_daemon[label]:
+            out[label]["call_to_daemon_received_p50_us"] = round(percentile(to_daemon[label], 0.5), 2)
+            out[label]["call_to_daemon_received_p99_us"] = round(percentile(to_daemon[label], 0.99), 2)
     if as_json:
         print(json.dumps(out, indent=1))
         return
     for label, row in out.items():
         print(f"\n{label}: {row['calls']} calls, total p50 {row['total_p50_us']} us, "
-              f"p99 {row['total_p99_us']} us")
+              f"p99 {row['total_p99_us']} us; call -> daemon_received p50 "
+              f"{row.get('call_to_daemon_received_p50_us', '-')} us, "
+              f"p99 {row.get('call_to_daemon_received_p99_us', '-')} us")
         print(f"  {'stage':<36} {'p50 us':>9} {'p99 us':>9} {'of p50':>7}")
         for gap, v in row["stages"].items():
             print(f"  {gap:<36} {v['p50_us']:>9.2f} {v['p99_us']:>9.2f} {v['share_of_p50']:>7.0%}")

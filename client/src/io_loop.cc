@@ -150,11 +150,15 @@ bool IoLoop::Step() {
   KeepAlive();
   Flush();
   if (doorbell_wanted_) {
-    // An empty message: "look at your ring". A full pipe needs none (the
-    // daemon reads the ring before each message of ours).
+    // One byte to the daemon's doorbell socket (one kernel wake-up of its
+    // frontend); without one, or if it failed, an empty message: "look at
+    // your ring". A full pipe needs none (the daemon reads the ring before
+    // each message of ours).
     doorbell_wanted_ = false;
-    zmq::message_t doorbell;
-    (void)dealer_->send(doorbell, zmq::send_flags::dontwait);
+    if (!channel_ready_ || !channel_->RingDoorbell()) {
+      zmq::message_t doorbell;
+      (void)dealer_->send(doorbell, zmq::send_flags::dontwait);
+    }
   }
   ExpireDeadlines();
   Poll();
@@ -322,6 +326,13 @@ void IoLoop::AttachChannel() {
                                "; requests travel over the socket");
       retired_channel_ = std::move(channel_);
       return;
+    }
+    const wire::AttachChannelReply* attached = reply->envelope->body_as_AttachChannelReply();
+    if (attached != nullptr && attached->doorbell() != nullptr) {
+      if (Status rung = channel_->OpenDoorbell(attached->doorbell()->str()); !rung.ok()) {
+        Log(LogLevel::kWarn,
+            "no doorbell (" + rung.message() + "): a sleeping kvstashd is woken over the socket");
+      }
     }
     channel_ready_ = true;
     SetChannelInfo(true);

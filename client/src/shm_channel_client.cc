@@ -3,7 +3,9 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -71,6 +73,7 @@ Result<std::unique_ptr<ClientChannel>> ClientChannel::Create(uint64_t ring_bytes
 }
 
 ClientChannel::~ClientChannel() {
+  if (doorbell_fd_ >= 0) close(doorbell_fd_);
   if (base_ != nullptr) {
     MarkClosed();
     munmap(base_, bytes_);
@@ -90,10 +93,43 @@ void ClientChannel::Unlink() {
   linked_ = false;
 }
 
+Status ClientChannel::OpenDoorbell(const std::string& path) {
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return Status::InvalidArgument("doorbell path \"" + path + "\" is " +
+                                   std::to_string(path.size()) + " bytes; at most " +
+                                   std::to_string(sizeof(address.sun_path) - 1));
+  }
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    return Status::InvalidArgument("doorbell " + path + " is not a socket");
+  }
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::Unavailable(std::string("doorbell socket: ") + std::strerror(errno));
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    const int error = errno;
+    close(fd);
+    return Status::Unavailable("cannot connect to the doorbell " + path + ": " +
+                               std::strerror(error));
+  }
+  if (doorbell_fd_ >= 0) close(doorbell_fd_);
+  doorbell_fd_ = fd;
+  return Status::Ok();
+}
+
+bool ClientChannel::RingDoorbell() {
+  if (doorbell_fd_ < 0) return false;
+  const char byte = 1;
+  return send(doorbell_fd_, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN;
+}
+
 ClientChannel::Sent ClientChannel::Push(const proto::Bytes& bytes) {
   if (bytes.size() > channel::MaxFrame(requests_.bytes)) return Sent::kNotSent;
-  // The daemon sleeps: the message over ZeroMQ is its wake-up.
-  if (channel::LoadWord32(requests_.awake_word()) == 0) return Sent::kNotSent;
+  // The daemon sleeps and has no doorbell: the message over ZeroMQ is its
+  // wake-up. With one, the frame goes into the ring and the bell wakes it.
+  if (doorbell_fd_ < 0 && channel::LoadWord32(requests_.awake_word()) == 0) return Sent::kNotSent;
   switch (requests_.Push(bytes.data(), uint32_t(bytes.size()))) {
     case channel::RingResult::kOk: break;
     case channel::RingResult::kCorrupt: return Sent::kCorrupt;

@@ -37,10 +37,20 @@ class ClientChannel {
   // daemon answers over the socket meanwhile. The destructor does it too.
   void MarkClosed();
 
+  // Connects to the daemon's doorbell named in AttachChannelReply (a unix
+  // datagram socket; lstat first: a symlink or anything else is refused).
+  // Without one, a sleeping daemon is woken over ZeroMQ.
+  Status OpenDoorbell(const std::string& path);
+  bool has_doorbell() const { return doorbell_fd_ >= 0; }
+  // One byte to the doorbell, never blocking: a full queue (EAGAIN) means
+  // the daemon is being woken already; a gone daemon (ECONNREFUSED) is
+  // noticed by the socket. Returns whether it was sent.
+  bool RingDoorbell();
+
   enum class Sent {
     kRing,          // in the ring, and the daemon polls it
     kRingDoorbell,  // in the ring; the daemon went to sleep: ring its doorbell
-    kNotSent,       // the daemon sleeps, the frame is too large or the ring full
+    kNotSent,       // the daemon sleeps (no doorbell), the frame is too large or the ring full
     kCorrupt,       // the daemon's head is impossible: stop using the channel
   };
   Sent Push(const proto::Bytes& bytes);
@@ -66,6 +76,7 @@ class ClientChannel {
   channel::Ring requests_;
   channel::Ring replies_;
   bool awake_ = false;
+  int doorbell_fd_ = -1;
   std::vector<uint64_t> frame_;  // one reply, copied out
 };
 

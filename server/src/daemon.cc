@@ -18,6 +18,7 @@
 
 #include "backend_factory.h"
 #include "daemon_logger.h"
+#include "doorbell.h"
 #include "ipc_path.h"
 #include "kvstash/adaptive_spin.h"
 #include "kvstash/endpoint.h"
@@ -79,7 +80,8 @@ struct Daemon::Impl {
 
   // ---- Shared-memory channels (docs/protocol.md "Shared-memory channel") ----
   // Frontend thread only, like the socket.
-  Status AttachChannel(const Peer& peer, const wire::AttachChannelRequest& request);
+  // Returns the doorbell's path for the reply ("" when there is none).
+  Result<std::string> AttachChannel(const Peer& peer, const wire::AttachChannelRequest& request);
   // Ends a peer's channel; `tell` sends it ChannelClosed naming `why`.
   void DetachChannel(zmq::socket_t& router, const PeerId& peer, const std::string& why, bool tell);
   // Reads and handles what waits in the peer's request ring; returns
@@ -96,6 +98,9 @@ struct Daemon::Impl {
   void Route(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
   std::unordered_map<PeerId, std::unique_ptr<ShmChannel>> channels;
   bool reading_ring = false;  // handling a request read from a ring
+  // Shared by all channels; null without channels or when it could not be
+  // bound (then clients ring over the socket, as before).
+  std::unique_ptr<Doorbell> doorbell;
 };
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& config) {
@@ -156,12 +161,23 @@ Status Daemon::Run() {
     if (!path.empty() && chmod(path.c_str(), impl_->config.socket_mode) != 0) {
       Logger()->warn("cannot set mode {:o} on {}", impl_->config.socket_mode, path);
     }
+    if (!path.empty() && impl_->config.shm_channel == "on") {
+      Result<std::unique_ptr<Doorbell>> bell =
+          Doorbell::Create(path + ".doorbell", impl_->config.socket_mode);
+      if (bell.ok()) {
+        impl_->doorbell = std::move(*bell);
+      } else {
+        Logger()->warn("no doorbell ({}): clients wake this daemon over the socket",
+                       bell.status().message());
+      }
+    }
     Logger()->info("kvstashd serving at {} ({} backend, L1 {:.2f} GiB)", impl_->config.socket,
                    impl_->backend_name, impl_->config.l1_gb);
     status = impl_->Serve(router);
   } catch (const zmq::error_t& e) {
     status = Status::Unavailable("ZeroMQ error on " + impl_->config.socket + ": " + e.what());
   }
+  impl_->doorbell.reset();  // removes its path
   if (!path.empty()) unlink(path.c_str());
   return status;
 }
@@ -189,7 +205,8 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
   for (;;) {
     zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, replies.wake_fd(), ZMQ_POLLIN, 0},
-                               {nullptr, stop_fd, ZMQ_POLLIN, 0}};
+                               {nullptr, stop_fd, ZMQ_POLLIN, 0},
+                               {nullptr, doorbell ? doorbell->fd() : -1, ZMQ_POLLIN, 0}};
     // Adaptive spinning (docs/deployment.md "Spinning"): no sleep for a
     // window after the last message, nor while copies are in flight (then up
     // to AdaptiveSpin::kInFlightWindows windows), so that neither the next
@@ -203,7 +220,8 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     // whether clients may write to them without ringing a doorbell.
     const bool ring_waiting = !channels.empty() && ChannelsSleeping(router, !busy);
     const bool block = !busy && !replies_waiting && !ring_waiting;
-    if (zmq::poll(items, 3, block ? kPollInterval : std::chrono::milliseconds(0)) > 0) {
+    if (zmq::poll(items, doorbell ? 4 : 3, block ? kPollInterval : std::chrono::milliseconds(0)) >
+        0) {
       spin.Activity(Clock::now());
     } else if (!block && !ring_waiting) {
       // Nothing yet: give the core to any thread waiting for it (the
@@ -212,6 +230,10 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     }
     if (block) replies.Sleeping(false);
     mark();
+    // A doorbell says only "look at the rings", which this turn does next.
+    if ((items[3].revents & ZMQ_POLLIN) && doorbell->Drain() > 0) {
+      service->stats().channel_doorbells.fetch_add(1);
+    }
     if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
     if (!channels.empty()) {
       bool handled = false;
@@ -299,7 +321,8 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
   return false;  // more may be waiting
 }
 
-Status Daemon::Impl::AttachChannel(const Peer& peer, const wire::AttachChannelRequest& request) {
+Result<std::string> Daemon::Impl::AttachChannel(const Peer& peer,
+                                                const wire::AttachChannelRequest& request) {
   if (config.shm_channel != "on") {
     return Status::Unavailable("kvstashd runs with --shm-channel " + config.shm_channel +
                                ": requests travel over the socket only");
@@ -318,7 +341,7 @@ Status Daemon::Impl::AttachChannel(const Peer& peer, const wire::AttachChannelRe
   const pid_t pid = peer.credentials ? peer.credentials->pid : 0;
   Logger()->debug("shared-memory channel {} attached for client pid {}", name, pid);
   channels[peer.id] = std::move(*opened);  // a channel attached before is replaced
-  return Status::Ok();
+  return doorbell ? doorbell->path() : std::string();
 }
 
 void Daemon::Impl::DetachChannel(zmq::socket_t& router, const PeerId& peer, const std::string& why,
@@ -354,6 +377,7 @@ bool Daemon::Impl::DrainChannel(zmq::socket_t& router, const PeerId& peer, bool*
       return true;
     }
     *handled = true;
+    service->stats().channel_requests.fetch_add(1);
     const Peer sender = found->second->peer();  // a copy: handling may end the channel
     reading_ring = true;
     std::optional<proto::Bytes> reply = service->Handle(sender, data, size);

@@ -93,16 +93,19 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
     }
   }
   if ((*envelope)->body_type() == wire::Body::AttachChannelRequest) {
-    const Status attached =
+    const Result<std::string> attached =
         attach_channel_ ? attach_channel_(peer, *(*envelope)->body_as_AttachChannelRequest())
-                        : Status::Unavailable("this kvstashd attaches no shared-memory channel");
+                        : Result<std::string>(Status::Unavailable(
+                              "this kvstashd attaches no shared-memory channel"));
     if (!attached.ok()) {
       Stats::Add(stats_.request_errors);
-      return proto::ErrorMessage(request.id, attached);
+      return proto::ErrorMessage(request.id, attached.status());
     }
-    flatbuffers::FlatBufferBuilder fbb(64);
-    return proto::Finish(fbb, request.id, wire::Body::AttachChannelReply,
-                         wire::CreateAttachChannelReply(fbb).Union());
+    flatbuffers::FlatBufferBuilder fbb(128 + attached->size());
+    return proto::Finish(
+        fbb, request.id, wire::Body::AttachChannelReply,
+        wire::CreateAttachChannelReplyDirect(fbb, attached->empty() ? nullptr : attached->c_str())
+            .Union());
   }
   Result<RequestBody> body =
       DecodeRequest(**envelope, DecodeLimits{config_.max_chunks_per_request});

@@ -53,8 +53,9 @@ class Service {
   // AttachChannel (docs/protocol.md "Shared-memory channel") is the
   // frontend's: it owns the channels. Set before serving; absent, the
   // request is refused.
-  using ChannelAttacher =
-      std::function<Status(const Peer& peer, const wire::AttachChannelRequest& request)>;
+  // It returns the doorbell's path ("" for none) for AttachChannelReply.
+  using ChannelAttacher = std::function<Result<std::string>(
+      const Peer& peer, const wire::AttachChannelRequest& request)>;
   void SetChannelAttacher(ChannelAttacher attacher) { attach_channel_ = std::move(attacher); }
   // Answers every request with Unavailable from now on.
   void BeginShutdown() { shutting_down_ = true; }

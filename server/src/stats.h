@@ -56,7 +56,9 @@ namespace kvstash::server {
   X(promoted_chunks, "chunks read from L2 or L3 into L1")                              \
   X(promote_failed, "chunks that could not be promoted (gone, corrupt, no room)")      \
   X(write_behind_chunks, "chunks sent to be written below L1")                         \
-  X(write_behind_failed, "chunks that no tier below L1 took")
+  X(write_behind_failed, "chunks that no tier below L1 took")                          \
+  X(channel_requests, "requests read from shared-memory channels (not the socket)")    \
+  X(channel_doorbells, "wake-ups of the frontend by the channels' doorbell")
 
 // X(name, help): one registration's share of the traffic. Lookup misses are
 // counted in chunks only: a Lookup sends keys, not the prompt's length, so the

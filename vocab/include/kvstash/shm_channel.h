@@ -19,8 +19,9 @@
 // Wake-ups follow the eventcount pattern: a consumer about to sleep stores
 // awake = 0, fences (seq_cst), checks its ring once more, and only then
 // sleeps; a producer publishes its frame (tail), fences, and reads awake: 0
-// means it rings the consumer's doorbell over ZeroMQ. Either the consumer
-// sees the frame, or the producer sees it asleep.
+// means it rings the consumer's doorbell (kvstashd's doorbell socket, or an
+// empty ZeroMQ message). Either the consumer sees the frame, or the
+// producer sees it asleep.
 //
 // Neither side trusts the other's words: each keeps its own position in
 // private memory and checks the other's (ring bytes in use never exceed the

@@ -1,0 +1,68 @@
+// Binding, draining and removing the daemon's doorbell socket.
+#include "doorbell.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvstash::server {
+
+Result<std::unique_ptr<Doorbell>> Doorbell::Create(const std::string& path, mode_t mode) {
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return Status::InvalidArgument("doorbell path \"" + path + "\" is " +
+                                   std::to_string(path.size()) + " bytes; a unix socket path " +
+                                   "holds at most " + std::to_string(sizeof(address.sun_path) - 1));
+  }
+  // lstat: a symlink is refused, never followed.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return Status::Unavailable("doorbell path " + path +
+                                 " holds something that is not a socket (a file, a symlink or "
+                                 "a folder); remove it");
+    }
+    // The ipc socket beside it was checked free of a live daemon: this one
+    // is a dead daemon's.
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::Unavailable("cannot remove the stale doorbell " + path + ": " +
+                                 std::strerror(errno));
+    }
+  }
+  std::unique_ptr<Doorbell> bell(new Doorbell());
+  bell->fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (bell->fd_ < 0) {
+    return Status::Internal(std::string("cannot create the doorbell socket: ") +
+                            std::strerror(errno));
+  }
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  // bind never follows or replaces what is at the path (EADDRINUSE).
+  if (bind(bell->fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    return Status::Unavailable("cannot bind the doorbell " + path + ": " + std::strerror(errno));
+  }
+  bell->path_ = path;
+  if (chmod(path.c_str(), mode) != 0) {
+    return Status::Internal("cannot set mode on the doorbell " + path + ": " +
+                            std::strerror(errno));
+  }
+  return bell;
+}
+
+Doorbell::~Doorbell() {
+  if (fd_ >= 0) close(fd_);
+  if (!path_.empty()) unlink(path_.c_str());
+}
+
+int Doorbell::Drain() {
+  int read = 0;
+  char byte[8];
+  while (read < kMaxPerWake && recv(fd_, byte, sizeof(byte), MSG_DONTWAIT) >= 0) ++read;
+  return read;
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,47 @@
+// The daemon's doorbell (docs/protocol.md "Shared-memory channel",
+// "Doorbell"): one unix datagram socket next to the ipc socket, shared by
+// every attached channel. A client whose request went into its ring while
+// the frontend slept sends it one byte; the frontend sleeps in zmq_poll on
+// this descriptor too, so the wake-up costs one kernel hop instead of
+// ZeroMQ's chain of I/O threads. A datagram says only "look at the rings":
+// the frontend polls every ring when woken, so who rang does not matter.
+//
+// Frontend thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "kvstash/status.h"
+
+namespace kvstash::server {
+
+class Doorbell {
+ public:
+  // Binds `path` (mode `mode`, like the ipc socket). A socket left there by
+  // a daemon that died is removed first; anything else there (a file, a
+  // symlink, a folder) is refused, naming it.
+  static Result<std::unique_ptr<Doorbell>> Create(const std::string& path, mode_t mode);
+  // Closes and removes the path.
+  ~Doorbell();
+  Doorbell(const Doorbell&) = delete;
+  Doorbell& operator=(const Doorbell&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  // Reads what is waiting, at most kMaxPerWake datagrams: a client ringing
+  // without end keeps the frontend awake (as its socket messages could) but
+  // never holds it here. Returns how many it read.
+  int Drain();
+
+  static constexpr int kMaxPerWake = 64;
+
+ private:
+  Doorbell() = default;
+  int fd_ = -1;
+  std::string path_;
+};
+
+}  // namespace kvstash::server
