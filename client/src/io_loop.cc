@@ -65,7 +65,7 @@ IoLoop::IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue&
       max_message_bytes_(kDefaultMaxMessageBytes) {}
 
 ServerInfo IoLoop::server_info() const {
-  std::lock_guard<std::mutex> lock(info_mutex_);
+  MutexLock lock(info_mutex_);
   return info_.value_or(ServerInfo{});
 }
 
@@ -374,7 +374,7 @@ void IoLoop::OnChannelClosed(const std::string& reason) {
 }
 
 void IoLoop::SetChannelInfo(bool attached) {
-  std::lock_guard<std::mutex> lock(info_mutex_);
+  MutexLock lock(info_mutex_);
   if (info_) info_->shm_channel = attached;
 }
 
@@ -617,7 +617,7 @@ void IoLoop::OnHello(Result<Reply> reply) {
   bool restarted = false;
   std::string old_boot;
   {
-    std::lock_guard<std::mutex> lock(info_mutex_);
+    MutexLock lock(info_mutex_);
     restarted = info_.has_value() && info_->boot_id != info->boot_id;
     if (restarted) old_boot = ToHex(info_->boot_id.data(), info_->boot_id.size());
     info->restarts = (info_ ? info_->restarts : 0) + (restarted ? 1 : 0);

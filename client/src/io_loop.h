@@ -35,6 +35,7 @@
 #include "kvstash/adaptive_spin.h"
 #include "kvstash/client.h"
 #include "kvstash/stage_trace.h"
+#include "kvstash/thread_annotations.h"
 #include "pending_requests.h"
 #include "registrations.h"
 #include "shm_channel_client.h"
@@ -156,8 +157,8 @@ class IoLoop {
   uint64_t max_message_bytes_;
   proto::Bytes aligned_;  // a misaligned reply's copy (operator new aligns it)
 
-  mutable std::mutex info_mutex_;
-  std::optional<ServerInfo> info_;  // GUARDED_BY(info_mutex_)
+  mutable Mutex info_mutex_;
+  std::optional<ServerInfo> info_ KVSTASH_GUARDED_BY(info_mutex_);
 };
 
 }  // namespace kvstash::client
