@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eventually.h"
 #include "harness.h"
 
 namespace kvstash::testing {
@@ -31,16 +32,6 @@ class DeadEngine : public DaemonTest {
     auto text = client_->Describe().get();
     EXPECT_TRUE(text.ok()) << text.status().ToString();
     return text.ok() ? nlohmann::json::parse(*text)["registrations"].size() : 0;
-  }
-  // Waits up to 10 s for `done`.
-  template <typename Condition>
-  bool Eventually(Condition done) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-    return true;
   }
   // Whether the daemon still maps the shared memory region `name`.
   bool DaemonMaps(const std::string& name) {
@@ -93,13 +84,7 @@ TEST_F(DeadEngine, AnEngineGoneSilentLosesItsRegistrationAndItsMemoryIsReleased)
 }
 
 TEST_F(DeadEngine, AKilledEngineProcessLosesItsRegistration) {
-  const pid_t victim = fork();
-  if (victim == 0) {
-    const std::string binary = BinaryPath("kvstash_test_engine");
-    execl(binary.c_str(), binary.c_str(), "--socket", daemon_->socket().c_str(), "--role", "store",
-          "--first-prompt", "1000", "--prompts", "100000", "--prompt-tokens", "256", nullptr);
-    _exit(127);
-  }
+  const pid_t victim = StartStoringEngine(daemon_->socket());
   ASSERT_TRUE(Eventually([&] { return Registrations() == 2; }));
   kill(victim, SIGKILL);
   waitpid(victim, nullptr, 0);

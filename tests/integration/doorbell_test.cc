@@ -19,22 +19,13 @@
 #include <set>
 #include <thread>
 
+#include "eventually.h"
 #include "harness.h"
 
 namespace kvstash::testing {
 namespace {
 
 using std::chrono::milliseconds;
-
-template <typename Pred>
-bool Eventually(Pred pred, milliseconds within = milliseconds(5000)) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
-}
 
 std::set<std::string> Entries(const std::string& dir) {
   std::set<std::string> names;
@@ -50,8 +41,6 @@ std::set<std::string> Entries(const std::string& dir) {
 
 std::string Folder(const std::string& path) { return path.substr(0, path.rfind('/')); }
 std::string Base(const std::string& path) { return path.substr(path.rfind('/') + 1); }
-
-size_t OpenFds(pid_t pid) { return Entries("/proc/" + std::to_string(pid) + "/fd").size(); }
 
 bool IsSocket(const std::string& path) {
   struct stat st {};
@@ -120,13 +109,7 @@ TEST_F(Doorbell, IsOneSocketBesideTheIpcSocketAndGoesWithTheDaemon) {
     ASSERT_TRUE(Eventually([&] { return brief->server_info().shm_channel; }));
     ASSERT_TRUE(brief->Ping().get().ok());
   }
-  const pid_t victim = fork();
-  if (victim == 0) {
-    const std::string binary = BinaryPath("kvstash_test_engine");
-    execl(binary.c_str(), binary.c_str(), "--socket", daemon_->socket().c_str(), "--role", "store",
-          "--first-prompt", "1000", "--prompts", "100000", "--prompt-tokens", "256", nullptr);
-    _exit(127);
-  }
+  const pid_t victim = StartStoringEngine(daemon_->socket());
   std::this_thread::sleep_for(milliseconds(300));
   kill(victim, SIGKILL);
   waitpid(victim, nullptr, 0);

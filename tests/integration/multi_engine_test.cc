@@ -49,13 +49,7 @@ TEST(MultiEngine, AnEngineKilledMidWorkloadDisturbsNoOne) {
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   const std::string socket = (*daemon)->socket();
   // A victim that keeps storing until it is killed with requests in flight.
-  const pid_t victim = fork();
-  if (victim == 0) {
-    const std::string binary = BinaryPath("kvstash_test_engine");
-    execl(binary.c_str(), binary.c_str(), "--socket", socket.c_str(), "--role", "store",
-          "--first-prompt", "1000", "--prompts", "100000", "--prompt-tokens", "256", nullptr);
-    _exit(127);
-  }
+  const pid_t victim = StartStoringEngine(socket);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(victim, SIGKILL);
   waitpid(victim, nullptr, 0);

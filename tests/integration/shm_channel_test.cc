@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "eventually.h"
 #include "harness.h"
 #include "kvstash/shm_channel.h"
 
@@ -31,16 +32,6 @@ using std::chrono::milliseconds;
 constexpr uint64_t kSeed = 0x5c4a;
 constexpr char kSegmentPrefix[] = "/dev/shm/kvstash-channel-";
 
-template <typename Pred>
-bool Eventually(Pred pred, milliseconds within = milliseconds(5000)) {
-  const auto until = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
-}
-
 // Lines of /proc/<pid>/maps that map a channel segment.
 std::vector<std::string> ChannelMappings(const std::string& pid) {
   std::ifstream maps("/proc/" + pid + "/maps");
@@ -49,15 +40,6 @@ std::vector<std::string> ChannelMappings(const std::string& pid) {
     if (line.find(kSegmentPrefix) != std::string::npos) found.push_back(line);
   }
   return found;
-}
-
-size_t OpenFds(pid_t pid) {
-  size_t count = 0;
-  if (DIR* dir = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str())) {
-    while (readdir(dir) != nullptr) ++count;
-    closedir(dir);
-  }
-  return count;
 }
 
 // Names left in /dev/shm by this process's channels (unlinked once
@@ -286,13 +268,7 @@ TEST_F(ShmChannel, AKilledClientsChannelIsUnmappedWithoutLeaks) {
   const std::string daemon_pid = std::to_string(daemon_->pid());
   ASSERT_TRUE(Eventually([&] { return ChannelMappings(daemon_pid).size() == 1; }));
   const size_t fds_before = OpenFds(daemon_->pid());
-  const pid_t victim = fork();
-  if (victim == 0) {
-    const std::string binary = BinaryPath("kvstash_test_engine");
-    execl(binary.c_str(), binary.c_str(), "--socket", daemon_->socket().c_str(), "--role", "store",
-          "--first-prompt", "1000", "--prompts", "100000", "--prompt-tokens", "256", nullptr);
-    _exit(127);
-  }
+  const pid_t victim = StartStoringEngine(daemon_->socket());
   ASSERT_TRUE(Eventually([&] { return ChannelMappings(daemon_pid).size() == 2; }));
   kill(victim, SIGKILL);
   waitpid(victim, nullptr, 0);

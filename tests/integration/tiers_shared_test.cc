@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_process.h"
+#include "eventually.h"
 #include "redis_process.h"
 #include "tier_test_data.h"
 
@@ -69,18 +70,6 @@ nlohmann::json Bench(const DaemonProcess& daemon, const std::string& phase, cons
     ADD_FAILURE() << "bench printed no JSON (exit " << run.exit_code << "): " << run.output;
     return nlohmann::json::object();
   }
-}
-
-// Waits until `done` holds (write-behind to L2/L3 finishes after the store's
-// reply), for up to 10 s.
-template <typename F>
-bool Eventually(F done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
 }
 
 // The daemon's stats as JSON (`kvstash stats --json`).

@@ -23,6 +23,27 @@ std::string BinaryPath(const std::string& name) {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
 }
 
+pid_t StartStoringEngine(const std::string& socket) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string binary = BinaryPath("kvstash_test_engine");
+    execl(binary.c_str(), binary.c_str(), "--socket", socket.c_str(), "--role", "store",
+          "--first-prompt", "1000", "--prompts", "100000", "--prompt-tokens", "256", nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+size_t OpenFds(pid_t pid) {
+  std::error_code error;  // a process gone has none: 0
+  size_t count = 0;
+  for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", error), end;
+       !error && it != end; it.increment(error)) {
+    ++count;
+  }
+  return count;
+}
+
 ProcessResult RunBinary(const std::string& name, const std::vector<std::string>& args) {
   std::string command = BinaryPath(name);
   for (const std::string& a : args) command += " '" + a + "'";

@@ -22,6 +22,13 @@ struct ProcessResult {
 };
 ProcessResult RunBinary(const std::string& name, const std::vector<std::string>& args);
 
+// Forks a kvstash_test_engine that stores prompts on `socket` until it is
+// killed (a victim with requests in flight); the caller kills and reaps it.
+pid_t StartStoringEngine(const std::string& socket);
+
+// Descriptors open in process `pid` (/proc/<pid>/fd), to check for leaks.
+size_t OpenFds(pid_t pid);
+
 class DaemonProcess {
  public:
   // Starts kvstashd with --socket on a fresh private path, --backend host and

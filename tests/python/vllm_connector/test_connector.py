@@ -72,6 +72,18 @@ def prefix_hit(e: Engine, request_id: str, tokens):
     e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2))
 
 
+def clear_chunks(daemon, expected):
+    """Clears kvstashd until `expected` chunks went: leases held by a lookup
+    expire on the daemon's periodic tick, so a first Clear may drop fewer."""
+    deadline = time.monotonic() + 5
+    cleared = 0
+    with daemon.client() as client:
+        while cleared < expected and time.monotonic() < deadline:
+            cleared += client.clear()
+            time.sleep(0.02)
+    assert cleared == expected
+
+
 def test_first_request_stores_and_a_shared_prefix_loads_its_bytes(model_dir, daemon):
     e = engine(model_dir, daemon)
     a = prompt(100)
@@ -171,17 +183,7 @@ def test_chunks_missing_at_load_time_are_reported_per_block(model_dir, daemon, p
     run_and_store(e, "a", a)
     prefix_hit(e, "b", a[:96] + [5, 6, 7])
 
-    def clear_daemon():
-        # kvstashd expires leases on its periodic tick.
-        deadline = time.monotonic() + 5
-        cleared = 0
-        with daemon.client() as client:
-            while cleared < 3 and time.monotonic() < deadline:
-                cleared += client.clear()
-                time.sleep(0.02)
-        assert cleared == 3
-
-    so = e.step(before_load=clear_daemon)
+    so = e.step(before_load=lambda: clear_chunks(daemon, 3))
     (load,) = so.kv_connector_metadata.loads
     assert load.end_token == 96
     # Every block the load should have filled is reported.

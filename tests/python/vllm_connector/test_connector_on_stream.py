@@ -16,7 +16,7 @@ vllm_or_skip()
 
 import torch  # noqa: E402
 
-from test_connector import engine, prefix_hit, prompt, run_and_store  # noqa: E402
+from test_connector import clear_chunks, engine, prefix_hit, prompt, run_and_store  # noqa: E402
 from vllm_harness import BLOCK_SIZE, make_request  # noqa: E402
 
 from kvstash.integrations.vllm import KvstashConnector, SettingsError  # noqa: E402
@@ -150,16 +150,7 @@ def test_a_failed_load_publishes_nothing_computed_from_it(model_dir, daemon):
     b = a[:96] + prompt(40, salt=11)
     prefix_hit(e, "b", b)
 
-    def clear_daemon():
-        deadline = time.monotonic() + 5
-        cleared = 0
-        with daemon.client() as client:
-            while cleared < 3 and time.monotonic() < deadline:
-                cleared += client.clear()
-                time.sleep(0.02)
-        assert cleared == 3
-
-    so = e.step(before_load=clear_daemon)
+    so = e.step(before_load=lambda: clear_chunks(daemon, 3))
     (store,) = so.kv_connector_metadata.stores
     assert (store.start_chunk, store.num_chunks) == (3, 1)
     assert e.last_outputs[0].invalid_block_ids
