@@ -285,7 +285,13 @@ def test_a_full_board_or_no_range_is_refused_at_once_with_no_slot_taken(reg, boa
     with pytest.raises(kvstash.InvalidArgument, match="1 to 16 slots of this board, not 0"):
         reg.retrieve_on_stream(chunks, layer_ranges=0)
     # Eight gated stores hold the board's 16 slots; the ninth finds none.
-    held = [reg.store_on_stream(chunks) for _ in range(8)]
+    # Each stores other chunks: a store of chunks another store is writing
+    # is answered at once (nothing to copy), and its reply frees its slots.
+    blocks = np.array([0, 1], np.int32)
+    others = [
+        reg.chunks(np.arange(9016 + 16 * i, 9032 + 16 * i, dtype=np.int32), blocks) for i in range(8)
+    ]
+    held = [reg.store_on_stream(c) for c in others]
     with pytest.raises(kvstash.ResourceExhausted, match="no 2 adjacent free slots"):
         reg.store_on_stream(chunks)
     for h in held:
@@ -293,5 +299,5 @@ def test_a_full_board_or_no_range_is_refused_at_once_with_no_slot_taken(reg, boa
     for h in held:
         assert all(o.ok for o in h.result(5))
     # The slots came back with the replies.
-    again = reg.retrieve_on_stream(chunks)
+    again = reg.retrieve_on_stream(others[0])
     assert all(o.ok for o in again.result(5))
