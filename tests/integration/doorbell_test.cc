@@ -194,14 +194,7 @@ TEST_F(Doorbell, SomethingElseAtItsPathIsNeitherFollowedNorRemoved) {
   unlink(target.c_str());
 }
 
-class DoorbellOff : public DaemonTest {
- protected:
-  std::vector<std::string> DaemonArgs() const override {
-    std::vector<std::string> args = DaemonTest::DaemonArgs();
-    args.insert(args.end(), {"--shm-channel", "off"});
-    return args;
-  }
-};
+class DoorbellOff : public DaemonWithoutChannelTest {};
 
 TEST_F(DoorbellOff, ADaemonWithoutChannelsHasNoDoorbell) {
   EXPECT_FALSE(client_->server_info().shm_channel);

@@ -71,4 +71,15 @@ class DaemonTest : public ::testing::Test {
   Registration reg_;
 };
 
+// The same with the shared-memory channel off on the daemon's side: every
+// client talks over the socket.
+class DaemonWithoutChannelTest : public DaemonTest {
+ protected:
+  std::vector<std::string> DaemonArgs() const override {
+    std::vector<std::string> args = DaemonTest::DaemonArgs();
+    args.insert(args.end(), {"--shm-channel", "off"});
+    return args;
+  }
+};
+
 }  // namespace kvstash::testing

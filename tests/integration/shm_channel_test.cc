@@ -345,14 +345,7 @@ TEST_F(ShmChannelFull, AFullRingFallsBackToTheSocketAndLosesNothing) {
   }
 }
 
-class ShmChannelOff : public DaemonTest {
- protected:
-  std::vector<std::string> DaemonArgs() const override {
-    std::vector<std::string> args = DaemonTest::DaemonArgs();
-    args.insert(args.end(), {"--shm-channel", "off"});
-    return args;
-  }
-};
+class ShmChannelOff : public DaemonWithoutChannelTest {};
 
 TEST_F(ShmChannelOff, ADaemonWithItOffRefusesAndClientsUseTheSocket) {
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(client_->Ping().get().ok());
