@@ -103,20 +103,15 @@ void ChunkStore::UnpinLocked(Entry* entry, bool oldest) {
 
 std::optional<L1Pool::Slot> ChunkStore::AllocateLocked(uint64_t chunk_bytes) {
   if (auto slot = pool_.Allocate(chunk_bytes)) return slot;
-  // Evict the least recently used chunk of the same size first: its slot is
-  // exactly what is needed.
-  // Only evictable chunks are in the list: with one chunk size (the common
-  // case) the front is the one. Chunks still to be written below L1 are sent
+  // Evict in LRU order whatever the size: a chunk of this size frees its slot
+  // at once, one of another size frees its slab once that slab empties.
+  // Passing over older chunks of other sizes to evict one of this size would
+  // confine a registration to the slabs it already holds and evict its
+  // newest chunks while stale ones of another model stay. Only evictable
+  // chunks are in the list; chunks still to be written below L1 are sent
   // there (at most kFlushAhead per call) and passed over.
   constexpr size_t kFlushAhead = 8;
   const size_t flush_limit = pending_flushes_.size() + kFlushAhead;
-  for (auto it = lru_.begin(); it != lru_.end();) {
-    Entry* e = *it++;
-    if (e->bytes == chunk_bytes && EvictLocked(e, pending_flushes_.size() < flush_limit))
-      return pool_.Allocate(chunk_bytes);
-  }
-  // Otherwise free whole slabs of other sizes, oldest chunks first, until one
-  // slab empties and can serve this size.
   for (auto it = lru_.begin(); it != lru_.end();) {
     Entry* e = *it++;
     if (!EvictLocked(e, pending_flushes_.size() < flush_limit)) continue;

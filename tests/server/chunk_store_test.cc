@@ -142,5 +142,34 @@ TEST_F(ChunkStoreTest, EvictsOtherSizesToMakeRoom) {
   EXPECT_EQ(stats_.evicted_chunks.load(), 4u);
 }
 
+// Two registrations of different chunk sizes share the pool in LRU order: a
+// newer chunk is never evicted while an older one of another size stays, so
+// the second size is not confined to the slabs it held first.
+TEST(ChunkStoreSizes, EvictsOlderChunksOfAnotherSizeBeforeNewerOnesOfItsOwn) {
+  constexpr uint64_t kSmall = kChunk, kLarge = 2 * kChunk;
+  auto pool = L1Pool::Create(16 * kSmall, 4 * kSmall, 1, {});  // 4 slabs of 4 small, 2 large
+  ASSERT_TRUE(pool.ok());
+  (*pool)->WaitUntilPrepared();
+  Stats stats;
+  ChunkStore store(**pool, stats);
+  auto put = [&](uint8_t n, uint64_t bytes) {
+    auto ticket = store.BeginStore(0, Key(n), bytes);
+    if (ticket.result != ChunkStore::Reservation::kReserved) return false;
+    std::memset(ticket.slot, n, bytes);
+    store.CommitStore(ticket.entry, 256);
+    return true;
+  };
+  auto has = [&](uint8_t n) {
+    auto read = store.BeginRead(0, Key(n));
+    if (read) store.EndRead(read->entry);
+    return read.has_value();
+  };
+  for (uint8_t n = 1; n <= 16; ++n) ASSERT_TRUE(put(n, kSmall));  // the pool is full
+  for (uint8_t n = 101; n <= 106; ++n) ASSERT_TRUE(put(n, kLarge));
+  for (uint8_t n = 101; n <= 106; ++n) EXPECT_TRUE(has(n)) << "large chunk " << int(n);
+  for (uint8_t n = 13; n <= 16; ++n) EXPECT_TRUE(has(n)) << "small chunk " << int(n);
+  for (uint8_t n = 1; n <= 12; ++n) EXPECT_FALSE(has(n)) << "small chunk " << int(n);
+}
+
 }  // namespace
 }  // namespace kvstash::server
