@@ -51,9 +51,13 @@ for config in "dma block" "direct block" "dma poll 200" "direct poll 200"; do
   name=$1-$2-busy${busy:-default}
   start_daemon "$name" "$1" "$2" warn "$busy"
   echo "== kvstash bench --backend cuda ($1 mode, completion wait $2, spin window ${busy:-default} us)"
+  # Exit 3: ran clean, some figure short of its target (reported, not a
+  # failure here); anything else but 0 is an error, a crash or a timeout.
   timeout 150 "$bin/kvstash" bench --backend cuda --socket "$socket" --timeout-ms 60000 \
     ${busy:+--busy-poll-us "$busy"} >"$out/bench-$name.txt" 2>&1
+  rc=$?
   grep -v '^short of target' "$out/bench-$name.txt"
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then status=1; echo "kvstash bench failed: exit $rc"; fi
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
   grep AnonHugePages /proc/meminfo
   stop_daemon "$name"
@@ -63,7 +67,13 @@ done
 for wait in poll block; do
   start_daemon "debug-$wait" dma "$wait" debug
   timeout 60 "$bin/kvstash" bench --backend cuda --socket "$socket" --chunk-counts 1,4 \
-    --latency-samples 100 >/dev/null 2>&1
+    --latency-samples 100 >"$out/bench-debug-$wait.txt" 2>&1
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
+    status=1
+    echo "kvstash bench failed: exit $rc"
+    grep -E '^(error|kvstash bench)' "$out/bench-debug-$wait.txt"
+  fi
   echo "== daemon timings, dma, completion wait $wait (last one-chunk Llama copies)"
   grep -E '(store|retrieve) of 1 chunks, 33554432 bytes' "/tmp/kvstashd-debug-$wait.log" | tail -4
   grep -E '(store|retrieve) of 4 chunks, 134217728 bytes' "/tmp/kvstashd-debug-$wait.log" | tail -4
