@@ -70,9 +70,9 @@ Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options) {
     board =
         wire::CreateHostShmHandleDirect(fbb, options.board.name.c_str(), options.board.size_bytes);
   }
-  auto body = wire::CreateRegisterKVRequestDirect(fbb, options.model.c_str(),
-                                                  options.tenant_salt.c_str(), options.tp_rank,
-                                                  options.tp_size, &allocations, &layers, board);
+  auto body = wire::CreateRegisterKVRequestDirect(
+      fbb, options.model.c_str(), options.tenant_salt.c_str(), options.tp_rank, options.tp_size,
+      &allocations, &layers, board, options.replicated_across_ranks);
   return Envelope(fbb, header, body);
 }
 

@@ -273,6 +273,7 @@ class Client:
                  tp_size: int = 1,
                  layout: Union[None, str, Geometry, Dict[str, Union[None, str, Geometry]]] = None,
                  board: Optional["CompletionBoard"] = None,
+                 replicated_across_ranks: Optional[bool] = None,
                  ) -> "Registration":
         """Registers an engine's KV cache and returns its Registration.
 
@@ -289,6 +290,11 @@ class Client:
         name MLA layers `vllm_mla` (see kvstash.layouts).
         `board`: a CompletionBoard for GPU-side completion of this
         registration's requests (docs/protocol.md); it must outlive it.
+        `replicated_across_ranks`: every tensor-parallel rank holds the same
+        KV (an MLA latent), so its chunks are stored once per model and
+        shared by all ranks. None: True when every layer is named `mla` or
+        `vllm_mla`, else False (per rank). Never True for per-rank heads: a
+        rank would load another rank's KV without any error.
         The tensors must stay alive and in place while registered (the
         Registration keeps a reference).
         """
@@ -297,11 +303,14 @@ class Client:
         if not isinstance(model, str) or not model:
             raise invalid("model must be a non-empty str (it names the key namespace)")
         specs = layer_specs(layers, layout)
+        if replicated_across_ranks is None:
+            replicated_across_ranks = all(s.latent for s in specs)
         options = _lib.RegisterOptions(
             model=model.encode(),
             tenant_salt=_text(tenant, "tenant"),
             tp_rank=_uint(tp_rank, "tp_rank"),
             tp_size=_uint(tp_size, "tp_size"),
+            replicated_across_ranks=1 if replicated_across_ranks else 0,
         )
         devices = {s.array.device for s in specs}
         if len(devices) > 1:

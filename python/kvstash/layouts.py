@@ -17,6 +17,11 @@ Geometry for the address formula (docs/protocol.md "Geometry").
 | mla                | [num_blocks, block_size, latent]                   | rank 3        |
 | sglang             | [pool_size, heads, head] (K and V apart)           | (K, V) pairs  |
 
+A registration whose layers are all named `mla` or `vllm_mla` is stored once
+per model, shared by every tensor-parallel rank (the latent is the same on
+each); every other one, including a rank-3 tensor inferred as `mla` and an
+SGLang pool whose K and V look alike, is stored per rank.
+
 `vllm` is vLLM's per-layer view since its KV-cache layouts (LBNHC, LBHNC,
 BLNHC, ...): logical [B, H, N, C] whatever the physical order, K and V the
 two halves of C. An MLA layer in that view must be named `vllm_mla`: from
@@ -54,6 +59,9 @@ _LAYOUTS: Dict[str, Tuple[str, ...]] = {
 LAYOUT_NAMES = tuple(_LAYOUTS)
 # Layouts whose last dimension holds K then V (each half head_bytes).
 _KV_IN_CONTENT = frozenset({"vllm"})
+# MLA latents: the same on every tensor-parallel rank, stored once per model
+# when named (a registration of such layers only is replicated across ranks).
+_LATENT = frozenset({"mla", "vllm_mla"})
 
 _EXPECTED = (
     "a vLLM layer view [num_blocks, num_kv_heads, block_size, 2 * head_size], "
@@ -73,6 +81,9 @@ class LayerSpec:
     geometry: Geometry
     source: str  # "layers[3]", "layers['model.layers.0.attn'][K]": for errors
     layer: int = 0  # the engine layer (an SGLang pair gives two specs of one layer)
+    # Named an MLA latent ('mla', 'vllm_mla'): the same on every tensor-parallel
+    # rank. Only a name says so: kv_count 1 alone is also an SGLang K or V.
+    latent: bool = False
 
     @property
     def extent(self) -> int:
@@ -191,7 +202,8 @@ def _layer(tensor: Any, layout: Union[None, str, Geometry], source: str) -> List
     name = layout if layout is not None else _infer_name(v, source)
     if name not in _LAYOUTS:
         raise invalid(f"layout {name!r} is not one of {', '.join(LAYOUT_NAMES)} (or a kvstash.Geometry)")
-    return [LayerSpec(v, _geometry(v, _LAYOUTS[name], source, name), source)]
+    latent = layout in _LATENT  # inferred from the shape alone, it stays per rank
+    return [LayerSpec(v, _geometry(v, _LAYOUTS[name], source, name), source, latent=latent)]
 
 
 def _split_all_layers(tensor: Any, layout: Union[None, str, Geometry]) -> Optional[List[Any]]:

@@ -116,6 +116,7 @@ std::string Introspection::DescribeJson(const PeerId& viewer, bool admin) const 
                                  {"tenant", !reg->request.tenant_salt.empty()},
                                  {"tp_rank", reg->request.tp_rank},
                                  {"tp_size", reg->request.tp_size},
+                                 {"replicated_across_ranks", reg->request.replicated_across_ranks},
                                  {"device", reg->device},
                                  {"num_layers", reg->layout.num_layers()},
                                  {"chunk_tokens", reg->layout.chunk_tokens()},

@@ -139,7 +139,7 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
   }
 
   KeyNamespace ns{request.model,   request.tenant_salt, layout->fingerprint(),
-                  request.tp_rank, request.tp_size,     layout->rank_independent()};
+                  request.tp_rank, request.tp_size,     request.replicated_across_ranks};
   registration->namespace_id = NamespaceId(ns);
   registration->layout = std::move(*layout);
   registration->request = std::move(request);

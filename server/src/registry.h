@@ -46,6 +46,7 @@ struct RegistrationRequest {
   std::string tenant_salt;
   uint32_t tp_rank = 0;
   uint32_t tp_size = 1;
+  bool replicated_across_ranks = false;  // the engine says so (MLA); never inferred
   std::vector<AllocationSpec> allocations;
   std::vector<LayerSpec> layers;
   std::optional<BoardSpec> board;

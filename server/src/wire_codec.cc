@@ -66,6 +66,7 @@ Result<RequestBody> DecodeRegister(const wire::RegisterKVRequest& m) {
   r.tenant_salt = Text(m.tenant_salt());
   r.tp_rank = m.tp_rank();
   r.tp_size = m.tp_size();
+  r.replicated_across_ranks = m.replicated_across_ranks();
   if (r.model.empty()) return Status::InvalidArgument("RegisterKV needs a model name");
   if (m.allocations() == nullptr || m.layers() == nullptr || m.layers()->size() == 0) {
     return Status::InvalidArgument("RegisterKV needs allocations and at least one layer");

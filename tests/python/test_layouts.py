@@ -171,6 +171,25 @@ def test_mla_is_stored_once_per_model_and_attention_per_rank(client):
     assert len(attn_keys) == 2
 
 
+def test_sglang_token_pools_are_stored_per_rank(client):
+    """An SGLang token pool's K and V layers have kv_count 1 like an MLA
+    latent, but each rank holds its own heads: ranks never share its chunks.
+    A rank-3 tensor inferred as `mla` stays per rank too: only a name (or the
+    engine's explicit word) makes a registration shared by every rank."""
+    tokens = list(range(16))
+    pool = layout_cases.sglang_token_pool("numpy", "cpu")
+    regs = [client.register(pool.layers, model="tp", tp_rank=r, tp_size=2) for r in (0, 1)]
+    assert regs[0].namespace_id != regs[1].namespace_id
+    assert regs[0].chunk_keys(tokens)[0] != regs[1].chunk_keys(tokens)[0]
+    inferred = layout_cases.mla("numpy", "cpu")
+    keys = {client.register(inferred.layers, model="tp", tp_rank=r,
+                            tp_size=2).chunk_keys(tokens)[0] for r in (0, 1)}
+    assert len(keys) == 2
+    stated = {client.register(pool.layers, model="tp", tp_rank=r, tp_size=2,
+                              replicated_across_ranks=True).chunk_keys(tokens)[0] for r in (0, 1)}
+    assert len(stated) == 1
+
+
 def test_tp_rank_must_be_below_tp_size(client):
     with pytest.raises(kvstash.InvalidArgument, match="tp_rank"):
         client.register([_kv()], model="tp", tp_rank=2, tp_size=2)

@@ -24,7 +24,6 @@ TEST(ChunkLayout, GroupsIdenticalLayersOnce) {
   // Llama-3-8B: 32 layers x 2 x 256 tokens x 8 heads x 256 bytes = 32 MiB.
   EXPECT_EQ(layout->chunk_bytes(), 32ull << 20);
   EXPECT_EQ(layout->blocks_per_chunk(), 16u);
-  EXPECT_FALSE(layout->rank_independent());
 }
 
 TEST(ChunkLayout, HybridMhaAndMlaMakeTwoAlignedGroups) {
@@ -57,13 +56,6 @@ TEST(ChunkLayout, FlatOffsetIsLayerKvTokenHead) {
   EXPECT_EQ(FlatOffset(s, 0, 1, 0, 0), 32u * 4 * 132);
   EXPECT_EQ(FlatOffset(s, 1, 0, 0, 0), 2u * 32 * 4 * 132);
   EXPECT_EQ(FlatGroupBytes(s), FlatOffset(s, 3, 0, 0, 0));
-}
-
-TEST(ChunkLayout, MlaOnlyLayoutIsRankIndependent) {
-  std::vector<LayerGeometry> layers(4, Mla(1152, DType::kBF16));
-  auto layout = ChunkLayout::Build(layers, 256);
-  ASSERT_TRUE(layout.ok());
-  EXPECT_TRUE(layout->rank_independent());
 }
 
 TEST(ChunkLayout, RejectsMixedBlockSizesAndBadChunkTokens) {

@@ -83,11 +83,4 @@ Result<ChunkLayout> ChunkLayout::Build(const std::vector<LayerGeometry>& layers,
   return layout;
 }
 
-bool ChunkLayout::rank_independent() const {
-  for (const ChunkGroup& group : groups_) {
-    if (group.geometry.kv_count != 1) return false;
-  }
-  return true;
-}
-
 }  // namespace kvstash

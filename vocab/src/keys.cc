@@ -13,8 +13,8 @@ ChunkKey NamespaceId(const KeyNamespace& ns) {
   h.Update(ns.model);
   h.Update(ns.tenant_salt);
   h.Update(ns.layout_fingerprint.data(), ns.layout_fingerprint.size());
-  h.UpdateU32(ns.rank_independent ? 0 : ns.tp_rank);
-  h.UpdateU32(ns.rank_independent ? 1 : ns.tp_size);
+  h.UpdateU32(ns.replicated_across_ranks ? 0 : ns.tp_rank);
+  h.UpdateU32(ns.replicated_across_ranks ? 1 : ns.tp_size);
   return h.Finish();
 }
 

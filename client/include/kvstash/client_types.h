@@ -75,6 +75,10 @@ struct RegisterOptions {
   std::string tenant_salt;  // optional, part of the key namespace
   uint32_t tp_rank = 0;
   uint32_t tp_size = 1;
+  // Every tensor-parallel rank holds the same KV (an MLA latent): chunks are
+  // stored once per model, shared by all ranks. Say so only when it is true:
+  // a rank that loads another rank's KV computes garbage without an error.
+  bool replicated_across_ranks = false;
   std::vector<Allocation> allocations;
   std::vector<LayerDesc> layers;
   // A completion board (kvstash::CompletionBoard::shm()) for GPU-side

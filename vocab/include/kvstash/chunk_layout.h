@@ -56,9 +56,6 @@ class ChunkLayout {
   uint64_t chunk_bytes() const { return chunk_bytes_; }
   uint32_t num_layers() const { return num_layers_; }
   const std::vector<ChunkGroup>& groups() const { return groups_; }
-  // True when every layer is an MLA latent (kv_count 1): identical on every
-  // tensor-parallel rank, so stored once per model.
-  bool rank_independent() const;
   // SHA-256 over chunk_tokens and every group's geometry, dtype and layers.
   const Fingerprint& fingerprint() const { return fingerprint_; }
 

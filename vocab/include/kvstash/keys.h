@@ -22,7 +22,10 @@ struct KeyNamespace {
   Fingerprint layout_fingerprint{};
   uint32_t tp_rank = 0;
   uint32_t tp_size = 1;
-  bool rank_independent = false;  // MLA: rank and size do not enter the hash
+  // The engine stated that every rank holds the same KV (MLA): rank and size
+  // do not enter the hash. Never derived from the geometry (kv_count 1 is
+  // also an SGLang token pool's K or V, which differs per rank).
+  bool replicated_across_ranks = false;
 };
 
 // The seed of a key chain.
