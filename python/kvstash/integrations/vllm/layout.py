@@ -48,14 +48,13 @@ class GroupLayout:
     block_size: int
     """vLLM's (manager) block size in tokens: the scheduler's block ids."""
     kv_count: int
-    """2: K and V; 1: an MLA latent (rank-independent, stored once per model)."""
+    """2: K and V; 1: an MLA latent."""
     num_heads: int
     head_bytes: int
     dtype: torch.dtype
-
-    @property
-    def is_mla(self) -> bool:
-        return self.kv_count == 1
+    is_mla: bool = False
+    """vLLM's MLAAttentionSpec: the same on every rank, registered as
+    replicated across ranks (stored once per model)."""
 
     @property
     def content_bytes(self) -> int:
@@ -126,6 +125,7 @@ def _spec_layout(group_id: int, layer_names: Sequence[str], spec: Any) -> GroupL
         num_heads=num_heads,
         head_bytes=head_bytes,
         dtype=spec.dtype,
+        is_mla=isinstance(spec, MLAAttentionSpec),
     )
 
 

@@ -65,7 +65,8 @@ class SchedulerSide:
                                     len(group.layer_names))
             self._regs.append(self._client.register(
                 memory, model=settings.model, tenant=settings.tenant, tp_rank=0,
-                tp_size=tp_size, layout=group.lookup_geometry()))
+                tp_size=tp_size, layout=group.lookup_geometry(),
+                replicated_across_ranks=group.is_mla))
         self._requests: Dict[str, Any] = {}
         self._hits: Dict[str, _Hit] = {}
         self._loads: Dict[str, LoadSpec] = {}

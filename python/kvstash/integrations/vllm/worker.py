@@ -182,7 +182,7 @@ class WorkerSide:
             device = first.device if first.is_cuda else None
             board = self._board(device)
             try:
-                reg = self._register(tensors, board)
+                reg = self._register(layout, tensors, board)
             except kvstash.Unavailable as error:
                 if board is None:
                     raise
@@ -191,7 +191,7 @@ class WorkerSide:
                                "and stores wait on the CPU", error)
                 board.close()
                 board = None
-                reg = self._register(tensors, None)
+                reg = self._register(layout, tensors, None)
             wanted = reg.num_layers if self._settings.layerwise_loads else 1
             if board is not None:
                 wanted = min(wanted, board.slots)
@@ -202,11 +202,11 @@ class WorkerSide:
             self._registered.append(_Registered(layout, tensors, reg, board, range_of,
                                                 max(range_of) + 1, device))
 
-    def _register(self, tensors: GroupTensors, board: Any) -> Any:
+    def _register(self, layout: GroupLayout, tensors: GroupTensors, board: Any) -> Any:
         return self._client.register(
             list(tensors.tensors.values()), model=self._settings.model,
             tenant=self._settings.tenant, tp_rank=self._tp_rank, tp_size=self._tp_size,
-            layout=tensors.geometry, board=board)
+            layout=tensors.geometry, board=board, replicated_across_ranks=layout.is_mla)
 
     def _board(self, device: Any) -> Any:
         gpu = -1 if device is None else (device.index or 0)
