@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "c_api_internal.h"
+#include "c_api_versioned.h"
 #include "kvstash/client.h"
 #include "kvstash/cuda_memory.h"
 #include "kvstash/endpoint.h"
@@ -60,6 +61,11 @@ static_assert(kvstash::kStatusCodeCount == KVSTASH_CANCELLED + 1, "kvstash_statu
 static_assert(kvstash::kDTypeCount == KVSTASH_DTYPE_F32 + 1, "KVSTASH_DTYPE_* lacks a type");
 static_assert(kvstash::kChunkResultCount == KVSTASH_CHUNK_FAILED + 1,
               "KVSTASH_CHUNK_* lacks a result");
+
+#ifdef KVSTASH_SOVERSION
+static_assert(KVSTASH_SOVERSION == KVSTASH_ABI_VERSION,
+              "libkvstash's soname and kvstash.h's KVSTASH_ABI_VERSION differ");
+#endif
 
 constexpr bool SameText(const char* a, const char* b) {
   return *a == *b && (*a == '\0' || SameText(a + 1, b + 1));
@@ -138,14 +144,16 @@ kvstash::Registration FromC(const kvstash_registration& r) {
 }
 
 kvstash_lookup_result ToC(const LookupResult& result) {
-  return kvstash_lookup_result{result.hit_chunks,
-                               result.hit_tokens,
-                               result.lease_id,
-                               result.lease_expires_ms,
-                               result.CountIn(TierLevel::kL1),
-                               result.CountIn(TierLevel::kL2),
-                               result.CountIn(TierLevel::kL3),
-                               result.prefetch_pending};
+  kvstash_lookup_result out = KVSTASH_LOOKUP_RESULT_INIT;
+  out.hit_chunks = result.hit_chunks;
+  out.hit_tokens = result.hit_tokens;
+  out.lease_id = result.lease_id;
+  out.lease_expires_ms = result.lease_expires_ms;
+  out.l1_chunks = result.CountIn(TierLevel::kL1);
+  out.l2_chunks = result.CountIn(TierLevel::kL2);
+  out.l3_chunks = result.CountIn(TierLevel::kL3);
+  out.prefetch_pending = result.prefetch_pending;
+  return out;
 }
 
 namespace {
@@ -172,6 +180,7 @@ Result<RegisterOptions> ToRegisterOptions(const kvstash_register_options& option
   cpp.tenant_salt = options.tenant_salt ? options.tenant_salt : "";
   cpp.tp_rank = options.tp_rank;
   cpp.tp_size = options.tp_size == 0 ? 1 : options.tp_size;
+  cpp.replicated_across_ranks = options.replicated_across_ranks != 0;
   for (size_t i = 0; i < options.num_allocations; ++i) {
     auto allocation = ToAllocation(options.allocations[i], i);
     if (!allocation.ok()) return allocation.status();
@@ -199,6 +208,12 @@ void CopyString(const std::string& from, char* to, size_t capacity) {
   to[n] = '\0';
 }
 
+// A registration kvstash_register filled (its struct_size one of ours).
+bool Valid(const kvstash_registration* registration) {
+  return registration != nullptr &&
+         CheckStructSize<kvstash_registration>(registration->struct_size).ok();
+}
+
 // A malloc'ed copy of text for the caller to kvstash_free.
 Status ToMalloced(const std::string& text, char** out) {
   char* buffer = static_cast<char*>(std::malloc(text.size() + 1));
@@ -221,6 +236,8 @@ using namespace kvstash::capi;  // NOLINT: the C entry points below use its help
 
 extern "C" {
 
+uint32_t kvstash_abi_version(void) { return KVSTASH_ABI_VERSION; }
+
 kvstash_status kvstash_connect(const kvstash_options* options, kvstash_client** client) {
   if (client == nullptr) return KVSTASH_INVALID_ARGUMENT;
   *client = nullptr;
@@ -234,16 +251,23 @@ kvstash_status kvstash_connect(const kvstash_options* options, kvstash_client** 
       handle->connect_error = queue_error;
       return handle->Finish(queue_error);
     }
+    // NULL: every default. An engine of an older kvstash.h is refused here,
+    // before anything past what it gave is read.
+    kvstash_options given = KVSTASH_OPTIONS_INIT;
+    if (options != nullptr) {
+      kvstash::Result<kvstash_options> read = ReadVersioned(*options);
+      if (!read.ok()) {
+        handle->connect_error = read.status();
+        return handle->Finish(read.status());
+      }
+      given = *read;
+    }
     kvstash::ClientOptions cpp;
-    if (options != nullptr && options->socket != nullptr) cpp.socket = options->socket;
-    if (options != nullptr && options->timeout_ms != 0) {
-      cpp.request_timeout = std::chrono::milliseconds(options->timeout_ms);
-    }
-    if (options != nullptr && options->client_name != nullptr) {
-      cpp.client_name = options->client_name;
-    }
-    if (options != nullptr && options->busy_poll_us != 0) {
-      cpp.busy_poll_us = options->busy_poll_us == KVSTASH_NEVER_SPIN ? 0 : options->busy_poll_us;
+    if (given.socket != nullptr) cpp.socket = given.socket;
+    if (given.timeout_ms != 0) cpp.request_timeout = std::chrono::milliseconds(given.timeout_ms);
+    if (given.client_name != nullptr) cpp.client_name = given.client_name;
+    if (given.busy_poll_us != 0) {
+      cpp.busy_poll_us = given.busy_poll_us == KVSTASH_NEVER_SPIN ? 0 : given.busy_poll_us;
     }
     auto connected = kvstash::Client::Connect(std::move(cpp));
     if (!connected.ok()) {
@@ -282,17 +306,19 @@ kvstash_status kvstash_ping(kvstash_client* client, uint64_t* uptime_ms) {
 kvstash_status kvstash_get_server_info(kvstash_client* client, kvstash_server_info* info) {
   return Call(client, [&](kvstash::Client& c) {
     if (info == nullptr) return Status::InvalidArgument("kvstash_get_server_info needs an output");
+    KVSTASH_RETURN_IF_ERROR(CheckStructSize<kvstash_server_info>(info->struct_size));
     const kvstash::ServerInfo server = c.server_info();
-    *info = kvstash_server_info{};
-    info->protocol_version = server.protocol_version;
-    CopyString(server.server_version, info->server_version, sizeof(info->server_version));
-    std::memcpy(info->boot_id, server.boot_id.data(), sizeof(info->boot_id));
-    info->chunk_tokens = server.chunk_tokens;
-    info->max_chunks_per_request = server.max_chunks_per_request;
-    info->max_message_bytes = server.max_message_bytes;
-    CopyString(server.backend, info->backend, sizeof(info->backend));
-    info->peer_timeout_ms = server.peer_timeout_ms;
-    info->restarts = server.restarts;
+    kvstash_server_info out = KVSTASH_SERVER_INFO_INIT;
+    out.protocol_version = server.protocol_version;
+    CopyString(server.server_version, out.server_version, sizeof(out.server_version));
+    std::memcpy(out.boot_id, server.boot_id.data(), sizeof(out.boot_id));
+    out.chunk_tokens = server.chunk_tokens;
+    out.max_chunks_per_request = server.max_chunks_per_request;
+    out.max_message_bytes = server.max_message_bytes;
+    CopyString(server.backend, out.backend, sizeof(out.backend));
+    out.peer_timeout_ms = server.peer_timeout_ms;
+    out.restarts = server.restarts;
+    WriteVersioned(out, info);
     return Status::Ok();
   });
 }
@@ -346,18 +372,22 @@ kvstash_status kvstash_register(kvstash_client* client, const kvstash_register_o
     if (options == nullptr || registration == nullptr) {
       return Status::InvalidArgument("kvstash_register needs options and an output");
     }
-    auto cpp = ToRegisterOptions(*options);
+    kvstash::Result<kvstash_register_options> given = ReadVersioned(*options);
+    if (!given.ok()) return given.status();
+    KVSTASH_RETURN_IF_ERROR(CheckStructSize<kvstash_registration>(registration->struct_size));
+    auto cpp = ToRegisterOptions(*given);
     if (!cpp.ok()) return cpp.status();
     auto reg = c.RegisterKV(*cpp).get();
     if (!reg.ok()) return reg.status();
-    *registration = kvstash_registration{};
-    registration->id = reg->id;
-    registration->chunk_tokens = reg->chunk_tokens;
-    registration->block_tokens = reg->block_tokens;
-    registration->chunk_bytes = reg->chunk_bytes;
-    registration->num_groups = uint32_t(reg->groups.size());
-    std::memcpy(registration->layout_fingerprint, reg->layout_fingerprint.data(), 32);
-    std::memcpy(registration->namespace_id, reg->namespace_id.data(), 32);
+    kvstash_registration out = KVSTASH_REGISTRATION_INIT;
+    out.id = reg->id;
+    out.chunk_tokens = reg->chunk_tokens;
+    out.block_tokens = reg->block_tokens;
+    out.chunk_bytes = reg->chunk_bytes;
+    out.num_groups = uint32_t(reg->groups.size());
+    std::memcpy(out.layout_fingerprint, reg->layout_fingerprint.data(), 32);
+    std::memcpy(out.namespace_id, reg->namespace_id.data(), 32);
+    WriteVersioned(out, registration);
     return Status::Ok();
   });
 }
@@ -367,13 +397,13 @@ kvstash_status kvstash_unregister(kvstash_client* client, uint64_t registration_
 }
 
 size_t kvstash_num_chunks(const kvstash_registration* registration, size_t num_tokens) {
-  if (registration == nullptr || registration->chunk_tokens == 0) return 0;
+  if (!Valid(registration) || registration->chunk_tokens == 0) return 0;
   return (num_tokens + registration->chunk_tokens - 1) / registration->chunk_tokens;
 }
 
 kvstash_status kvstash_chunk_keys(const kvstash_registration* registration, const int32_t* tokens,
                                   size_t num_tokens, kvstash_key* keys) {
-  if (registration == nullptr || (num_tokens > 0 && (tokens == nullptr || keys == nullptr))) {
+  if (!Valid(registration) || (num_tokens > 0 && (tokens == nullptr || keys == nullptr))) {
     return KVSTASH_INVALID_ARGUMENT;
   }
   try {
@@ -391,8 +421,8 @@ kvstash_status kvstash_prompt_chunks(const kvstash_registration* registration,
                                      const int32_t* tokens, size_t num_tokens,
                                      const uint32_t* block_table, size_t block_table_size,
                                      kvstash_chunk* chunks) {
-  if (registration == nullptr || registration->chunk_tokens == 0 ||
-      registration->block_tokens == 0 || registration->chunk_tokens % registration->block_tokens ||
+  if (!Valid(registration) || registration->chunk_tokens == 0 || registration->block_tokens == 0 ||
+      registration->chunk_tokens % registration->block_tokens ||
       (num_tokens > 0 && (tokens == nullptr || block_table == nullptr || chunks == nullptr))) {
     return KVSTASH_INVALID_ARGUMENT;
   }
@@ -459,13 +489,14 @@ kvstash_status kvstash_lookup_ex(kvstash_client* client, uint64_t registration_i
     if (result == nullptr || (num_keys > 0 && keys == nullptr)) {
       return Status::InvalidArgument("kvstash_lookup needs keys and a result");
     }
+    KVSTASH_RETURN_IF_ERROR(CheckStructSize<kvstash_lookup_result>(result->struct_size));
     std::vector<kvstash::ChunkKey> cpp_keys;
     cpp_keys.reserve(num_keys);
     for (size_t i = 0; i < num_keys; ++i) cpp_keys.push_back(ToKey(keys[i]));
     auto found =
         c.Lookup(registration_id, cpp_keys, lease_ms, (flags & KVSTASH_LOOKUP_PREFETCH) != 0).get();
     if (!found.ok()) return found.status();
-    *result = ToC(*found);
+    WriteVersioned(ToC(*found), result);
     return Status::Ok();
   });
 }

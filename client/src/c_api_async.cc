@@ -20,6 +20,7 @@
 #include <mutex>
 
 #include "c_api_internal.h"
+#include "c_api_versioned.h"
 #include "kvstash/adaptive_spin.h"
 #include "kvstash/thread_annotations.h"
 
@@ -37,7 +38,7 @@ struct kvstash_call {
   std::string error = "the call is still in flight";
   std::vector<kvstash_chunk_outcome> outcomes;
   size_t num_chunks = 0;
-  kvstash_lookup_result lookup{};
+  kvstash_lookup_result lookup = KVSTASH_LOOKUP_RESULT_INIT;
 
   // CompletionQueue state, under the queue's mutex (another object's: not
   // expressible as an annotation).
@@ -292,8 +293,11 @@ size_t kvstash_call_outcomes(const kvstash_call* call, kvstash_chunk_outcome* ou
 
 kvstash_status kvstash_call_lookup_result(const kvstash_call* call, kvstash_lookup_result* result) {
   if (call == nullptr || result == nullptr) return KVSTASH_INVALID_ARGUMENT;
+  if (!CheckStructSize<kvstash_lookup_result>(result->struct_size).ok()) {
+    return KVSTASH_INVALID_ARGUMENT;
+  }
   if (!kvstash_call_done(call)) return KVSTASH_UNAVAILABLE;
-  *result = call->lookup;
+  WriteVersioned(call->lookup, result);
   return call->status;
 }
 

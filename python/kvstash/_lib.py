@@ -32,9 +32,23 @@ KVSTASH_DEFAULT_SOCKET = "ipc:///run/kvstash/kvstash.sock"
 ALLOCATION_SHM = 0
 ALLOCATION_CUDA_IPC = 1
 
+# KVSTASH_ABI_VERSION: the libkvstash (libkvstash.so.1) whose structs these are.
+ABI_VERSION = 1
 
-class Options(Structure):
+
+class _Versioned(Structure):
+    """A struct of kvstash.h that leads with struct_size (kvstash.h, "The
+    ABI"): set to this struct's size on creation, so the library reads and
+    writes only what this binding declares."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.struct_size = ctypes.sizeof(self)
+
+
+class Options(_Versioned):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("socket", c_char_p),
         ("timeout_ms", c_uint32),
         ("client_name", c_char_p),
@@ -79,8 +93,9 @@ class CCudaLayer(Structure):
     _fields_ = [("data", c_void_p), ("geometry", CGeometry)]
 
 
-class RegisterOptions(Structure):
+class RegisterOptions(_Versioned):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("model", c_char_p),
         ("tenant_salt", c_char_p),
         ("tp_rank", c_uint32),
@@ -92,6 +107,7 @@ class RegisterOptions(Structure):
         ("cuda_layers", POINTER(CCudaLayer)),
         ("num_cuda_layers", c_size_t),
         ("board", c_void_p),  # kvstash_board*, GPU-side completion
+        ("replicated_across_ranks", c_uint32),
     ]
 
 
@@ -99,8 +115,9 @@ class CBoardSignal(Structure):
     _fields_ = [("slot", c_uint32), ("count", c_uint32), ("sequence", c_uint32)]
 
 
-class CRegistration(Structure):
+class CRegistration(_Versioned):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("id", c_uint64),
         ("chunk_tokens", c_uint32),
         ("block_tokens", c_uint32),
@@ -128,8 +145,9 @@ class COutcome(Structure):
     _fields_ = [("result", c_uint8), ("num_tokens", c_uint32), ("error", c_int)]
 
 
-class CLookupResult(Structure):
+class CLookupResult(_Versioned):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("hit_chunks", c_uint32),
         ("hit_tokens", c_uint64),
         ("lease_id", c_uint64),
@@ -151,8 +169,9 @@ def lookup_result(c: CLookupResult) -> Any:
                         c.l1_chunks, c.l2_chunks, c.l3_chunks, c.prefetch_pending)
 
 
-class CServerInfo(Structure):
+class CServerInfo(_Versioned):
     _fields_ = [
+        ("struct_size", c_size_t),
         ("protocol_version", c_uint32),
         ("server_version", c_char * 32),
         ("boot_id", c_uint8 * 16),
@@ -171,6 +190,7 @@ _status = c_int
 
 # name -> (restype, argtypes). Every function of kvstash.h.
 _PROTOTYPES = {
+    "kvstash_abi_version": (c_uint32, []),
     "kvstash_connect": (_status, [POINTER(Options), POINTER(_client_p)]),
     "kvstash_close": (None, [_client_p]),
     "kvstash_last_error": (c_char_p, [_client_p]),
@@ -293,6 +313,18 @@ class Library:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)
+        # Structs laid out for another ABI would be misread: refuse the
+        # library at once rather than call it.
+        abi = None if "kvstash_abi_version" in self.missing else int(self.kvstash_abi_version())
+        if abi != ABI_VERSION:
+            from .errors import Unavailable
+
+            raise Unavailable(
+                8, f"{path} has C ABI {abi if abi is not None else 0} (libkvstash.so."
+                f"{abi if abi is not None else 0}); this kvstash Python package needs ABI "
+                f"{ABI_VERSION}: install the libkvstash built with it (pip install .) or "
+                "set KVSTASH_LIB",
+            )
 
     if TYPE_CHECKING:  # the prototypes are set in __init__; tell type checkers so
 

@@ -48,7 +48,7 @@ class CApiAsync : public ::testing::Test {
     ASSERT_TRUE(memory.ok());
     memory_ = std::make_unique<HostKvMemory>(std::move(memory.value()));
     for (uint64_t i = 0; i < memory_->size(); ++i) memory_->data()[i] = uint8_t(i * 13 + (i >> 9));
-    kvstash_options options{};
+    kvstash_options options = KVSTASH_OPTIONS_INIT;
     options.socket = daemon_->socket().c_str();
     options.timeout_ms = 10000;
     options.client_name = "c-api-async-test";
@@ -67,13 +67,13 @@ class CApiAsync : public ::testing::Test {
     allocation.shm_name = memory_->name().c_str();
     allocation.size_bytes = memory_->size();
     const kvstash_layer layer{0, 0, Geometry()};
-    kvstash_register_options options{};
+    kvstash_register_options options = KVSTASH_REGISTER_OPTIONS_INIT;
     options.model = model;
     options.allocations = &allocation;
     options.num_allocations = 1;
     options.layers = &layer;
     options.num_layers = 1;
-    kvstash_registration reg{};
+    kvstash_registration reg = KVSTASH_REGISTRATION_INIT;
     EXPECT_EQ(kvstash_register(client, &options, &reg), KVSTASH_OK) << kvstash_last_error(client);
     return reg;
   }
@@ -84,7 +84,7 @@ class CApiAsync : public ::testing::Test {
 };
 
 TEST_F(CApiAsync, ServerInfoNamesTheDaemonAndNoRestart) {
-  kvstash_server_info info{};
+  kvstash_server_info info = KVSTASH_SERVER_INFO_INIT;
   ASSERT_EQ(kvstash_get_server_info(client_, &info), KVSTASH_OK);
   EXPECT_EQ(info.protocol_version, 2u);
   EXPECT_STREQ(info.backend, "host");
@@ -143,7 +143,7 @@ TEST_F(CApiAsync, DescribeStatsAndClearAnswerJsonAndCounts) {
   ASSERT_EQ(kvstash_clear(client_, "", nullptr, nullptr), KVSTASH_OK);
   std::vector<kvstash_key> keys(2);
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), 64, keys.data()), KVSTASH_OK);
-  kvstash_lookup_result hit{};
+  kvstash_lookup_result hit = KVSTASH_LOOKUP_RESULT_INIT;
   ASSERT_EQ(kvstash_lookup(client_, reg.id, keys.data(), 2, 0, &hit), KVSTASH_OK);
   EXPECT_EQ(hit.hit_chunks, 0u);
   EXPECT_EQ(kvstash_describe(client_, nullptr), KVSTASH_INVALID_ARGUMENT);
@@ -156,7 +156,7 @@ TEST_F(CApiAsync, RegistrationRejectsMixedOrMissingMemoryDescriptions) {
   allocation.size_bytes = memory_->size();
   const kvstash_layer layer{0, 0, Geometry()};
   const kvstash_cuda_layer cuda_layer{memory_->data(), Geometry()};
-  kvstash_register_options options{};
+  kvstash_register_options options = KVSTASH_REGISTER_OPTIONS_INIT;
   options.model = "m";
   options.allocations = &allocation;
   options.num_allocations = 1;
@@ -164,7 +164,7 @@ TEST_F(CApiAsync, RegistrationRejectsMixedOrMissingMemoryDescriptions) {
   options.num_layers = 1;
   options.cuda_layers = &cuda_layer;
   options.num_cuda_layers = 1;
-  kvstash_registration reg{};
+  kvstash_registration reg = KVSTASH_REGISTRATION_INIT;
   EXPECT_EQ(kvstash_register(client_, &options, &reg), KVSTASH_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvstash_last_error(client_)).find("one or the other"), std::string::npos);
 
@@ -177,11 +177,11 @@ TEST_F(CApiAsync, CudaLayersOfHostMemoryAreRefusedWithAReason) {
   // Host memory named as a CUDA layer: without CUDA in the build or a driver
   // this is Unavailable; with them, InvalidArgument (not GPU memory).
   const kvstash_cuda_layer cuda_layer{memory_->data(), Geometry()};
-  kvstash_register_options options{};
+  kvstash_register_options options = KVSTASH_REGISTER_OPTIONS_INIT;
   options.model = "cuda-model";
   options.cuda_layers = &cuda_layer;
   options.num_cuda_layers = 1;
-  kvstash_registration reg{};
+  kvstash_registration reg = KVSTASH_REGISTRATION_INIT;
   const kvstash_status status = kvstash_register(client_, &options, &reg);
   EXPECT_TRUE(status == KVSTASH_UNAVAILABLE || status == KVSTASH_INVALID_ARGUMENT)
       << kvstash_status_name(status) << ": " << kvstash_last_error(client_);
@@ -216,7 +216,7 @@ TEST_F(CApiAsync, SubmittedCallsCompleteWithTheirResults) {
   kvstash_call* lookup = nullptr;
   ASSERT_EQ(kvstash_lookup_submit(client_, reg.id, keys.data(), 3, 0, 42, &lookup), KVSTASH_OK);
   ASSERT_EQ(kvstash_call_wait(lookup, UINT32_MAX), 1);
-  kvstash_lookup_result hit{};
+  kvstash_lookup_result hit = KVSTASH_LOOKUP_RESULT_INIT;
   EXPECT_EQ(kvstash_call_lookup_result(lookup, &hit), KVSTASH_OK);
   EXPECT_EQ(hit.hit_chunks, 3u);
   EXPECT_NE(hit.lease_id, 0u);
@@ -240,7 +240,7 @@ TEST_F(CApiAsync, SubmittedCallsCompleteWithTheirResults) {
   kvstash_call* release = nullptr;
   ASSERT_EQ(kvstash_release_submit(client_, hit.lease_id, 44, &release), KVSTASH_OK);
   ASSERT_EQ(kvstash_call_wait(release, 10000), 1);
-  kvstash_lookup_result released{};
+  kvstash_lookup_result released = KVSTASH_LOOKUP_RESULT_INIT;
   EXPECT_EQ(kvstash_call_lookup_result(release, &released), KVSTASH_OK)
       << kvstash_call_error(release);
   EXPECT_EQ(released.hit_chunks, 3u);
@@ -301,7 +301,7 @@ TEST_F(CApiAsync, ManyThreadsSubmitAndCollectThroughTheFdAndWait) {
   const kvstash_registration reg = Register();
   // Calls waited for on a second handle: every completed call of a handle
   // is takeable until freed, so each handle here uses one way.
-  kvstash_options options{};
+  kvstash_options options = KVSTASH_OPTIONS_INIT;
   options.socket = daemon_->socket().c_str();
   options.timeout_ms = 10000;
   kvstash_client* waiting_client = nullptr;
@@ -396,7 +396,7 @@ TEST(CApiEndpoint, KvstashSocketAndAPlainPathReachTheDaemon) {
   auto daemon = DaemonProcess::Start();
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   // A plain path, no ipc:// prefix.
-  kvstash_options options{};
+  kvstash_options options = KVSTASH_OPTIONS_INIT;
   options.socket = (*daemon)->socket_path().c_str();
   options.timeout_ms = 2000;
   kvstash_client* client = nullptr;
@@ -428,14 +428,14 @@ TEST_F(CApiAsync, BoardSignalsRetrieveAndGatesStoreThroughTheCApi) {
   allocation.shm_name = memory_->name().c_str();
   allocation.size_bytes = memory_->size();
   const kvstash_layer layer{0, 0, Geometry()};
-  kvstash_register_options options{};
+  kvstash_register_options options = KVSTASH_REGISTER_OPTIONS_INIT;
   options.model = "board-model";
   options.allocations = &allocation;
   options.num_allocations = 1;
   options.layers = &layer;
   options.num_layers = 1;
   options.board = board;
-  kvstash_registration reg{};
+  kvstash_registration reg = KVSTASH_REGISTRATION_INIT;
   ASSERT_EQ(kvstash_register(client_, &options, &reg), KVSTASH_OK) << kvstash_last_error(client_);
 
   std::vector<int32_t> tokens(64);

@@ -47,7 +47,8 @@ TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
   ASSERT_TRUE(memory.ok());
   for (uint64_t i = 0; i < memory->size(); ++i) memory->data()[i] = uint8_t(i * 31 + (i >> 11));
 
-  kvstash_options options{(*daemon)->socket().c_str(), 10000, "c-api-test"};
+  kvstash_options options{sizeof(kvstash_options), (*daemon)->socket().c_str(), 10000,
+                          "c-api-test"};
   kvstash_client* client = nullptr;
   ASSERT_EQ(kvstash_connect(&options, &client), KVSTASH_OK) << kvstash_last_error(client);
 
@@ -56,8 +57,9 @@ TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
   allocation.shm_name = memory->name().c_str();
   allocation.size_bytes = memory->size();
   const kvstash_layer layers[2] = {{0, 0, Geometry()}, {0, kLayerBytes, Geometry()}};
-  kvstash_register_options reg_options{"c-model", nullptr, 0, 1, &allocation, 1, layers, 2};
-  kvstash_registration reg{};
+  kvstash_register_options reg_options{
+      sizeof(kvstash_register_options), "c-model", nullptr, 0, 1, &allocation, 1, layers, 2};
+  kvstash_registration reg = KVSTASH_REGISTRATION_INIT;
   ASSERT_EQ(kvstash_register(client, &reg_options, &reg), KVSTASH_OK) << kvstash_last_error(client);
   EXPECT_EQ(reg.chunk_tokens, 64u);
   EXPECT_EQ(reg.num_groups, 1u);
@@ -80,7 +82,7 @@ TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
 
   std::vector<kvstash_key> keys(chunks.size());
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), tokens.size(), keys.data()), KVSTASH_OK);
-  kvstash_lookup_result hit{};
+  kvstash_lookup_result hit = KVSTASH_LOOKUP_RESULT_INIT;
   ASSERT_EQ(kvstash_lookup(client, reg.id, keys.data(), keys.size(), 0, &hit), KVSTASH_OK);
   EXPECT_EQ(hit.hit_chunks, 3u);
   EXPECT_EQ(hit.hit_tokens, 150u);
@@ -103,6 +105,80 @@ TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
   EXPECT_EQ(kvstash_release(client, 123456789), KVSTASH_NOT_FOUND);
   EXPECT_NE(std::string(kvstash_last_error(client)).find("NotFound"), std::string::npos);
   EXPECT_EQ(kvstash_unregister(client, reg.id), KVSTASH_OK) << kvstash_last_error(client);
+  kvstash_close(client);
+}
+
+// An SGLang token pool registers K and V as layers of kv_count 1, like an
+// MLA latent; each rank holds its own heads there, so ranks must not share
+// chunks unless the engine states that every rank holds the same KV.
+TEST(CApiDaemon, TokenPoolsAreStoredPerRankUnlessStatedReplicated) {
+  auto daemon =
+      DaemonProcess::Start({"--chunk-tokens", "16", "--l1-gb", "0.03125", "--l1-slice-mb", "4"});
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  constexpr uint32_t kPoolTokens = 64, kPoolHeads = 2, kPoolHeadBytes = 32;
+  constexpr uint64_t kPoolBytes = uint64_t{kPoolTokens} * kPoolHeads * kPoolHeadBytes;
+  auto memory = HostKvMemory::Create(2 * kPoolBytes);  // K, then V
+  ASSERT_TRUE(memory.ok());
+  for (uint64_t i = 0; i < memory->size(); ++i) memory->data()[i] = uint8_t(i * 7 + 1);
+  kvstash_options options = KVSTASH_OPTIONS_INIT;
+  options.socket = (*daemon)->socket().c_str();
+  kvstash_client* client = nullptr;
+  ASSERT_EQ(kvstash_connect(&options, &client), KVSTASH_OK) << kvstash_last_error(client);
+  kvstash_geometry pool{};  // [pool_tokens, heads, head]: one token per block
+  pool.num_blocks = kPoolTokens;
+  pool.kv_count = 1;
+  pool.block_tokens = 1;
+  pool.num_heads = kPoolHeads;
+  pool.head_bytes = kPoolHeadBytes;
+  pool.block_stride = kPoolHeads * kPoolHeadBytes;
+  pool.head_stride = kPoolHeadBytes;
+  pool.dtype = KVSTASH_DTYPE_BF16;
+  kvstash_allocation allocation{};
+  allocation.kind = KVSTASH_ALLOCATION_SHM;
+  allocation.shm_name = memory->name().c_str();
+  allocation.size_bytes = memory->size();
+  const kvstash_layer layers[2] = {{0, 0, pool}, {0, kPoolBytes, pool}};
+  auto register_rank = [&](uint32_t rank, uint32_t replicated) {
+    kvstash_register_options reg_options = KVSTASH_REGISTER_OPTIONS_INIT;
+    reg_options.model = "sglang-model";
+    reg_options.tp_rank = rank;
+    reg_options.tp_size = 2;
+    reg_options.allocations = &allocation;
+    reg_options.num_allocations = 1;
+    reg_options.layers = layers;
+    reg_options.num_layers = 2;
+    reg_options.replicated_across_ranks = replicated;
+    kvstash_registration reg = KVSTASH_REGISTRATION_INIT;
+    EXPECT_EQ(kvstash_register(client, &reg_options, &reg), KVSTASH_OK)
+        << kvstash_last_error(client);
+    return reg;
+  };
+  const kvstash_registration rank0 = register_rank(0, 0), rank1 = register_rank(1, 0);
+  EXPECT_NE(0, std::memcmp(rank0.namespace_id, rank1.namespace_id, 32));
+
+  // Rank 0 stores a prompt; rank 1 looks the same tokens up and finds none.
+  std::vector<int32_t> tokens(16);
+  std::iota(tokens.begin(), tokens.end(), 100);
+  std::vector<uint32_t> blocks(16);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  kvstash_chunk chunk;
+  ASSERT_EQ(kvstash_prompt_chunks(&rank0, tokens.data(), tokens.size(), blocks.data(),
+                                  blocks.size(), &chunk),
+            KVSTASH_OK);
+  kvstash_chunk_outcome outcome{};
+  ASSERT_EQ(kvstash_store(client, rank0.id, &chunk, 1, &outcome), KVSTASH_OK)
+      << kvstash_last_error(client);
+  EXPECT_EQ(outcome.result, KVSTASH_CHUNK_STORED);
+  kvstash_key key;
+  ASSERT_EQ(kvstash_chunk_keys(&rank1, tokens.data(), tokens.size(), &key), KVSTASH_OK);
+  kvstash_lookup_result hit = KVSTASH_LOOKUP_RESULT_INIT;
+  ASSERT_EQ(kvstash_lookup(client, rank1.id, &key, 1, 0, &hit), KVSTASH_OK);
+  EXPECT_EQ(hit.hit_chunks, 0u) << "rank 1 found rank 0's heads";
+
+  // Stated replicated (what an MLA engine says): one scope for both ranks.
+  const kvstash_registration shared0 = register_rank(0, 1), shared1 = register_rank(1, 1);
+  EXPECT_EQ(0, std::memcmp(shared0.namespace_id, shared1.namespace_id, 32));
+  EXPECT_NE(0, std::memcmp(shared0.namespace_id, rank0.namespace_id, 32));
   kvstash_close(client);
 }
 

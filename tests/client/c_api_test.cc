@@ -16,7 +16,7 @@ namespace kvstash::testing {
 namespace {
 
 kvstash_registration CRegistration(uint32_t chunk_tokens = 64, uint32_t block_tokens = 16) {
-  kvstash_registration reg{};
+  kvstash_registration reg = KVSTASH_REGISTRATION_INIT;
   reg.id = 1;
   reg.chunk_tokens = chunk_tokens;
   reg.block_tokens = block_tokens;
@@ -26,7 +26,7 @@ kvstash_registration CRegistration(uint32_t chunk_tokens = 64, uint32_t block_to
 
 TEST(CApi, FailedConnectStillGivesAHandleThatSaysWhy) {
   const std::string endpoint = UniqueIpcEndpoint();
-  kvstash_options options{endpoint.c_str(), 200, "c-test"};
+  kvstash_options options{sizeof(kvstash_options), endpoint.c_str(), 200, "c-test"};
   kvstash_client* client = nullptr;
   EXPECT_EQ(kvstash_connect(&options, &client), KVSTASH_UNAVAILABLE);
   ASSERT_NE(client, nullptr);
@@ -44,7 +44,7 @@ TEST(CApi, PingAndErrorsThroughAFakeDaemon) {
   const std::string endpoint = router.endpoint();
   kvstash_client* client = nullptr;
   auto connecting = std::async(std::launch::async, [&] {
-    kvstash_options options{endpoint.c_str(), 3000, nullptr};
+    kvstash_options options{sizeof(kvstash_options), endpoint.c_str(), 3000, nullptr};
     return kvstash_connect(&options, &client);
   });
   ASSERT_TRUE(router.AnswerHello({9}));

@@ -40,7 +40,7 @@ class DaemonRestart : public ::testing::Test {
     ASSERT_TRUE(memory.ok());
     memory_ = std::make_unique<HostKvMemory>(std::move(memory.value()));
     for (uint64_t i = 0; i < memory_->size(); ++i) memory_->data()[i] = uint8_t(i * 7 + (i >> 10));
-    kvstash_options options{};
+    kvstash_options options = KVSTASH_OPTIONS_INIT;
     options.socket = daemon_->socket().c_str();
     options.timeout_ms = 10000;  // far above what noticing may take
     ASSERT_EQ(kvstash_connect(&options, &client_), KVSTASH_OK) << kvstash_last_error(client_);
@@ -51,7 +51,7 @@ class DaemonRestart : public ::testing::Test {
     const kvstash_geometry g =
         ToCGeometry(VllmFlashNhdGeometry(kBlocks, kBlockTokens, kHeads, kHeadBytes, DType::kF16));
     const kvstash_layer layer{0, 0, g};
-    kvstash_register_options reg_options{};
+    kvstash_register_options reg_options = KVSTASH_REGISTER_OPTIONS_INIT;
     reg_options.model = "restart-model";
     reg_options.allocations = &allocation;
     reg_options.num_allocations = 1;
@@ -87,7 +87,7 @@ class DaemonRestart : public ::testing::Test {
   std::unique_ptr<DaemonProcess> daemon_;
   std::unique_ptr<HostKvMemory> memory_;
   kvstash_client* client_ = nullptr;
-  kvstash_registration reg_{};
+  kvstash_registration reg_ = KVSTASH_REGISTRATION_INIT;
 };
 
 TEST_F(DaemonRestart, SigtermIsNoticedAtOnce) {
@@ -150,7 +150,7 @@ TEST_F(DaemonRestart, TheSameRegistrationServesAgainAfterARestart) {
       << kvstash_last_error(client_);
   kvstash_key keys[2];
   ASSERT_EQ(kvstash_chunk_keys(&reg_, tokens.data(), 64, keys), KVSTASH_OK);
-  kvstash_server_info before{};
+  kvstash_server_info before = KVSTASH_SERVER_INFO_INIT;
   ASSERT_EQ(kvstash_get_server_info(client_, &before), KVSTASH_OK);
 
   daemon_->Signal(SIGKILL);
@@ -160,7 +160,7 @@ TEST_F(DaemonRestart, TheSameRegistrationServesAgainAfterARestart) {
   const auto answering = Clock::now();
   // The engine keeps its registration id; once the library registered it
   // again, lookups answer, and the chunks stored before are gone.
-  kvstash_lookup_result hit{};
+  kvstash_lookup_result hit = KVSTASH_LOOKUP_RESULT_INIT;
   kvstash_status status = KVSTASH_UNAVAILABLE;
   while (Clock::now() - restart < std::chrono::seconds(10)) {
     status = kvstash_lookup(client_, reg_.id, keys, 2, 0, &hit);
@@ -176,7 +176,7 @@ TEST_F(DaemonRestart, TheSameRegistrationServesAgainAfterARestart) {
       "%.1f ms after it answered\n",
       Ms(serving - restart), Ms(serving - answering));
 
-  kvstash_server_info after{};
+  kvstash_server_info after = KVSTASH_SERVER_INFO_INIT;
   ASSERT_EQ(kvstash_get_server_info(client_, &after), KVSTASH_OK);
   EXPECT_EQ(after.restarts, 1u);
   EXPECT_NE(std::memcmp(before.boot_id, after.boot_id, 16), 0);

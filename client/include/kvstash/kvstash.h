@@ -14,11 +14,36 @@
  * kvstash_last_error(client) says why.
  *
  *   kvstash_client* client = NULL;
- *   kvstash_options options = {NULL, 5000, "my-engine"};
+ *   kvstash_options options = KVSTASH_OPTIONS_INIT;
+ *   options.client_name = "my-engine";
  *   if (kvstash_connect(&options, &client) != KVSTASH_OK)
  *     fprintf(stderr, "%s\n", kvstash_last_error(client));
  *   ...
  *   kvstash_close(client);
+ *
+ * The ABI (libkvstash.so.1; KVSTASH_ABI_VERSION). An engine built against an
+ * older kvstash.h of the same soname keeps working with a newer library, and
+ * one it cannot serve is refused with KVSTASH_INVALID_ARGUMENT, never a
+ * crash:
+ * - The structs that may grow (kvstash_options, kvstash_register_options,
+ *   kvstash_registration, kvstash_lookup_result, kvstash_server_info) begin
+ *   with `size_t struct_size`, which the caller sets to sizeof the struct as
+ *   its kvstash.h declares it: start from the KVSTASH_*_INIT initialisers.
+ * - Fields are added only at their end, past the previous sizeof (never in
+ *   trailing padding), and never removed or moved. The library reads and
+ *   writes only the first struct_size bytes: on input, fields past them are
+ *   taken as zero; on output, they are left as the caller set them.
+ * - It refuses with KVSTASH_INVALID_ARGUMENT, naming the struct, a
+ *   struct_size short of the struct's first version, or (on input) longer
+ *   than this library knows with non-zero bytes past what it knows (a newer
+ *   engine asking for something this library lacks). An engine built
+ *   against libkvstash.so.0's kvstash.h, whose structs began with a pointer,
+ *   is refused so at kvstash_connect.
+ * - Every other struct (kvstash_geometry, kvstash_allocation, kvstash_layer,
+ *   kvstash_cuda_layer, kvstash_key, kvstash_chunk, kvstash_chunk_outcome,
+ *   kvstash_board_signal: those passed in arrays or by value), every enum
+ *   value and every function signature is fixed for the soname: changing one
+ *   changes the soname and KVSTASH_ABI_VERSION.
  */
 #ifndef KVSTASH_KVSTASH_H_
 #define KVSTASH_KVSTASH_H_
@@ -35,6 +60,9 @@ extern "C" {
 #else
 #define KVSTASH_API
 #endif
+
+/* The soname's number: libkvstash.so.1. */
+#define KVSTASH_ABI_VERSION 1
 
 #define KVSTASH_DEFAULT_SOCKET "ipc:///run/kvstash/kvstash.sock"
 /* kvstash_options.busy_poll_us: the I/O thread never polls on a core. */
@@ -83,9 +111,9 @@ enum { KVSTASH_ALLOCATION_SHM = 0, KVSTASH_ALLOCATION_CUDA_IPC = 1 };
 
 typedef struct kvstash_client kvstash_client;
 
-/* Zero-initialise (kvstash_options o = {0};) and set what you need: fields
- * may be added at the end in later versions. */
+/* Start from KVSTASH_OPTIONS_INIT and set what you need. */
 typedef struct kvstash_options {
+  size_t struct_size; /* sizeof(kvstash_options): see "The ABI" above */
   /* NULL or "": $KVSTASH_SOCKET, then KVSTASH_DEFAULT_SOCKET. A plain path
    * ("/run/kvstash/kvstash.sock") means that ipc socket. */
   const char* socket;
@@ -100,6 +128,8 @@ typedef struct kvstash_options {
    * 0: the default, 50; KVSTASH_NEVER_SPIN: never. */
   uint32_t busy_poll_us;
 } kvstash_options;
+#define KVSTASH_OPTIONS_INIT \
+  { sizeof(kvstash_options) }
 
 /* Layer geometry in bytes (docs/protocol.md "Geometry"):
  * address(b, k, t, h) = base + b*block_stride + k*kv_stride + t*token_stride
@@ -143,10 +173,11 @@ typedef struct kvstash_cuda_layer {
   kvstash_geometry geometry;
 } kvstash_cuda_layer;
 
-/* Zero-initialise; fields may be added at the end in later versions. Give
- * either allocations + layers (shared memory described by hand) or
- * cuda_layers (GPU memory by device address), not both. */
+/* Start from KVSTASH_REGISTER_OPTIONS_INIT. Give either allocations + layers
+ * (shared memory described by hand) or cuda_layers (GPU memory by device
+ * address), not both. */
 typedef struct kvstash_register_options {
+  size_t struct_size;      /* sizeof(kvstash_register_options) */
   const char* model;       /* part of the key namespace; required */
   const char* tenant_salt; /* may be NULL; never leaves the daemon */
   uint32_t tp_rank;
@@ -166,9 +197,20 @@ typedef struct kvstash_register_options {
   /* A completion board for GPU-side completion (kvstash_board_create); may
    * be NULL. It must outlive the registration. */
   const struct kvstash_board* board;
+  /* 1: every tensor-parallel rank holds the same KV (an MLA latent), so its
+   * chunks are stored once per model and shared by all ranks; tp_rank and
+   * tp_size stay out of the key namespace. 0: per rank. Never set it for
+   * per-rank heads (an SGLang token pool's K and V, though their kv_count is
+   * 1 as well): a rank would load another rank's KV without any error. */
+  uint32_t replicated_across_ranks;
 } kvstash_register_options;
+#define KVSTASH_REGISTER_OPTIONS_INIT \
+  { sizeof(kvstash_register_options) }
 
+/* Filled by kvstash_register: set struct_size first
+ * (KVSTASH_REGISTRATION_INIT). */
 typedef struct kvstash_registration {
+  size_t struct_size; /* sizeof(kvstash_registration) */
   uint64_t id;
   uint32_t chunk_tokens;
   uint32_t block_tokens;
@@ -177,6 +219,8 @@ typedef struct kvstash_registration {
   uint8_t layout_fingerprint[32];
   uint8_t namespace_id[32]; /* seed of the key chain */
 } kvstash_registration;
+#define KVSTASH_REGISTRATION_INIT \
+  { sizeof(kvstash_registration) }
 
 typedef struct kvstash_key {
   uint8_t bytes[32];
@@ -198,7 +242,9 @@ typedef struct kvstash_chunk_outcome {
   kvstash_status error; /* with KVSTASH_CHUNK_FAILED */
 } kvstash_chunk_outcome;
 
+/* Set struct_size first (KVSTASH_LOOKUP_RESULT_INIT). */
 typedef struct kvstash_lookup_result {
+  size_t struct_size; /* sizeof(kvstash_lookup_result) */
   uint32_t hit_chunks;
   uint64_t hit_tokens;
   uint64_t lease_id; /* 0 when nothing hit */
@@ -212,12 +258,16 @@ typedef struct kvstash_lookup_result {
   /* Hit chunks still being promoted into L1 by a prefetch; 0 once done. */
   uint32_t prefetch_pending;
 } kvstash_lookup_result;
+#define KVSTASH_LOOKUP_RESULT_INIT \
+  { sizeof(kvstash_lookup_result) }
 
 /* kvstash_lookup_ex flags. */
 #define KVSTASH_LOOKUP_PREFETCH 1u /* start promoting L2/L3 hits into L1 */
 
-/* What the daemon said in its latest Hello, and what this client saw. */
+/* What the daemon said in its latest Hello, and what this client saw. Set
+ * struct_size first (KVSTASH_SERVER_INFO_INIT). */
 typedef struct kvstash_server_info {
+  size_t struct_size; /* sizeof(kvstash_server_info) */
   uint32_t protocol_version;
   char server_version[32]; /* NUL-terminated */
   uint8_t boot_id[16];     /* new on every daemon start */
@@ -231,8 +281,13 @@ typedef struct kvstash_server_info {
    * stay valid, chunks stored before are gone. */
   uint32_t restarts;
 } kvstash_server_info;
+#define KVSTASH_SERVER_INFO_INIT \
+  { sizeof(kvstash_server_info) }
 
 /* ---- connection ---- */
+
+/* KVSTASH_ABI_VERSION of the loaded library, to compare with the header's. */
+KVSTASH_API uint32_t kvstash_abi_version(void);
 
 /* Connects and says Hello. Like sqlite3_open, *client is set even when this
  * fails (NULL only if memory ran out), so that kvstash_last_error can say

@@ -9,7 +9,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s SOCKET\n", argv[0]);
     return 2;
   }
-  kvstash_options options = {argv[1], 5000, "install-test-c", 0};
+  kvstash_options options = KVSTASH_OPTIONS_INIT;
+  options.socket = argv[1];
+  options.timeout_ms = 5000;
+  options.client_name = "install-test-c";
   kvstash_client* client = NULL;
   kvstash_status status = kvstash_connect(&options, &client);
   uint64_t uptime_ms = 0;
