@@ -182,5 +182,80 @@ TEST(CApiDaemon, TokenPoolsAreStoredPerRankUnlessStatedReplicated) {
   kvstash_close(client);
 }
 
+// Two registrations of different chunk sizes share the pool in LRU order:
+// once the first filled it, the second's chunks of earlier requests stay
+// while older chunks of the first remain to be evicted (before, the second
+// kept only the slabs it took first, and evicted its own newest chunks).
+TEST(CApiDaemon, ASecondChunkSizeTakesThePoolFromOlderChunksNotFromItsOwn) {
+  // 4 slabs of 1 MiB; chunks of 16 tokens: 128 KiB (8 a slab) and 64 KiB.
+  auto daemon =
+      DaemonProcess::Start({"--chunk-tokens", "16", "--l1-gb", "0.00390625", "--l1-slice-mb", "1"});
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  kvstash_options options = KVSTASH_OPTIONS_INIT;
+  options.socket = (*daemon)->socket().c_str();
+  kvstash_client* client = nullptr;
+  ASSERT_EQ(kvstash_connect(&options, &client), KVSTASH_OK) << kvstash_last_error(client);
+  for (uint64_t ready = 0, capacity = 1; ready < capacity;) {  // every slab usable
+    ASSERT_EQ(kvstash_pool_ready(client, &ready, &capacity), KVSTASH_OK);
+  }
+  constexpr uint32_t kPoolBlocks = 64;
+  std::vector<HostKvMemory> memories;
+  auto register_heads = [&](uint32_t heads) {
+    const LayerGeometry g = VllmFlashNhdGeometry(kPoolBlocks, 16, heads, 512, DType::kBF16);
+    auto memory = HostKvMemory::Create(LayerExtentBytes(g));
+    EXPECT_TRUE(memory.ok());
+    memories.push_back(std::move(*memory));
+    kvstash_allocation allocation{};
+    allocation.kind = KVSTASH_ALLOCATION_SHM;
+    allocation.shm_name = memories.back().name().c_str();
+    allocation.size_bytes = memories.back().size();
+    const kvstash_layer layer{0, 0, ToCGeometry(g)};
+    kvstash_register_options reg_options = KVSTASH_REGISTER_OPTIONS_INIT;
+    reg_options.model = heads == 8 ? "large-chunks" : "small-chunks";
+    reg_options.allocations = &allocation;
+    reg_options.num_allocations = 1;
+    reg_options.layers = &layer;
+    reg_options.num_layers = 1;
+    kvstash_registration reg = KVSTASH_REGISTRATION_INIT;
+    EXPECT_EQ(kvstash_register(client, &reg_options, &reg), KVSTASH_OK)
+        << kvstash_last_error(client);
+    return reg;
+  };
+  const kvstash_registration large = register_heads(8), small = register_heads(4);
+  ASSERT_EQ(large.chunk_bytes, 128u << 10);
+  ASSERT_EQ(small.chunk_bytes, 64u << 10);
+  // Chunk c of a request: key (tag, c), block c.
+  std::vector<uint32_t> blocks(kPoolBlocks);
+  std::iota(blocks.begin(), blocks.end(), 0u);
+  auto chunks = [&](uint8_t tag, uint32_t first, uint32_t n) {
+    std::vector<kvstash_chunk> out(n);
+    for (uint32_t c = 0; c < n; ++c) {
+      out[c] = kvstash_chunk{};
+      out[c].key.bytes[0] = tag;
+      out[c].key.bytes[1] = uint8_t(first + c);
+      out[c].num_tokens = 16;
+      out[c].block_ids = &blocks[first + c];
+      out[c].num_block_ids = 1;
+    }
+    return out;
+  };
+  auto store = [&](const kvstash_registration& reg, uint8_t tag, uint32_t first, uint32_t n) {
+    std::vector<kvstash_chunk> request = chunks(tag, first, n);
+    std::vector<kvstash_chunk_outcome> outcomes(n);
+    ASSERT_EQ(kvstash_store(client, reg.id, request.data(), n, outcomes.data()), KVSTASH_OK)
+        << kvstash_last_error(client);
+    for (const auto& o : outcomes) ASSERT_EQ(o.result, KVSTASH_CHUNK_STORED);
+  };
+  store(large, 1, 0, 32);  // the pool is full of large chunks
+  for (uint32_t request = 0; request < 3; ++request) store(small, 2, request * 16, 16);
+  // The small chunks of the first request are all still there.
+  std::vector<kvstash_chunk> first = chunks(2, 0, 16);
+  std::vector<kvstash_chunk_outcome> outcomes(16);
+  ASSERT_EQ(kvstash_retrieve(client, small.id, first.data(), 16, 0, 0, outcomes.data()), KVSTASH_OK)
+      << kvstash_last_error(client);
+  for (uint32_t c = 0; c < 16; ++c) EXPECT_EQ(outcomes[c].result, KVSTASH_CHUNK_RETRIEVED) << c;
+  kvstash_close(client);
+}
+
 }  // namespace
 }  // namespace kvstash::testing
