@@ -52,8 +52,9 @@ for config in "dma block" "direct block" "dma poll 200" "direct poll 200"; do
   start_daemon "$name" "$1" "$2" warn "$busy"
   echo "== kvstash bench --backend cuda ($1 mode, completion wait $2, spin window ${busy:-default} us)"
   # Exit 3: ran clean, some figure short of its target (reported, not a
-  # failure here); anything else but 0 is an error, a crash or a timeout.
-  timeout 150 "$bin/kvstash" bench --backend cuda --socket "$socket" --timeout-ms 60000 \
+  # failure here); anything else but 0 is an error, a crash or a timeout
+  # (240 s: room for all four layouts at every chunk count).
+  timeout 240 "$bin/kvstash" bench --backend cuda --socket "$socket" --timeout-ms 60000 \
     ${busy:+--busy-poll-us "$busy"} >"$out/bench-$name.txt" 2>&1
   rc=$?
   grep -v '^short of target' "$out/bench-$name.txt"
