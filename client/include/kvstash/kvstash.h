@@ -41,9 +41,10 @@
  *   is refused so at kvstash_connect.
  * - Every other struct (kvstash_geometry, kvstash_allocation, kvstash_layer,
  *   kvstash_cuda_layer, kvstash_key, kvstash_chunk, kvstash_chunk_outcome,
- *   kvstash_board_signal: those passed in arrays or by value), every enum
- *   value and every function signature is fixed for the soname: changing one
- *   changes the soname and KVSTASH_ABI_VERSION.
+ *   kvstash_board_signal: those passed in arrays or nested, and the small
+ *   signal), every value already given to an enum or flag, and every
+ *   function signature are fixed for the soname: changing one changes the
+ *   soname and KVSTASH_ABI_VERSION.
  */
 #ifndef KVSTASH_KVSTASH_H_
 #define KVSTASH_KVSTASH_H_
