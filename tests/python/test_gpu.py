@@ -56,6 +56,27 @@ def test_cuda_layout_round_trip(gpu_client, name, make):
     round_trip(gpu_client, make("torch", "cuda"), model=f"gpu-{name}")
 
 
+def test_token_pools_of_two_ranks_never_share_chunks(gpu_client):
+    """An SGLang token pool in GPU memory (K and V layers of kv_count 1, like
+    an MLA latent, but each rank's own heads): rank 1 finds nothing rank 0
+    stored. Stated replicated, the two ranks share one scope."""
+    import numpy as np
+
+    tokens = np.arange(16, dtype=np.int32)
+    blocks = np.arange(16, dtype=np.int32)  # one token per block
+    pool = layout_cases.sglang_token_pool("torch", "cuda")
+    layout_cases.fill_random(pool.bases, 5)
+    ranks = [gpu_client.register(pool.layers, model="gpu-tp", tp_rank=r, tp_size=2) for r in (0, 1)]
+    stored = ranks[0].store(ranks[0].chunks(tokens, blocks))
+    assert [o.result for o in stored] == [kvstash.ChunkResult.STORED]
+    assert ranks[1].lookup(ranks[1].chunk_keys(tokens)).hit_chunks == 0
+    shared = [gpu_client.register(pool.layers, model="gpu-tp", tp_rank=r, tp_size=2,
+                                  replicated_across_ranks=True) for r in (0, 1)]
+    assert shared[0].namespace_id == shared[1].namespace_id
+    for reg in ranks + shared:
+        reg.unregister()
+
+
 def test_layers_in_one_allocation_register_as_one_group(gpu_client):
     """Six layers carved out of one CUDA allocation (one IPC handle) are six
     layers of one geometry group for the daemon."""
