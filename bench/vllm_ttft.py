@@ -2,7 +2,7 @@
 prefix cache, vLLM's native CPU offloading and kvstash, one engine kind per
 run (each owns the GPU while it runs).
 
-    python bench/vllm_ttft.py --engine plain|native|kvstash [--lengths 1025,4097,...]
+    python bench/vllm_ttft.py --engine plain|native|kvstash|kvstash-layerwise [--lengths ...]
     python bench/vllm_ttft.py --table OUT_DIR     # the runs side by side
 
 Every figure is one request alone, one output token, the median of
@@ -10,7 +10,7 @@ Every figure is one request alone, one output token, the median of
 - cold: a prompt never seen (recompute; with native or kvstash, what storing
   it adds);
 - gpu_hit (plain): the same prompt again, from vLLM's GPU prefix cache;
-- offload_hit (native, kvstash): the same prompt again after vLLM's GPU
+- offload_hit (native, kvstash*): the same prompt again after vLLM's GPU
   prefix cache was emptied, so the KV comes back from the offload tier.
 It also measures the raw pinned host-to-device copy rate of this GPU, in the
 same process, and prints each hit's load time against it. The loaded case
@@ -144,7 +144,7 @@ def loaded_case(llm: Any, kind: str, count: int, rate: float, length: int) -> Di
 def table(directory: Path) -> int:
     """The runs in `directory` side by side (markdown); non-zero if any failed."""
     runs = {}
-    for kind in ("plain", "native", "kvstash"):
+    for kind in ("plain", "native", "kvstash", "kvstash-layerwise"):
         path = directory / f"ttft-{kind}.json"
         if path.exists():
             runs[kind] = json.loads(path.read_text())
@@ -161,11 +161,13 @@ def table(directory: Path) -> int:
 
     print()
     print("| prompt tokens | KV loaded | recompute | GPU prefix hit | native offload hit "
-          "| kvstash hit | kvstash target | kvstash / native | cold pass: native | cold pass: kvstash |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| kvstash hit | kvstash hit, layer-wise in the step | kvstash target | kvstash / native "
+          "| cold pass: native | cold pass: kvstash |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for plain in runs["plain"]["rows"]:
         t = plain["tokens"]
         native, kv = row_of("native", t), row_of("kvstash", t)
+        layerwise = row_of("kvstash-layerwise", t)
         target = plain["gpu_hit_ms"] + 1.1 * (kv or plain)["raw_load_ms"]
 
         def ms(r: Dict[str, Any], key: str) -> str:
@@ -177,7 +179,8 @@ def table(directory: Path) -> int:
         cold_k = f"{kv['cold_ms'] / plain['cold_ms'] - 1:+.1%}" if kv else "-"
         print(f"| {t:,} | {plain['kv_mib']:.0f} MiB | {plain['cold_ms']:.1f} | "
               f"{plain['gpu_hit_ms']:.1f} | {ms(native, 'offload_hit_ms')} | "
-              f"{ms(kv, 'offload_hit_ms')} | {target:.1f} | {ratio} | {cold_n} | {cold_k} |")
+              f"{ms(kv, 'offload_hit_ms')} | {ms(layerwise, 'offload_hit_ms')} | {target:.1f} | "
+              f"{ratio} | {cold_n} | {cold_k} |")
     print()
     print("| loaded case | requests | rate /s | TTFT median | TTFT p90 | throughput (req/s) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -193,7 +196,8 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--table":
         return table(Path(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", required=True, choices=["plain", "native", "kvstash"])
+    parser.add_argument("--engine", required=True,
+                        choices=["plain", "native", "kvstash", "kvstash-layerwise"])
     parser.add_argument("--model", default="llama3-8b", choices=sorted(engine.MODELS))
     parser.add_argument("--lengths", default="1025,4097,16385,32769")
     parser.add_argument("--prompts", type=int, default=5)
@@ -201,7 +205,6 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=4.0)
     parser.add_argument("--loaded-length", type=int, default=8192)
     parser.add_argument("--kvstashd-args", default="", help="extra kvstashd options")
-    parser.add_argument("--layerwise", default="true", choices=["true", "false"])
     parser.add_argument("--out", default="/tmp/kvstash-vllm-ttft")
     args = parser.parse_args()
     out = Path(args.out)
@@ -215,13 +218,15 @@ def main() -> int:
         import vllm
         result.update(gpu=engine.gpu_name(), vllm=vllm.__version__, torch=torch.__version__)
         result["raw_h2d_gbps"] = raw_h2d_gbps()
-        if args.engine == "kvstash":
+        kvstash_engine = args.engine.startswith("kvstash")
+        if kvstash_engine:
             daemon = engine.Kvstashd(out, name="kvstashd-ttft", l1_gb=60,
                                      extra=args.kvstashd_args.split())
         start = time.perf_counter()
         llm = engine.make_llm(
             model, kvstash_socket=daemon.socket if daemon else None,
-            layerwise=args.layerwise == "true",
+            # kvstash: loads between steps (the default), or in the step, layer-wise.
+            async_loads=args.engine == "kvstash",
             native_offload_gb=64 if args.engine == "native" else 0,
             max_model_len=max(lengths) + 64)
         result["engine_start_s"] = time.perf_counter() - start
