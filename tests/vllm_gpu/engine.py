@@ -157,6 +157,10 @@ def make_llm(model_dir: Path, *, kvstash_socket: Optional[str] = None, async_loa
                                                         **(connector_extra or {}))
     if native_offload_gb:
         kwargs.update(kv_offloading_size=native_offload_gb, kv_offloading_backend="native")
+    if tp > 1:
+        # vLLM's custom all-reduce failed at start-up beside kvstash's
+        # contexts on these GPUs (cuBLAS errors in the profile run); NCCL's works.
+        kwargs["disable_custom_all_reduce"] = True
     if full_cuda_graphs:
         kwargs["compilation_config"] = {"cudagraph_mode": "FULL_AND_PIECEWISE"}
     return LLM(**kwargs)
