@@ -45,8 +45,8 @@ std::vector<std::pair<const uint8_t*, size_t>> Unframe(const uint8_t* data, size
 // Valid inputs of every request type and the copy-path sequences.
 std::vector<Input> Seeds();
 // The crashes the fuzzer found (hollow unions, text that is not UTF-8 or too
-// long, a geometry span past 2^64 bytes, a NUL in a shared-memory name), as inputs (the checked-in regression corpus is
-// these bytes).
+// long, a geometry span past 2^64 bytes, a NUL in a shared-memory name), as
+// inputs (the checked-in regression corpus is these bytes).
 std::vector<Input> Regressions();
 
 }  // namespace kvstash::fuzz
