@@ -201,10 +201,6 @@ _PROTOTYPES = {
         _status,
         [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint64, c_void_p],
     ),
-    "kvstash_lookup": (
-        _status,
-        [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, POINTER(CLookupResult)],
-    ),
     "kvstash_lookup_ex": (
         _status,
         [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint32, POINTER(CLookupResult)],
@@ -218,10 +214,6 @@ _PROTOTYPES = {
         _status,
         [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint64, c_uint64,
          POINTER(_call_p)],
-    ),
-    "kvstash_lookup_submit": (
-        _status,
-        [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint64, POINTER(_call_p)],
     ),
     "kvstash_lookup_ex_submit": (
         _status,

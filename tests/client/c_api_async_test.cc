@@ -144,7 +144,7 @@ TEST_F(CApiAsync, DescribeStatsAndClearAnswerJsonAndCounts) {
   std::vector<kvstash_key> keys(2);
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), 64, keys.data()), KVSTASH_OK);
   kvstash_lookup_result hit{};
-  ASSERT_EQ(kvstash_lookup(client_, reg.id, keys.data(), 2, 0, &hit), KVSTASH_OK);
+  ASSERT_EQ(kvstash_lookup_ex(client_, reg.id, keys.data(), 2, 0, 0, &hit), KVSTASH_OK);
   EXPECT_EQ(hit.hit_chunks, 0u);
   EXPECT_EQ(kvstash_describe(client_, nullptr), KVSTASH_INVALID_ARGUMENT);
 }
@@ -214,7 +214,8 @@ TEST_F(CApiAsync, SubmittedCallsCompleteWithTheirResults) {
   std::vector<kvstash_key> keys(3);
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), 96, keys.data()), KVSTASH_OK);
   kvstash_call* lookup = nullptr;
-  ASSERT_EQ(kvstash_lookup_submit(client_, reg.id, keys.data(), 3, 0, 42, &lookup), KVSTASH_OK);
+  ASSERT_EQ(kvstash_lookup_ex_submit(client_, reg.id, keys.data(), 3, 0, 0, 42, &lookup),
+            KVSTASH_OK);
   ASSERT_EQ(kvstash_call_wait(lookup, UINT32_MAX), 1);
   kvstash_lookup_result hit{};
   EXPECT_EQ(kvstash_call_lookup_result(lookup, &hit), KVSTASH_OK);
@@ -269,8 +270,9 @@ TEST_F(CApiAsync, TakeCompletedReturnsEachCallOnceAndNeverAFreedOne) {
   constexpr int kCalls = 40;
   std::vector<kvstash_call*> calls(kCalls);
   for (int i = 0; i < kCalls; ++i) {
-    ASSERT_EQ(kvstash_lookup_submit(client_, reg.id, keys.data(), 4, 0, uint64_t(i), &calls[i]),
-              KVSTASH_OK);
+    ASSERT_EQ(
+        kvstash_lookup_ex_submit(client_, reg.id, keys.data(), 4, 0, 0, uint64_t(i), &calls[i]),
+        KVSTASH_OK);
     if (i % 4 == 0) kvstash_call_free(calls[i]);  // freed in flight (or just done)
   }
   for (int i = 0; i < kCalls; ++i) {
@@ -343,12 +345,13 @@ TEST_F(CApiAsync, ManyThreadsSubmitAndCollectThroughTheFdAndWait) {
         kvstash_call* call = nullptr;
         if (i % 2 == 0) {  // completion through the fd
           submitted_to_fd.fetch_add(1);
-          if (kvstash_lookup_submit(client_, reg.id, keys.data(), 2, 0, tag, &call) != KVSTASH_OK) {
+          if (kvstash_lookup_ex_submit(client_, reg.id, keys.data(), 2, 0, 0, tag, &call) !=
+              KVSTASH_OK) {
             submitted_to_fd.fetch_sub(1);
           }
         } else {  // completion through wait; freed without being taken
-          if (kvstash_lookup_submit(waiting_client, waiting_reg.id, keys.data(), 2, 0, tag,
-                                    &call) == KVSTASH_OK &&
+          if (kvstash_lookup_ex_submit(waiting_client, waiting_reg.id, keys.data(), 2, 0, 0, tag,
+                                       &call) == KVSTASH_OK &&
               kvstash_call_wait(call, 10000) == 1 && kvstash_call_status(call) == KVSTASH_OK) {
             waited_ok.fetch_add(1);
           }
@@ -380,7 +383,8 @@ TEST_F(CApiAsync, CallsOutliveTheirClientAndEndCancelledOrDone) {
   std::vector<kvstash_key> keys(1);
   std::vector<kvstash_call*> calls(50);
   for (size_t i = 0; i < calls.size(); ++i) {
-    ASSERT_EQ(kvstash_lookup_submit(client_, reg.id, keys.data(), 1, 0, i, &calls[i]), KVSTASH_OK);
+    ASSERT_EQ(kvstash_lookup_ex_submit(client_, reg.id, keys.data(), 1, 0, 0, i, &calls[i]),
+              KVSTASH_OK);
   }
   kvstash_close(client_);
   client_ = nullptr;

@@ -81,7 +81,7 @@ TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
   std::vector<kvstash_key> keys(chunks.size());
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), tokens.size(), keys.data()), KVSTASH_OK);
   kvstash_lookup_result hit{};
-  ASSERT_EQ(kvstash_lookup(client, reg.id, keys.data(), keys.size(), 0, &hit), KVSTASH_OK);
+  ASSERT_EQ(kvstash_lookup_ex(client, reg.id, keys.data(), keys.size(), 0, 0, &hit), KVSTASH_OK);
   EXPECT_EQ(hit.hit_chunks, 3u);
   EXPECT_EQ(hit.hit_tokens, 150u);
   EXPECT_NE(hit.lease_id, 0u);

@@ -80,7 +80,7 @@ class DaemonRestart : public ::testing::Test {
   kvstash_call* PendingLookup() {
     kvstash_key key{};
     kvstash_call* call = nullptr;
-    EXPECT_EQ(kvstash_lookup_submit(client_, reg_.id, &key, 1, 0, 1, &call), KVSTASH_OK);
+    EXPECT_EQ(kvstash_lookup_ex_submit(client_, reg_.id, &key, 1, 0, 0, 1, &call), KVSTASH_OK);
     return call;
   }
 
@@ -163,7 +163,7 @@ TEST_F(DaemonRestart, TheSameRegistrationServesAgainAfterARestart) {
   kvstash_lookup_result hit{};
   kvstash_status status = KVSTASH_UNAVAILABLE;
   while (Clock::now() - restart < std::chrono::seconds(10)) {
-    status = kvstash_lookup(client_, reg_.id, keys, 2, 0, &hit);
+    status = kvstash_lookup_ex(client_, reg_.id, keys, 2, 0, 0, &hit);
     if (status == KVSTASH_OK) break;
     ASSERT_EQ(status, KVSTASH_UNAVAILABLE) << kvstash_last_error(client_);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
