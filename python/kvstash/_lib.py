@@ -27,8 +27,6 @@ from ctypes import (
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-KVSTASH_DEFAULT_SOCKET = "ipc:///run/kvstash/kvstash.sock"
-
 ALLOCATION_SHM = 0
 ALLOCATION_CUDA_IPC = 1
 
