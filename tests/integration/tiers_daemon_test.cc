@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "kvstash/tiers/chunk_header.h"
 #include "redis_process.h"
 
 namespace kvstash::testing {
@@ -236,6 +237,26 @@ TEST_F(TiersTest, L2SurvivesARestartByteExact) {
   for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
 }
 
+TEST_F(TiersTest, EveryChunkCalledStoredIsInL2AfterAStopRightAfterTheStores) {
+  // Stores answered, then SIGTERM at once: the writes still queued for L2
+  // land before kvstashd exits, and the restarted daemon finds every one.
+  std::vector<ChunkKey> keys;
+  for (uint32_t p = 1; p <= 3; ++p) {
+    const auto tokens = PromptTokens(p, 16 * kChunkTokens + 20, 0);  // 16 full and a partial
+    auto stored = FillAndStore(kSeed + p, tokens, Blocks(0, 66));
+    ASSERT_EQ(stored.size(), 17u);
+    for (const auto& o : stored) ASSERT_EQ(o.result, ChunkResult::kStored) << NameOf(o.result);
+    for (const auto& c : Chunks(tokens, Blocks(0, 66))) keys.push_back(c.key);
+  }
+  ASSERT_TRUE(RestartAndReregister().ok());
+  auto describe = client_->Describe().get();
+  ASSERT_TRUE(describe.ok());
+  EXPECT_EQ(json::parse(*describe)["tiers"][1]["rebuild"]["chunks"], keys.size());
+  for (const ChunkKey& key : keys) {
+    EXPECT_EQ(::access(L2PathOf(key).c_str(), F_OK), 0) << Hex(key);
+  }
+}
+
 TEST_F(TiersTest, CorruptOrTruncatedL2FilesAreReportedMissingNeverServed) {
   const auto a = StorePrompt(1, 4, 0);
   ASSERT_TRUE(WaitForPuts("L2", 4));
@@ -277,6 +298,44 @@ TEST_F(TiersTest, CorruptOrTruncatedL2FilesAreReportedMissingNeverServed) {
   auto hit = client_->Lookup(reg_.id, Keys(a)).get();
   ASSERT_TRUE(hit.ok());
   EXPECT_EQ(hit->hit_chunks, 1u);
+}
+
+TEST_F(TiersTest, AHeaderSayingMoreTokensThanAChunkHoldsIsNoHit) {
+  const auto a = StorePrompt(1, 2, 0);
+  ASSERT_TRUE(WaitForPuts("L2", 2));
+  client_.reset();
+  ASSERT_EQ(daemon_->Stop(), 0);
+  // Chunk 0's header says 80 tokens (of 64), with its checksum redone: a
+  // sound header of no chunk this registration can hold.
+  {
+    const std::string path = L2PathOf(a[0].key);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    std::vector<uint8_t> head(tiers::kChunkHeaderBytes);
+    f.read(reinterpret_cast<char*>(head.data()), std::streamsize(head.size()));
+    Result<tiers::ChunkHeader> header = tiers::DecodeChunkHeader(head.data(), head.size());
+    ASSERT_TRUE(header.ok()) << header.status().ToString();
+    header->num_tokens = 80;
+    tiers::EncodeChunkHeader(*header, head.data());
+    f.seekp(0);
+    f.write(reinterpret_cast<const char*>(head.data()), std::streamsize(head.size()));
+  }
+  ASSERT_TRUE(daemon_->Restart().ok());
+  client_ = Connect();
+  auto reg = client_->RegisterKV(engine_->Registration("test-model")).get();
+  ASSERT_TRUE(reg.ok());
+  reg_ = *reg;
+  auto hit = client_->Lookup(reg_.id, Keys(a)).get();
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  EXPECT_LE(hit->hit_tokens, uint64_t{kChunkTokens} * hit->hit_chunks);
+  EXPECT_EQ(hit->hit_chunks, 0u) << "the prefix ends at the chunk that is not one";
+  if (hit->lease_id) {
+    EXPECT_TRUE(client_->Release(hit->lease_id).get().ok());
+  }
+  std::vector<ChunkOutcome> outcomes;
+  RetrieveMismatches(1, 2, 64, &outcomes);
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].result, ChunkResult::kMissing) << NameOf(outcomes[0].result);
 }
 
 TEST_F(TiersTest, LookupSaysEachHitsTierAndPrefetchCompletes) {
