@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "kvstash/tiers/chunk_header.h"
 #include "redis_process.h"
+#include "resp_peer.h"
 
 namespace kvstash::testing {
 namespace {
@@ -412,6 +413,47 @@ TEST_F(SmallL2Test, LeasedChunkSurvivesTheCascadeFromL1ThroughL2) {
   auto gone = client_->Lookup(reg_.id, Keys(b)).get();
   ASSERT_TRUE(gone.ok());
   EXPECT_EQ(gone->hit_chunks, 0u);
+}
+
+// A Redis port answered by anyone: a reply announcing 2^31 elements, then
+// more of them for as long as the connection lasts. Lookups still answer,
+// and SIGTERM still stops kvstashd promptly.
+TEST(TiersHostileRedis, AHugeArrayReplyNeitherHoldsLookupsNorTheStop) {
+  std::string more;
+  for (int i = 0; i < 4096; ++i) more += ":1\r\n";
+  auto peer = tiers::testing::RespPeer::Start([more](const std::vector<std::string>& c) {
+    if (c.size() == 2 && c[0] == "CLUSTER") {
+      return tiers::testing::RespPeer::Answer{"-ERR cluster support disabled\r\n", nullptr};
+    }
+    return tiers::testing::RespPeer::Answer{"*2147483647\r\n", [more] { return more; }};
+  });
+  ASSERT_TRUE(peer);
+  auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0078125",
+                                      "--l1-slice-mb", "4", "--l3-redis", peer->endpoint()});
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  auto engine = EngineKv::Create(EngineShape{});
+  ASSERT_TRUE(engine.ok());
+  ClientOptions options;
+  options.socket = (*daemon)->socket();
+  options.request_timeout = std::chrono::milliseconds(10000);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto reg = (*client)->RegisterKV(engine->Registration("hostile-model")).get();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const auto tokens = PromptTokens(3, 4 * kChunkTokens, 0);
+  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 16).data(), 16);
+  ASSERT_TRUE(chunks.ok());
+  std::vector<ChunkKey> keys;
+  for (const auto& c : *chunks) keys.push_back(c.key);
+  for (int i = 0; i < 3; ++i) {  // each goes on to L3 and meets the reply
+    auto hit = (*client)->Lookup(reg->id, keys).get();
+    ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+    EXPECT_EQ(hit->hit_chunks, 0u);
+  }
+  client->reset();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ((*daemon)->Stop(), 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }
 
 // Two "nodes": daemons with their own sockets and L1s, sharing one Redis.
