@@ -161,5 +161,27 @@ TEST(RedisReplies, AHugeArrayOrEndlessStringIsRefusedAndTheTierStopsPromptly) {
   }
 }
 
+TEST(RedisReplies, AReplyOfTheWrongTypeIsAFailureNotASuccess) {
+  // SET answered with an integer, DEL with a status, GETRANGE with an array.
+  auto peer = RespPeer::Start([](const std::vector<std::string>& c) {
+    if (c.size() == 2 && c[0] == "CLUSTER") {
+      return RespPeer::Answer{RespError("ERR This instance has cluster support disabled"), nullptr};
+    }
+    if (c[0] == "SET") return RespPeer::Answer{RespInteger(1), nullptr};
+    if (c[0] == "DEL") return RespPeer::Answer{"+OK\r\n", nullptr};
+    if (c[0] == "GETRANGE" && c[1].back() == '0') return RespPeer::Answer{RespBulk(""), nullptr};
+    return RespPeer::Answer{RespArrayHeader(1) + RespInteger(1), nullptr};
+  });
+  ASSERT_TRUE(peer);
+  Result<std::unique_ptr<RedisTier>> tier = RedisTier::Open(Options(*peer));
+  ASSERT_TRUE(tier.ok());
+  std::vector<uint8_t> payload(8192, 7);
+  PutRequest put{MakeId(3, 1), testing::MakeFingerprint(1), 10, payload.data(), payload.size()};
+  std::vector<PutResult> put_results = PutAsync(**tier, {put}).get();
+  EXPECT_EQ(put_results.at(0).outcome, PutOutcome::kFailed);
+  std::vector<Status> removed = RemoveAsync(**tier, {MakeId(3, 1)}).get();
+  EXPECT_EQ(removed.at(0).code(), StatusCode::kUnavailable) << removed.at(0).ToString();
+}
+
 }  // namespace
 }  // namespace kvstash::tiers

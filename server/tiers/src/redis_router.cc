@@ -26,6 +26,9 @@ constexpr int kWaitSliceMs = 50;
 // Bytes a reader may hold past the reply's strings: RESP framing and the
 // 16 KiB hiredis reads at a time.
 constexpr uint64_t kReplySlackBytes = 64u << 10;
+// Any reply may be an error line instead (MOVED to a long host name, OOM):
+// that much is allowed whatever the command's own bound.
+constexpr uint64_t kErrorReplyBytes = 1024;
 // CLUSTER SLOTS: 16384 ranges of a few servers each.
 constexpr uint64_t kClusterSlotsReplyBytes = 8u << 20;
 
@@ -202,6 +205,7 @@ Status RedisRouter::Send(const Node& n, Connection& conn) {
 
 Status RedisRouter::Receive(const Node& n, Connection& conn, uint64_t max_reply_bytes, Reply* out) {
   redisContext* c = conn.context.get();
+  max_reply_bytes = std::max(max_reply_bytes, kErrorReplyBytes);
   conn.budget.Reset(kMaxReplyElements, max_reply_bytes);
   for (;;) {
     void* raw = nullptr;

@@ -489,8 +489,13 @@ void RedisTier::Remove(std::vector<ChunkId> ids, RemoveDone done) {
         }
         impl_->router_.Execute(set, pointers);
         for (size_t k = 0; k < part.size(); ++k) {
-          if (items[k].status.ok()) TierStats::Add(impl_->stats_.removed_chunks);
-          results->Finish(b + k, items[k].status);
+          Status status = items[k].status;
+          if (status.ok() && !items[k].replies.empty() &&
+              (!items[k].replies[0] || items[k].replies[0]->type != REDIS_REPLY_INTEGER)) {
+            status = Status::Unavailable("L3 redis DEL: " + ErrorText(items[k].replies[0]));
+          }
+          if (status.ok()) TierStats::Add(impl_->stats_.removed_chunks);
+          results->Finish(b + k, std::move(status));
         }
       });
 }
