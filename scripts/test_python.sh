@@ -28,7 +28,8 @@ PY
 }
 
 mkdir -p "$(dirname "$venv")"
-# One creator at a time (parallel CI jobs, or helpers sharing the machine).
+# One creator at a time (parallel CI jobs, or several checkouts sharing the
+# machine).
 exec 9>"$venv.lock"
 flock 9
 if ! venv_ok; then
