@@ -61,7 +61,55 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
                    mode == TransferMode::kDma ? config.staging_mb : 0);
     backend->devices_.push_back(std::move(device));
   }
+  if (config.multipath == "on") KVSTASH_RETURN_IF_ERROR(backend->SetUpMultipath(config));
   return std::unique_ptr<Backend>(std::move(backend));
+}
+
+Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
+  const int count = num_devices();
+  if (count < 2) {
+    multipath_state_ = "one path: one GPU visible";
+    Logger()->info("multi-path retrieves: {}", multipath_state_);
+    return Status::Ok();
+  }
+  Result<cuda::PeerTopology> topology = cuda::PeerTopology::Detect(count);
+  if (!topology.ok()) return topology.status();
+  topology_ = std::move(*topology);
+  // Helpers only where some peer can use them, peer access on both ways.
+  helpers_.resize(size_t(count));
+  for (int helper = 0; helper < count; ++helper) {
+    for (int target = 0; target < count; ++target) {
+      if (!topology_->CanHelp(helper, target)) continue;
+      KVSTASH_RETURN_IF_ERROR(cuda::EnablePeerAccess(helper, target));
+      KVSTASH_RETURN_IF_ERROR(cuda::EnablePeerAccess(target, helper));
+      if (helpers_[size_t(helper)] == nullptr) {
+        Result<std::unique_ptr<CudaHelperPath>> path = CudaHelperPath::Create(
+            helper, mode_ == TransferMode::kDma ? uint64_t(config.multipath_staging_mb) << 20 : 0);
+        if (!path.ok()) return path.status();
+        helpers_[size_t(helper)] = std::move(*path);
+      }
+    }
+  }
+  loads_ = std::make_unique<LinkLoads>(count);
+  int linked_targets = 0;
+  for (int target = 0; target < count; ++target) {
+    CudaCopyLane::Helpers helpers;
+    helpers.loads = loads_.get();
+    helpers.policy.min_path_bytes = uint64_t(config.multipath_min_path_kib) << 10;
+    for (int helper = 0; helper < count; ++helper) {
+      if (topology_->CanHelp(helper, target))
+        helpers.paths.push_back(helpers_[size_t(helper)].get());
+    }
+    linked_targets += helpers.paths.empty() ? 0 : 1;
+    devices_[size_t(target)].retrieve->SetHelpers(std::move(helpers));
+  }
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  multipath_state_ = linked_targets > 0
+                         ? "on: " + std::to_string(linked_targets) + " of " +
+                               std::to_string(count) + " GPUs have NVLink peers to help them"
+                         : "one path: no two GPUs have NVLink and peer access";
+  Logger()->info("multi-path retrieves: {}", multipath_state_);
+  return Status::Ok();
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -74,7 +122,15 @@ Result<std::shared_ptr<MappedAllocation>> CudaBackend::Open(const AllocationSpec
   }
   Result<int> device = cuda::DeviceWithUuid(spec.gpu_uuid, "kvstashd");
   if (!device.ok()) return device.status();
-  return OpenIpcAllocation(spec, *device, ipc_open_);
+  // Direct-mode multi-path: the helpers' kernels write this memory, so it
+  // is opened on each of them too.
+  std::vector<int> peers;
+  if (mode_ == TransferMode::kDirect && topology_) {
+    for (size_t h = 0; h < helpers_.size(); ++h) {
+      if (helpers_[h] != nullptr && topology_->CanHelp(int(h), *device)) peers.push_back(int(h));
+    }
+  }
+  return OpenIpcAllocation(spec, *device, ipc_open_, peers);
 }
 
 SlabHooks CudaBackend::slab_hooks() {
@@ -157,6 +213,40 @@ void CudaBackend::Describe(nlohmann::json& out) const {
   out["gpu_memory_bytes"] = gpu_bytes;
   out["ipc_allocations_open"] = ipc_open_->load();
   out["devices"] = devices;
+  nlohmann::json multipath = {{"state", multipath_state_}};
+  if (topology_) {
+    nlohmann::json links = nlohmann::json::array();
+    for (int from = 0; from < topology_->devices(); ++from) {
+      for (int to = from + 1; to < topology_->devices(); ++to) {
+        const cuda::PeerLink& link = topology_->link(from, to);
+        links.push_back({{"gpus", {from, to}},
+                         {"peer_access", link.access},
+                         {"nvlink", link.nvlink},
+                         {"performance_rank", link.performance_rank}});
+      }
+    }
+    multipath["nvlink_from"] = topology_->source();
+    multipath["links"] = links;
+    nlohmann::json helpers = nlohmann::json::array();
+    for (size_t d = 0; d < helpers_.size(); ++d) {
+      const CudaHelperPath* h = helpers_[d].get();
+      if (h == nullptr) continue;
+      nlohmann::json one = {{"device", h->device()},
+                            {"staging_bytes", h->staging_bytes()},
+                            {"retrieves_helped", h->retrieves_helped()},
+                            {"bytes_carried", h->bytes_carried()},
+                            {"failed", h->failed()}};
+      if (h->failed()) one["failure"] = h->failure();
+      helpers.push_back(one);
+      gpu_bytes += h->staging_bytes();
+    }
+    multipath["helpers"] = helpers;
+    nlohmann::json retrieves = nlohmann::json::array();
+    for (const Device& d : devices_) retrieves.push_back(d.retrieve->multipath_retrieves());
+    multipath["multipath_retrieves"] = retrieves;  // per target GPU
+    out["gpu_memory_bytes"] = gpu_bytes;
+  }
+  out["multipath"] = multipath;
 }
 
 }  // namespace kvstash::server

@@ -18,6 +18,17 @@
 //          do not each pay a copy's and a launch's fixed cost.
 //   direct the kernels read and write the mapped pinned L1 slots themselves:
 //          no GPU staging memory at all.
+//   multi-path (dma retrieves, with helpers): sub-batches also travel
+//          through other GPUs that reach this one over NVLink while their
+//          own retrieve lanes are idle (multipath_policy.h): L1 slot ->
+//          cudaMemcpyAsync over the helper's PCIe link -> the helper's
+//          staging -> cudaMemcpyPeerAsync over NVLink -> this GPU's staging,
+//          then the same scatter on this GPU's kernel stream. So every
+//          scatter and every board slot stays on this lane's kernel stream,
+//          in the order of a single path: a range's slot is written after
+//          the scatters of all its sub-batches, whichever path carried them.
+//          A helper whose copy fails is abandoned (never used again) and the
+//          sub-batches it had not delivered go over this GPU's own link.
 //
 // Every group's layer addresses go to the GPU once per registration (cached
 // by registration id); a request uploads only its chunk entries and block
@@ -45,9 +56,13 @@
 #include "kvstash/config/server_config.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
+#include "multipath_policy.h"
 #include "registration_cache.h"
 
 namespace kvstash::server {
+
+class CudaHelperPath;
+class LinkLoads;
 
 using config::CompletionWait;  // parsed once, in the config
 using config::TransferMode;
@@ -73,6 +88,19 @@ class CudaCopyLane {
   };
   static Result<std::unique_ptr<CudaCopyLane>> Create(const Options& options);
 
+  // Multi-path retrieves (dma mode): the GPUs that may carry part of this
+  // lane's retrieves, and the per-link queues that say when they are idle.
+  struct Helpers {
+    std::vector<CudaHelperPath*> paths;  // reach this GPU over NVLink, peer access on
+    const LinkLoads* loads = nullptr;    // required with paths
+    MultipathPolicy policy;
+    // Tests: called before a helper copies a sub-batch over NVLink (its host
+    // copy enqueued); an error makes that helper fail as a CUDA error would.
+    std::function<Status(int helper_device, size_t sub_batch)> fault;
+  };
+  // Set once, before the first Copy; without it a retrieve has one path.
+  void SetHelpers(Helpers helpers) { helpers_ = std::move(helpers); }
+
   // Chunks past their deadline are left out before anything is enqueued;
   // in dma mode each sub-batch is checked again before it is enqueued, and
   // once one is past, it and the rest are left out (deadlines.missed).
@@ -89,6 +117,10 @@ class CudaCopyLane {
   // The plan arena and the cached layer addresses on the GPU (the arena
   // takes as much pinned host memory again).
   uint64_t plan_bytes() const { return plan_bytes_.load(std::memory_order_relaxed); }
+  // Retrieves that more than one path carried.
+  uint64_t multipath_retrieves() const {
+    return multipath_retrieves_.load(std::memory_order_relaxed);
+  }
 
  private:
   explicit CudaCopyLane(const Options& options) : options_(options) {}
@@ -113,10 +145,60 @@ class CudaCopyLane {
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end):
   // per window, one copy per run of slots adjacent in both and in one slab
   // (a 2D copy where the window is less than a chunk).
+  // `stream`: the copy stream, or a helper's host stream (then untraced:
+  // the trace's events live on this GPU).
   Status CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
                    const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
                    size_t begin, size_t end, uint64_t chunk_bytes, size_t trace_step,
-                   const std::vector<std::pair<uint64_t, uint64_t>>& windows);
+                   const std::vector<std::pair<uint64_t, uint64_t>>& windows,
+                   cudaStream_t stream = nullptr);
+  // A helper held for the current retrieve, and how it lays out sub-batches.
+  struct HeldHelper {
+    CudaHelperPath* path = nullptr;
+    size_t regions = 0;                         // of `per_region` chunks each in its staging
+    size_t used = 0;                            // sub-batches it carried so far in this request
+    uint64_t bytes = 0;                         // bytes it carried in this request
+    const LayerAddresses* addresses = nullptr;  // direct mode: the layers as it reaches them
+  };
+  // Direct mode: the registration's layer addresses as `path`'s GPU reaches
+  // them (the engine's allocations opened there), uploaded at first use.
+  Result<const LayerAddresses*> HelperAddressesOf(CudaHelperPath& path, const CopyLayout& layout);
+  // Direct mode with helpers held: each path scatters its share of the
+  // chunks, step by step; a step's slots wait for every path's scatter.
+  Status CopyDirectMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
+                             const std::vector<CopyStep>& steps,
+                             const std::vector<kernels::ChunkCopy>& chunks,
+                             const std::vector<uint8_t*>& flats, const CopySignal* signal);
+  // The scatter of `step` over the helper's `count` chunks, on its link
+  // stream; the kernel stream waits for it.
+  Status LaunchOnHelper(HeldHelper& h, const CopyLayout& layout, const CopyStep& step, size_t count,
+                        size_t step_index);
+  // Takes the helpers the policy picks for a retrieve of `chunks` chunks
+  // (their queues read now) into held_; returns how many.
+  size_t AcquireHelpers(size_t chunks, uint64_t chunk_bytes);
+  // Sub-batch [begin, end) of step windows `windows` through helper h into
+  // this GPU's staging `flats`; the kernel stream waits for it. wait_free:
+  // region `region` of this GPU's ring must be free first.
+  Status CarryThroughHelper(HeldHelper& h, const std::vector<kernels::ChunkCopy>& chunks,
+                            const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
+                            size_t begin, size_t end, size_t per_region, uint64_t chunk_bytes,
+                            size_t sub_batch,
+                            const std::vector<std::pair<uint64_t, uint64_t>>& windows,
+                            bool wait_free, size_t region);
+  Status EnqueueOnHelper(HeldHelper& h, const std::vector<kernels::ChunkCopy>& chunks,
+                         const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
+                         size_t begin, size_t end, size_t per_region, uint64_t chunk_bytes,
+                         size_t sub_batch,
+                         const std::vector<std::pair<uint64_t, uint64_t>>& windows, bool wait_free,
+                         size_t region, size_t* helper_region);
+  // Waits on the CPU for everything enqueued on h, then never uses it again.
+  void Abandon(HeldHelper& h, const Status& why);
+  // The kernel stream waits for the ends of the held helpers' streams, so
+  // that Drain covers them (abandoning a helper where that fails).
+  void JoinHelpers();
+  // Gives the held helpers back once nothing of theirs is in flight
+  // (drained: the lane's wait, which covers them, succeeded).
+  void ReleaseHelpers(bool drained);
   // Waits, sleeping, for everything enqueued on both streams since `start`.
   Status Drain(uint64_t bytes, std::chrono::steady_clock::time_point start);
   // Sleeps through the shortest time the copy can take, then polls done_.
@@ -140,7 +222,10 @@ class CudaCopyLane {
   LaneTrace trace_;
   size_t traced_steps_ = 0;
   std::atomic<uint64_t> plan_bytes_{0};
-  uint32_t max_ctas_ = 0;  // grid cap of the kernels (direct mode); 0: none
+  uint32_t max_ctas_ = 0;         // grid cap of the kernels (direct mode); 0: none
+  Helpers helpers_;               // set before the first Copy
+  std::vector<HeldHelper> held_;  // during a retrieve only
+  std::atomic<uint64_t> multipath_retrieves_{0};
 };
 
 }  // namespace kvstash::server

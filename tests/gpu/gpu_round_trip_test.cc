@@ -2,9 +2,10 @@
 // two GPU engine processes: one stores a prompt from its cudaMalloc'd KV, the
 // other retrieves it into poisoned blocks of its own and compares all of its
 // memory with what the kernels' CPU twins predict. Every layout in both
-// transfer modes. Skips without a GPU.
+// transfer modes, with and without multi-path retrieves. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <ostream>
 #include <string>
@@ -45,11 +46,17 @@ class GpuRoundTripTest : public ::testing::TestWithParam<std::tuple<RoundTrip, s
   static void TearDownTestSuite() { daemons_.clear(); }
   void SetUp() override { KVSTASH_SKIP_WITHOUT_GPU(); }
 
-  // One daemon per transfer mode, shared by the suite.
+  // One daemon per transfer mode, shared by the suite. "<mode>-multipath":
+  // retrieves also through NVLink peers, however small (one path where the
+  // host has no two GPUs joined by NVLink).
   DaemonProcess* Daemon(const std::string& mode) {
     auto& daemon = daemons_[mode];
     if (!daemon) {
-      auto started = StartCudaDaemon(mode);
+      const size_t dash = mode.find("-multipath");
+      auto started = dash == std::string::npos
+                         ? StartCudaDaemon(mode)
+                         : StartCudaDaemon(mode.substr(0, dash),
+                                           {"--multipath", "on", "--multipath-min-path-kib", "0"});
       EXPECT_TRUE(started.ok()) << started.status().ToString();
       if (started.ok()) daemon = std::move(*started);
     }
@@ -83,9 +90,12 @@ TEST_P(GpuRoundTripTest, AnotherEngineRetrievesEveryByteStored) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTripTest,
                          ::testing::Combine(::testing::ValuesIn(RoundTrips()),
-                                            ::testing::Values("dma", "direct")),
+                                            ::testing::Values("dma", "direct", "dma-multipath",
+                                                              "direct-multipath")),
                          [](const auto& info) {
-                           return std::get<0>(info.param).name + "_" + std::get<1>(info.param);
+                           std::string mode = std::get<1>(info.param);
+                           std::replace(mode.begin(), mode.end(), '-', '_');
+                           return std::get<0>(info.param).name + "_" + mode;
                          });
 
 }  // namespace
