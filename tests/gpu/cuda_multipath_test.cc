@@ -254,7 +254,9 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
       }
     }
     if (c.scenario == Scenario::kHelperBusy) loads_.Add(kHelper, Direction::kRetrieve, 1);
-    if (c.scenario == Scenario::kHelperHeld) ASSERT_TRUE(helper_->TryAcquire());
+    if (c.scenario == Scenario::kHelperHeld) {
+      ASSERT_TRUE(helper_->TryAcquire());
+    }
 
     const std::vector<GroupAddresses> groups = Groups(device_kv_);
     CopyLayout layout{1, chunk_bytes_, groups};
