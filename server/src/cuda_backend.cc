@@ -67,27 +67,40 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
 
 Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
   const int count = num_devices();
-  if (count < 2) {
-    multipath_state_ = "one path: one GPU visible";
+  const auto say = [this](std::string state) {
+    multipath_state_ = std::move(state);
     Logger()->info("multi-path retrieves: {}", multipath_state_);
     return Status::Ok();
-  }
+  };
+  if (count < 2) return say("one path: one GPU visible");
+  // Whatever fails here leaves fewer paths (down to one), never a daemon
+  // that does not start: each retrieve still has its own GPU's link.
   Result<cuda::PeerTopology> topology = cuda::PeerTopology::Detect(count);
-  if (!topology.ok()) return topology.status();
+  if (!topology.ok()) return say("one path: peer links unknown: " + topology.status().message());
   topology_ = std::move(*topology);
-  // Helpers only where some peer can use them, peer access on both ways.
   helpers_.resize(size_t(count));
+  helps_.assign(size_t(count) * size_t(count), false);
   for (int helper = 0; helper < count; ++helper) {
     for (int target = 0; target < count; ++target) {
       if (!topology_->CanHelp(helper, target)) continue;
-      KVSTASH_RETURN_IF_ERROR(cuda::EnablePeerAccess(helper, target));
-      KVSTASH_RETURN_IF_ERROR(cuda::EnablePeerAccess(target, helper));
+      Status enabled = cuda::EnablePeerAccess(helper, target);
+      if (enabled.ok()) enabled = cuda::EnablePeerAccess(target, helper);
+      if (!enabled.ok()) {
+        Logger()->warn("GPU {} will not carry retrieves for GPU {}: {}", helper, target,
+                       enabled.message());
+        continue;
+      }
       if (helpers_[size_t(helper)] == nullptr) {
         Result<std::unique_ptr<CudaHelperPath>> path = CudaHelperPath::Create(
             helper, mode_ == TransferMode::kDma ? uint64_t(config.multipath_staging_mb) << 20 : 0);
-        if (!path.ok()) return path.status();
+        if (!path.ok()) {
+          Logger()->warn("GPU {} will not carry retrieves for its peers: {}", helper,
+                         path.status().message());
+          break;
+        }
         helpers_[size_t(helper)] = std::move(*path);
       }
+      helps_[size_t(helper) * size_t(count) + size_t(target)] = true;
     }
   }
   loads_ = std::make_unique<LinkLoads>(count);
@@ -97,19 +110,16 @@ Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
     helpers.loads = loads_.get();
     helpers.policy.min_path_bytes = uint64_t(config.multipath_min_path_kib) << 10;
     for (int helper = 0; helper < count; ++helper) {
-      if (topology_->CanHelp(helper, target))
-        helpers.paths.push_back(helpers_[size_t(helper)].get());
+      if (Helps(helper, target)) helpers.paths.push_back(helpers_[size_t(helper)].get());
     }
     linked_targets += helpers.paths.empty() ? 0 : 1;
     devices_[size_t(target)].retrieve->SetHelpers(std::move(helpers));
   }
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
-  multipath_state_ = linked_targets > 0
-                         ? "on: " + std::to_string(linked_targets) + " of " +
-                               std::to_string(count) + " GPUs have NVLink peers to help them"
-                         : "one path: no two GPUs have NVLink and peer access";
-  Logger()->info("multi-path retrieves: {}", multipath_state_);
-  return Status::Ok();
+  return say(linked_targets > 0
+                 ? "on: " + std::to_string(linked_targets) + " of " + std::to_string(count) +
+                       " GPUs have NVLink peers to carry their retrieves"
+                 : "one path: no two GPUs have NVLink and peer access");
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -127,7 +137,7 @@ Result<std::shared_ptr<MappedAllocation>> CudaBackend::Open(const AllocationSpec
   std::vector<int> peers;
   if (mode_ == TransferMode::kDirect && topology_) {
     for (size_t h = 0; h < helpers_.size(); ++h) {
-      if (helpers_[h] != nullptr && topology_->CanHelp(int(h), *device)) peers.push_back(int(h));
+      if (Helps(int(h), *device)) peers.push_back(int(h));
     }
   }
   return OpenIpcAllocation(spec, *device, ipc_open_, peers);

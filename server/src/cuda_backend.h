@@ -54,6 +54,10 @@ class CudaBackend : public Backend {
   // Multi-path retrieves: the topology, peer access, each GPU's helper and
   // each retrieve lane's helpers; otherwise why there is one path.
   Status SetUpMultipath(const config::ServerConfig& config);
+  // Whether `helper` carries retrieves for `target`.
+  bool Helps(int helper, int target) const {
+    return !helps_.empty() && helps_[size_t(helper) * devices_.size() + size_t(target)];
+  }
 
   const TransferMode mode_;
   const CompletionWait wait_;
@@ -62,6 +66,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<LinkLoads> loads_;
   std::optional<cuda::PeerTopology> topology_;
   std::vector<std::unique_ptr<CudaHelperPath>> helpers_;  // index = CUDA ordinal; may be null
+  std::vector<bool> helps_;  // [helper * devices + target]: NVLink, peer access on, a helper
   std::string multipath_state_ = "off (--multipath off)";
   std::vector<Device> devices_;  // index = CUDA ordinal; fixed after Create
   std::shared_ptr<std::atomic<int64_t>> ipc_open_ = std::make_shared<std::atomic<int64_t>>(0);
