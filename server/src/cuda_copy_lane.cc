@@ -605,17 +605,41 @@ Status CudaCopyLane::EnqueueOnHelper(HeldHelper& h, const std::vector<kernels::C
   if (h.used >= h.regions)
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(path.host_stream(), path.pulled(r), 0));
   ++h.used;
+  const int target = options_.device;
+  const size_t rows = end - begin;
+  cudaStream_t link = path.link_stream();
+  // One whole chunk of several sub-batches' bytes goes in pieces, each sent
+  // over NVLink as soon as it has landed: the scatter then waits for the
+  // NVLink copy of the last piece only, not of the whole chunk.
+  const uint64_t piece_bytes = std::max<uint64_t>(1, helpers_.piece_bytes);
+  const bool pieces = windows.empty() && rows == 1 && chunk_bytes > 2 * piece_bytes;
+  if (pieces) {
+    if (helpers_.fault) KVSTASH_RETURN_IF_ERROR(helpers_.fault(path.device(), sub_batch));
+    // This GPU's region is written only once its previous scatter read it.
+    if (wait_free)
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, region_free_[region].get(), 0));
+    for (uint64_t offset = 0; offset < chunk_bytes; offset += piece_bytes) {
+      const uint64_t bytes = std::min<uint64_t>(piece_bytes, chunk_bytes - offset);
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staged[begin] + offset,
+                                                   chunks[begin].flat + offset, bytes,
+                                                   cudaMemcpyHostToDevice, path.host_stream()));
+      // A wait takes the event's latest record: one event serves every piece.
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, path.landed(r), 0));
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(
+          flats[begin] + offset, target, staged[begin] + offset, path.device(), bytes, link));
+    }
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.pulled(r), link));
+    return Status::Ok();
+  }
   KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, slabs, staged, begin, end, chunk_bytes, sub_batch,
                                     windows, path.host_stream()));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
   if (helpers_.fault) KVSTASH_RETURN_IF_ERROR(helpers_.fault(path.device(), sub_batch));
-  cudaStream_t link = path.link_stream();
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, path.landed(r), 0));
   // This GPU's region is written only once its previous scatter read it.
   if (wait_free)
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, region_free_[region].get(), 0));
-  const int target = options_.device;
-  const size_t rows = end - begin;
   if (windows.empty()) {  // whole chunks, adjacent in both stagings
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(flats[begin], target, staged[begin],
                                                      path.device(), rows * chunk_bytes, link));

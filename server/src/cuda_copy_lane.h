@@ -18,17 +18,21 @@
 //          do not each pay a copy's and a launch's fixed cost.
 //   direct the kernels read and write the mapped pinned L1 slots themselves:
 //          no GPU staging memory at all.
-//   multi-path (dma retrieves, with helpers): sub-batches also travel
-//          through other GPUs that reach this one over NVLink while their
-//          own retrieve lanes are idle (multipath_policy.h): L1 slot ->
-//          cudaMemcpyAsync over the helper's PCIe link -> the helper's
-//          staging -> cudaMemcpyPeerAsync over NVLink -> this GPU's staging,
-//          then the same scatter on this GPU's kernel stream. So every
-//          scatter and every board slot stays on this lane's kernel stream,
-//          in the order of a single path: a range's slot is written after
-//          the scatters of all its sub-batches, whichever path carried them.
-//          A helper whose copy fails is abandoned (never used again) and the
-//          sub-batches it had not delivered go over this GPU's own link.
+//   multi-path retrieves (with helpers): other GPUs that reach this one
+//          over NVLink carry part of a retrieve while their own retrieve
+//          lanes are idle (multipath_policy.h), each over its own PCIe link.
+//          dma: a sub-batch goes L1 slot -> cudaMemcpyAsync on the helper ->
+//          the helper's staging -> cudaMemcpyPeerAsync over NVLink -> this
+//          GPU's staging, then the same scatter on this GPU's kernel stream
+//          (a one-chunk sub-batch in pieces, each sent on once it landed).
+//          direct: the helper's own scatter kernel writes its share of the
+//          chunks over NVLink; this kernel stream waits for it at each step.
+//          Either way every board slot is written on this lane's kernel
+//          stream, after it has waited for every path that carried part of
+//          that range. This lane thread enqueues all of it, on both GPUs,
+//          so no event is waited for before it is recorded. A helper whose
+//          copy fails is abandoned (never used again) and what it had not
+//          delivered goes over this GPU's own link.
 //
 // Every group's layer addresses go to the GPU once per registration (cached
 // by registration id); a request uploads only its chunk entries and block
@@ -94,6 +98,9 @@ class CudaCopyLane {
     std::vector<CudaHelperPath*> paths;  // reach this GPU over NVLink, peer access on
     const LinkLoads* loads = nullptr;    // required with paths
     MultipathPolicy policy;
+    // A helper's sub-batch of one chunk larger than two of these goes to
+    // the target in pieces of this size, each over NVLink once landed.
+    uint64_t piece_bytes = 8 << 20;
     // Tests: called before a helper copies a sub-batch over NVLink (its host
     // copy enqueued); an error makes that helper fail as a CUDA error would.
     std::function<Status(int helper_device, size_t sub_batch)> fault;

@@ -1,7 +1,8 @@
 // Multi-path retrieves through an NVLink peer, at the copy lane: GPU 0's
 // retrieve lane with GPU 1 as its helper, against the kernels' CPU twins,
 // byte for byte, in both transfer modes, on every kernel test layout:
-// chunks split between the two paths; a layer-wise retrieve whose slots,
+// chunks split between the two paths (one of them sent over NVLink in
+// pieces, as large chunks are); a layer-wise retrieve whose slots,
 // seen from an engine stream that waits on each, never come before that
 // range's bytes; a helper that fails mid-copy (the rest goes over GPU 0's
 // own link); a helper whose own retrieve queue is busy, or that another
@@ -39,7 +40,14 @@ constexpr uint32_t kLayers = 9;  // layer-wise steps of 1, 1, 2, 4, 1 layers
 constexpr int kTarget = 0;
 constexpr int kHelper = 1;
 
-enum class Scenario { kSplitChunks, kLayerWise, kHelperFailsMidCopy, kHelperBusy, kHelperHeld };
+enum class Scenario {
+  kSplitChunks,
+  kChunkInPieces,
+  kLayerWise,
+  kHelperFailsMidCopy,
+  kHelperBusy,
+  kHelperHeld
+};
 
 struct Case {
   TestLayout layout;
@@ -48,8 +56,8 @@ struct Case {
 };
 
 std::string NameOf(const ::testing::TestParamInfo<Case>& info) {
-  const char* scenario[] = {"SplitChunks", "LayerWise", "HelperFailsMidCopy", "HelperBusy",
-                            "HelperHeld"};
+  const char* scenario[] = {"SplitChunks",        "ChunkInPieces", "LayerWise",
+                            "HelperFailsMidCopy", "HelperBusy",    "HelperHeld"};
   return info.param.layout.name + "_" + scenario[int(info.param.scenario)] + "_" +
          (info.param.mode == TransferMode::kDma ? "dma" : "direct");
 }
@@ -152,6 +160,9 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     helpers.paths = {helper_.get()};
     helpers.loads = &loads_;
     helpers.policy.min_path_bytes = 0;  // test chunks are small
+    // The helper's one-chunk sub-batch over NVLink in pieces of 2 KiB, as a
+    // 32 MiB chunk goes in pieces of 8 MiB.
+    if (GetParam().scenario == Scenario::kChunkInPieces) helpers.piece_bytes = 2048;
     if (GetParam().scenario == Scenario::kHelperFailsMidCopy) {
       // The helper's third sub-batch (or step) fails: the first two went
       // through it, the rest goes over GPU 0's own link.
@@ -293,6 +304,7 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
 
     switch (c.scenario) {
       case Scenario::kSplitChunks:
+      case Scenario::kChunkInPieces:
       case Scenario::kLayerWise:
         EXPECT_GT(helper_->bytes_carried(), 0u) << "the helper carried nothing";
         EXPECT_EQ(lane_->multipath_retrieves(), 1u);
