@@ -68,8 +68,8 @@ std::vector<Case> Cases() {
     l.num_layers = kLayers;
     for (TransferMode mode : {TransferMode::kDma, TransferMode::kDirect}) {
       for (Scenario s :
-           {Scenario::kSplitChunks, Scenario::kLayerWise, Scenario::kHelperFailsMidCopy,
-            Scenario::kHelperBusy, Scenario::kHelperHeld}) {
+           {Scenario::kSplitChunks, Scenario::kChunkInPieces, Scenario::kLayerWise,
+            Scenario::kHelperFailsMidCopy, Scenario::kHelperBusy, Scenario::kHelperHeld}) {
         cases.push_back({l, mode, s});
       }
     }

@@ -11,7 +11,10 @@
 #include <string>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "gpu.h"
+#include "kvstash/client.h"
 
 namespace kvstash::testing {
 namespace {
@@ -63,6 +66,22 @@ class GpuRoundTripTest : public ::testing::TestWithParam<std::tuple<RoundTrip, s
     return daemon.get();
   }
 
+  // Whether the daemon's retrieves may take several paths, and the bytes
+  // its NVLink peers have carried so far.
+  static std::pair<bool, uint64_t> Multipath(const std::string& socket) {
+    ClientOptions options;
+    options.socket = socket;
+    auto client = Client::Connect(options);
+    if (!client.ok()) return {false, 0};
+    auto described = (*client)->Describe().get();
+    if (!described.ok()) return {false, 0};
+    const nlohmann::json multipath = nlohmann::json::parse(*described)["backend"]["multipath"];
+    uint64_t carried = 0;
+    for (const auto& h : multipath.value("helpers", nlohmann::json::array()))
+      carried += h.value("bytes_carried", uint64_t{0});
+    return {multipath.value("state", "").rfind("on:", 0) == 0, carried};
+  }
+
   static std::map<std::string, std::unique_ptr<DaemonProcess>> daemons_;
 };
 std::map<std::string, std::unique_ptr<DaemonProcess>> GpuRoundTripTest::daemons_;
@@ -80,11 +99,16 @@ TEST_P(GpuRoundTripTest, AnotherEngineRetrievesEveryByteStored) {
   };
   const ProcessResult stored = RunBinary("kvstash_gpu_test_engine", with({"--role", "store"}));
   ASSERT_EQ(stored.exit_code, 0) << stored.output;
+  const auto [multipath_on, carried_before] = Multipath(daemon->socket());
   const ProcessResult verified =
       RunBinary("kvstash_gpu_test_engine",
                 with({"--role", "verify", "--skip-tokens", std::to_string(trip.skip_tokens)}));
   EXPECT_EQ(verified.exit_code, 0) << verified.output;
   EXPECT_NE(verified.output.find("bytes equal"), std::string::npos) << verified.output;
+  if (multipath_on && trip.prompt_tokens > 64 && trip.skip_tokens == 0) {
+    // Idle peers and no size floor: the NVLink peer carried part of it.
+    EXPECT_GT(Multipath(daemon->socket()).second, carried_before) << "no peer carried any byte";
+  }
   EXPECT_TRUE(daemon->running());
 }
 
