@@ -78,42 +78,42 @@ Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
   Result<cuda::PeerTopology> topology = cuda::PeerTopology::Detect(count);
   if (!topology.ok()) return say("one path: peer links unknown: " + topology.status().message());
   topology_ = std::move(*topology);
-  helpers_.resize(size_t(count));
-  helps_.assign(size_t(count) * size_t(count), false);
-  for (int helper = 0; helper < count; ++helper) {
+  relays_.resize(size_t(count));
+  carries_for_.assign(size_t(count) * size_t(count), false);
+  for (int relay = 0; relay < count; ++relay) {
     for (int target = 0; target < count; ++target) {
-      if (!topology_->CanHelp(helper, target)) continue;
-      Status enabled = cuda::EnablePeerAccess(helper, target);
-      if (enabled.ok()) enabled = cuda::EnablePeerAccess(target, helper);
+      if (!topology_->CanRelay(relay, target)) continue;
+      Status enabled = cuda::EnablePeerAccess(relay, target);
+      if (enabled.ok()) enabled = cuda::EnablePeerAccess(target, relay);
       if (!enabled.ok()) {
-        Logger()->warn("GPU {} will not carry retrieves for GPU {}: {}", helper, target,
+        Logger()->warn("GPU {} will not carry retrieves for GPU {}: {}", relay, target,
                        enabled.message());
         continue;
       }
-      if (helpers_[size_t(helper)] == nullptr) {
-        Result<std::unique_ptr<CudaHelperPath>> path = CudaHelperPath::Create(
-            helper, mode_ == TransferMode::kDma ? uint64_t(config.multipath_staging_mb) << 20 : 0);
+      if (relays_[size_t(relay)] == nullptr) {
+        Result<std::unique_ptr<CudaRelayPath>> path = CudaRelayPath::Create(
+            relay, mode_ == TransferMode::kDma ? uint64_t(config.multipath_staging_mb) << 20 : 0);
         if (!path.ok()) {
-          Logger()->warn("GPU {} will not carry retrieves for its peers: {}", helper,
+          Logger()->warn("GPU {} will not carry retrieves for its peers: {}", relay,
                          path.status().message());
           break;
         }
-        helpers_[size_t(helper)] = std::move(*path);
+        relays_[size_t(relay)] = std::move(*path);
       }
-      helps_[size_t(helper) * size_t(count) + size_t(target)] = true;
+      carries_for_[size_t(relay) * size_t(count) + size_t(target)] = true;
     }
   }
   loads_ = std::make_unique<LinkLoads>(count);
   int linked_targets = 0;
   for (int target = 0; target < count; ++target) {
-    CudaCopyLane::Helpers helpers;
-    helpers.loads = loads_.get();
-    helpers.policy.min_path_bytes = uint64_t(config.multipath_min_path_kib) << 10;
-    for (int helper = 0; helper < count; ++helper) {
-      if (Helps(helper, target)) helpers.paths.push_back(helpers_[size_t(helper)].get());
+    CudaCopyLane::Relays relays;
+    relays.loads = loads_.get();
+    relays.policy.min_path_bytes = uint64_t(config.multipath_min_path_kib) << 10;
+    for (int relay = 0; relay < count; ++relay) {
+      if (CarriesFor(relay, target)) relays.paths.push_back(relays_[size_t(relay)].get());
     }
-    linked_targets += helpers.paths.empty() ? 0 : 1;
-    devices_[size_t(target)].retrieve->SetHelpers(std::move(helpers));
+    linked_targets += relays.paths.empty() ? 0 : 1;
+    devices_[size_t(target)].retrieve->SetRelays(std::move(relays));
   }
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   return say(linked_targets > 0
@@ -132,12 +132,12 @@ Result<std::shared_ptr<MappedAllocation>> CudaBackend::Open(const AllocationSpec
   }
   Result<int> device = cuda::DeviceWithUuid(spec.gpu_uuid, "kvstashd");
   if (!device.ok()) return device.status();
-  // Direct-mode multi-path: the helpers' kernels write this memory, so it
+  // Direct-mode multi-path: the relays' kernels write this memory, so it
   // is opened on each of them too.
   std::vector<int> peers;
   if (mode_ == TransferMode::kDirect && topology_) {
-    for (size_t h = 0; h < helpers_.size(); ++h) {
-      if (Helps(int(h), *device)) peers.push_back(int(h));
+    for (size_t h = 0; h < relays_.size(); ++h) {
+      if (CarriesFor(int(h), *device)) peers.push_back(int(h));
     }
   }
   return OpenIpcAllocation(spec, *device, ipc_open_, peers);
@@ -237,20 +237,20 @@ void CudaBackend::Describe(nlohmann::json& out) const {
     }
     multipath["nvlink_from"] = topology_->source();
     multipath["links"] = links;
-    nlohmann::json helpers = nlohmann::json::array();
-    for (size_t d = 0; d < helpers_.size(); ++d) {
-      const CudaHelperPath* h = helpers_[d].get();
+    nlohmann::json relays = nlohmann::json::array();
+    for (size_t d = 0; d < relays_.size(); ++d) {
+      const CudaRelayPath* h = relays_[d].get();
       if (h == nullptr) continue;
       nlohmann::json one = {{"device", h->device()},
                             {"staging_bytes", h->staging_bytes()},
-                            {"retrieves_helped", h->retrieves_helped()},
+                            {"retrieves_relayed", h->retrieves_relayed()},
                             {"bytes_carried", h->bytes_carried()},
                             {"failed", h->failed()}};
       if (h->failed()) one["failure"] = h->failure();
-      helpers.push_back(one);
+      relays.push_back(one);
       gpu_bytes += h->staging_bytes();
     }
-    multipath["helpers"] = helpers;
+    multipath["relays"] = relays;
     nlohmann::json retrieves = nlohmann::json::array();
     for (const Device& d : devices_) retrieves.push_back(d.retrieve->multipath_retrieves());
     multipath["multipath_retrieves"] = retrieves;  // per target GPU

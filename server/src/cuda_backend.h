@@ -15,7 +15,7 @@
 
 #include "backend.h"
 #include "cuda_copy_lane.h"
-#include "cuda_helper_path.h"
+#include "cuda_relay_path.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/cuda/devices.h"
 #include "kvstash/cuda/peers.h"
@@ -51,12 +51,12 @@ class CudaBackend : public Backend {
     std::unique_ptr<CudaCopyLane> retrieve;
   };
   CudaBackend(TransferMode mode, CompletionWait wait) : mode_(mode), wait_(wait) {}
-  // Multi-path retrieves: the topology, peer access, each GPU's helper and
-  // each retrieve lane's helpers; otherwise why there is one path.
+  // Multi-path retrieves: the topology, peer access, each GPU's relay and
+  // each retrieve lane's relays; otherwise why there is one path.
   Status SetUpMultipath(const config::ServerConfig& config);
-  // Whether `helper` carries retrieves for `target`.
-  bool Helps(int helper, int target) const {
-    return !helps_.empty() && helps_[size_t(helper) * devices_.size() + size_t(target)];
+  // Whether `relay` carries retrieves for `target`.
+  bool CarriesFor(int relay, int target) const {
+    return !carries_for_.empty() && carries_for_[size_t(relay) * devices_.size() + size_t(target)];
   }
 
   const TransferMode mode_;
@@ -65,8 +65,8 @@ class CudaBackend : public Backend {
   // for the reason in multipath_state_.
   std::unique_ptr<LinkLoads> loads_;
   std::optional<cuda::PeerTopology> topology_;
-  std::vector<std::unique_ptr<CudaHelperPath>> helpers_;  // index = CUDA ordinal; may be null
-  std::vector<bool> helps_;  // [helper * devices + target]: NVLink, peer access on, a helper
+  std::vector<std::unique_ptr<CudaRelayPath>> relays_;  // index = CUDA ordinal; may be null
+  std::vector<bool> carries_for_;  // [relay * devices + target]: NVLink, peer access on, a relay
   std::string multipath_state_ = "off (--multipath off)";
   std::vector<Device> devices_;  // index = CUDA ordinal; fixed after Create
   std::shared_ptr<std::atomic<int64_t>> ipc_open_ = std::make_shared<std::atomic<int64_t>>(0);

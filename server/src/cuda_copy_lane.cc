@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "cuda_helper_path.h"
+#include "cuda_relay_path.h"
 #include "daemon_logger.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/cuda/driver_api.h"
@@ -149,9 +149,9 @@ Status CudaCopyLane::Copy(const CopyLayout& layout,
   // Whatever was enqueued finishes before the plan, the ring or a slot is
   // touched again, also after a failed launch.
   const uint64_t bytes = chunks.size() * layout.chunk_bytes;
-  JoinHelpers();
+  JoinRelays();
   const Status drained = Drain(bytes, start);
-  ReleaseHelpers(drained.ok());
+  ReleaseRelays(drained.ok());
   if (!copied.ok() || !drained.ok()) return copied.ok() ? drained : copied;
   const auto woke = std::chrono::steady_clock::now();
   float gpu_ms = 0;
@@ -212,10 +212,10 @@ Status CudaCopyLane::CopyDirect(const CopyLayout& layout, const LayerAddresses& 
     flats[i] = static_cast<uint8_t*>(mapped);
   }
   if (options_.direction == Direction::kRetrieve &&
-      AcquireHelpers(chunks.size(), layout.chunk_bytes) > 0) {
-    // Helpers on which the engine's memory is not open stay out.
+      AcquireRelays(chunks.size(), layout.chunk_bytes) > 0) {
+    // Relays on which the engine's memory is not open stay out.
     for (size_t h = 0; h < held_.size();) {
-      Result<const LayerAddresses*> there = HelperAddressesOf(*held_[h].path, layout);
+      Result<const LayerAddresses*> there = RelayAddressesOf(*held_[h].path, layout);
       if (there.ok()) {
         held_[h++].addresses = *there;
         continue;
@@ -261,22 +261,22 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
                                                   1, std::max<uint64_t>(1, slots / 2)));
   const bool store = options_.direction == Direction::kStore;
   // Multi-path: sub-batches small enough that every path gets some, and
-  // that two fit each helper's staging.
-  const size_t paths = store ? 1 : 1 + AcquireHelpers(chunks.size(), chunk_bytes);
+  // that two fit each relay's staging.
+  const size_t paths = store ? 1 : 1 + AcquireRelays(chunks.size(), chunk_bytes);
   if (paths > 1) {
     per_region = ChunksPerSubBatch(chunks.size(), per_region, paths);
-    for (const HeldHelper& h : held_) {
+    for (const HeldRelay& h : held_) {
       per_region = std::max<size_t>(
           1, std::min<size_t>(per_region, h.path->staging_bytes() / chunk_bytes / 2));
     }
-    for (HeldHelper& h : held_) {
-      h.regions = std::min<size_t>(CudaHelperPath::kMaxRegions,
+    for (HeldRelay& h : held_) {
+      h.regions = std::min<size_t>(CudaRelayPath::kMaxRegions,
                                    h.path->staging_bytes() / (per_region * chunk_bytes));
     }
   }
   const size_t regions = std::min<size_t>(kMaxRegions, size_t(slots) / per_region);
   const size_t batches = (chunks.size() + per_region - 1) / per_region;
-  // The path of each sub-batch: 0 this GPU's link, p the p-th helper.
+  // The path of each sub-batch: 0 this GPU's link, p the p-th relay.
   std::vector<size_t> path_of = AssignSubBatches(batches, paths);
   const bool split = !store && batches == 1 && chunks.size() * chunk_bytes >= options_.split_bytes;
   const std::vector<CopyStep> steps = CopySteps(layout.groups, signal, split);
@@ -321,19 +321,19 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, copies));
       } else {
         if (path_of[b] > 0) {
-          // Through a helper: its H2D copy -> its staging -> NVLink -> region
+          // Through a relay: its H2D copy -> its staging -> NVLink -> region
           // `reg` here (after `free`, where reused); the kernel stream waits.
-          HeldHelper& h = held_[path_of[b] - 1];
-          const Status carried = CarryThroughHelper(h, chunks, slabs, flats, begin, end, per_region,
-                                                    chunk_bytes, k, step.windows, wait_free, reg);
+          HeldRelay& h = held_[path_of[b] - 1];
+          const Status carried = CarryThroughRelay(h, chunks, slabs, flats, begin, end, per_region,
+                                                   chunk_bytes, k, step.windows, wait_free, reg);
           if (carried.ok()) {
             KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step, begin, end - begin, k));
             KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
             continue;
           }
           // Nothing of this sub-batch reached this GPU's staging from the
-          // helper (Abandon waited for its streams): the own link carries
-          // it and the helper's later ones.
+          // relay (Abandon waited for its streams): the own link carries
+          // it and the relay's later ones.
           Abandon(h, carried);
           for (size_t& p : path_of) {
             if (p > 0 && held_[p - 1].path == h.path) p = 0;
@@ -415,8 +415,8 @@ Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
   return trace_.Mark(stream, trace_step, LaneTrace::Stage::kCopy, false);
 }
 
-Result<const LayerAddresses*> CudaCopyLane::HelperAddressesOf(CudaHelperPath& path,
-                                                              const CopyLayout& layout) {
+Result<const LayerAddresses*> CudaCopyLane::RelayAddressesOf(CudaRelayPath& path,
+                                                             const CopyLayout& layout) {
   if (const LayerAddresses* found = path.addresses().Find(layout.registration_id)) return found;
   if (layout.allocations == nullptr) return Status::Unavailable("no allocations given");
   // Each layer at the same offset of its allocation as that GPU maps it.
@@ -454,7 +454,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
   const size_t paths = 1 + held_.size();
   const std::vector<size_t> path_of = AssignSubBatches(chunks.size(), paths);  // per chunk
   // This GPU's plan holds every chunk, path by path (its own first), so that
-  // the chunks of a helper that fails are scattered here instead.
+  // the chunks of a relay that fails are scattered here instead.
   std::vector<kernels::ChunkCopy> ordered;
   std::vector<uint8_t*> ordered_flats;
   std::vector<size_t> first(paths + 1, 0);  // path p: ordered[first[p], first[p + 1])
@@ -472,7 +472,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
   std::vector<bool> here(paths, false);  // paths whose chunks this GPU scatters
   here[0] = true;
   for (size_t p = 1; p < paths; ++p) {
-    HeldHelper& h = held_[p - 1];
+    HeldRelay& h = held_[p - 1];
     const std::vector<kernels::ChunkCopy> mine(ordered.begin() + long(first[p]),
                                                ordered.begin() + long(first[p + 1]));
     Status planned = cuda::CudaStatus(cudaSetDevice(h.path->device()), "cudaSetDevice");
@@ -501,8 +501,8 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
       const size_t count = first[p + 1] - first[p];
       if (count == 0) continue;
       if (!here[p]) {
-        HeldHelper& h = held_[p - 1];
-        const Status launched = LaunchOnHelper(h, layout, steps[s], count, s);
+        HeldRelay& h = held_[p - 1];
+        const Status launched = LaunchOnRelay(h, layout, steps[s], count, s);
         if (launched.ok()) {
           h.bytes += count * step_bytes;
           continue;
@@ -519,12 +519,12 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
   return Status::Ok();
 }
 
-Status CudaCopyLane::LaunchOnHelper(HeldHelper& h, const CopyLayout& layout, const CopyStep& step,
-                                    size_t count, size_t step_index) {
-  CudaHelperPath& path = *h.path;
+Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const CopyStep& step,
+                                   size_t count, size_t step_index) {
+  CudaRelayPath& path = *h.path;
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
   const Status launched = [&]() -> Status {
-    if (helpers_.fault) KVSTASH_RETURN_IF_ERROR(helpers_.fault(path.device(), step_index));
+    if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), step_index));
     const kernels::DeviceChunkBatch batch = path.plan().Slice(0, count);
     for (size_t g = 0; g < step.slices.size(); ++g) {
       const auto [first, layers] = step.slices[g];
@@ -543,59 +543,60 @@ Status CudaCopyLane::LaunchOnHelper(HeldHelper& h, const CopyLayout& layout, con
   return Status::Ok();
 }
 
-size_t CudaCopyLane::AcquireHelpers(size_t chunks, uint64_t chunk_bytes) {
+size_t CudaCopyLane::AcquireRelays(size_t chunks, uint64_t chunk_bytes) {
   held_.clear();
-  if (helpers_.paths.empty() || helpers_.loads == nullptr || chunk_bytes == 0) return 0;
-  std::vector<HelperCandidate> candidates;
-  for (CudaHelperPath* path : helpers_.paths) {
-    HelperCandidate c;
+  if (relays_.paths.empty() || relays_.loads == nullptr || chunk_bytes == 0) return 0;
+  std::vector<RelayCandidate> candidates;
+  for (CudaRelayPath* path : relays_.paths) {
+    RelayCandidate c;
     c.device = path->device();
     c.linked = true;  // only NVLink peers with peer access are given
     // Two chunks at least in its staging, so that its host copies overlap
     // its NVLink copies.
     c.available = !path->failed() && (options_.mode == TransferMode::kDirect ||
                                       path->staging_bytes() / chunk_bytes >= 2);
-    c.queued_bytes = helpers_.loads->Bytes(path->device(), Direction::kRetrieve);
+    c.queued_bytes = relays_.loads->Bytes(path->device(), Direction::kRetrieve);
     candidates.push_back(c);
   }
-  for (size_t i : ChooseHelpers(helpers_.policy, chunks * chunk_bytes, chunks, candidates)) {
+  for (size_t i : ChooseRelays(relays_.policy, chunks * chunk_bytes, chunks, candidates)) {
     // Another lane may have taken it since: then one path fewer.
-    if (helpers_.paths[i]->TryAcquire()) held_.push_back({helpers_.paths[i]});
+    if (relays_.paths[i]->TryAcquire()) held_.push_back({relays_.paths[i]});
   }
   return held_.size();
 }
 
-Status CudaCopyLane::CarryThroughHelper(
-    HeldHelper& h, const std::vector<kernels::ChunkCopy>& chunks,
-    const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats, size_t begin,
-    size_t end, size_t per_region, uint64_t chunk_bytes, size_t sub_batch,
-    const std::vector<std::pair<uint64_t, uint64_t>>& windows, bool wait_free, size_t region) {
-  size_t helper_region = 0;
-  Status enqueued = EnqueueOnHelper(h, chunks, slabs, flats, begin, end, per_region, chunk_bytes,
-                                    sub_batch, windows, wait_free, region, &helper_region);
+Status CudaCopyLane::CarryThroughRelay(HeldRelay& h, const std::vector<kernels::ChunkCopy>& chunks,
+                                       const std::vector<uint32_t>& slabs,
+                                       const std::vector<uint8_t*>& flats, size_t begin, size_t end,
+                                       size_t per_region, uint64_t chunk_bytes, size_t sub_batch,
+                                       const std::vector<std::pair<uint64_t, uint64_t>>& windows,
+                                       bool wait_free, size_t region) {
+  size_t relay_region = 0;
+  Status enqueued = EnqueueOnRelay(h, chunks, slabs, flats, begin, end, per_region, chunk_bytes,
+                                   sub_batch, windows, wait_free, region, &relay_region);
   // Back on this lane's GPU whatever happened there: its launches need it.
   const Status back = cuda::CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice");
   if (!enqueued.ok()) return enqueued;
   if (!back.ok()) return back;
   KVSTASH_CUDA_RETURN_IF_ERROR(
-      cudaStreamWaitEvent(kernel_stream_.get(), h.path->pulled(helper_region), 0));
+      cudaStreamWaitEvent(kernel_stream_.get(), h.path->pulled(relay_region), 0));
   uint64_t bytes = 0;
   for (const auto& [lo, hi] : windows) bytes += hi - lo;
   h.bytes += (end - begin) * (windows.empty() ? chunk_bytes : bytes);
   return Status::Ok();
 }
 
-Status CudaCopyLane::EnqueueOnHelper(HeldHelper& h, const std::vector<kernels::ChunkCopy>& chunks,
-                                     const std::vector<uint32_t>& slabs,
-                                     const std::vector<uint8_t*>& flats, size_t begin, size_t end,
-                                     size_t per_region, uint64_t chunk_bytes, size_t sub_batch,
-                                     const std::vector<std::pair<uint64_t, uint64_t>>& windows,
-                                     bool wait_free, size_t region, size_t* helper_region) {
-  CudaHelperPath& path = *h.path;
-  if (h.regions == 0) return Status::Internal("no room in the helper's staging");
+Status CudaCopyLane::EnqueueOnRelay(HeldRelay& h, const std::vector<kernels::ChunkCopy>& chunks,
+                                    const std::vector<uint32_t>& slabs,
+                                    const std::vector<uint8_t*>& flats, size_t begin, size_t end,
+                                    size_t per_region, uint64_t chunk_bytes, size_t sub_batch,
+                                    const std::vector<std::pair<uint64_t, uint64_t>>& windows,
+                                    bool wait_free, size_t region, size_t* relay_region) {
+  CudaRelayPath& path = *h.path;
+  if (h.regions == 0) return Status::Internal("no room in the relay's staging");
   const size_t r = h.used % h.regions;
-  *helper_region = r;
-  // The sub-batch sits in region r of the helper's staging exactly as in
+  *relay_region = r;
+  // The sub-batch sits in region r of the relay's staging exactly as in
   // region `region` here: chunk i at the same offset of both.
   std::vector<uint8_t*> staged(chunks.size(), nullptr);
   for (size_t i = begin; i < end; ++i)
@@ -611,10 +612,10 @@ Status CudaCopyLane::EnqueueOnHelper(HeldHelper& h, const std::vector<kernels::C
   // One whole chunk of several sub-batches' bytes goes in pieces, each sent
   // over NVLink as soon as it has landed: the scatter then waits for the
   // NVLink copy of the last piece only, not of the whole chunk.
-  const uint64_t piece_bytes = std::max<uint64_t>(1, helpers_.piece_bytes);
+  const uint64_t piece_bytes = std::max<uint64_t>(1, relays_.piece_bytes);
   const bool pieces = windows.empty() && rows == 1 && chunk_bytes > 2 * piece_bytes;
   if (pieces) {
-    if (helpers_.fault) KVSTASH_RETURN_IF_ERROR(helpers_.fault(path.device(), sub_batch));
+    if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), sub_batch));
     // This GPU's region is written only once its previous scatter read it.
     if (wait_free)
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, region_free_[region].get(), 0));
@@ -635,7 +636,7 @@ Status CudaCopyLane::EnqueueOnHelper(HeldHelper& h, const std::vector<kernels::C
   KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, slabs, staged, begin, end, chunk_bytes, sub_batch,
                                     windows, path.host_stream()));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
-  if (helpers_.fault) KVSTASH_RETURN_IF_ERROR(helpers_.fault(path.device(), sub_batch));
+  if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), sub_batch));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, path.landed(r), 0));
   // This GPU's region is written only once its previous scatter read it.
   if (wait_free)
@@ -659,7 +660,7 @@ Status CudaCopyLane::EnqueueOnHelper(HeldHelper& h, const std::vector<kernels::C
   return Status::Ok();
 }
 
-void CudaCopyLane::Abandon(HeldHelper& h, const Status& why) {
+void CudaCopyLane::Abandon(HeldRelay& h, const Status& why) {
   // Nothing it enqueued may still be writing this GPU's staging when the
   // own link takes its sub-batches over.
   if (cudaSetDevice(h.path->device()) == cudaSuccess) {
@@ -674,8 +675,8 @@ void CudaCopyLane::Abandon(HeldHelper& h, const Status& why) {
       h.path->device(), options_.device, why.ToString(), options_.device);
 }
 
-void CudaCopyLane::JoinHelpers() {
-  for (HeldHelper& h : held_) {
+void CudaCopyLane::JoinRelays() {
+  for (HeldRelay& h : held_) {
     if (h.path->failed()) continue;  // abandoned: its streams were synchronised
     Status joined = cuda::CudaStatus(cudaSetDevice(h.path->device()), "cudaSetDevice");
     if (joined.ok()) {
@@ -690,16 +691,16 @@ void CudaCopyLane::JoinHelpers() {
     for (cudaEvent_t done : {h.path->host_done(), h.path->link_done()}) {
       if (joined.ok()) {
         joined = cuda::CudaStatus(cudaStreamWaitEvent(kernel_stream_.get(), done, 0),
-                                  "cudaStreamWaitEvent(helper)");
+                                  "cudaStreamWaitEvent(relay)");
       }
     }
     if (!joined.ok()) Abandon(h, joined);
   }
 }
 
-void CudaCopyLane::ReleaseHelpers(bool drained) {
+void CudaCopyLane::ReleaseRelays(bool drained) {
   bool any = false;
-  for (HeldHelper& h : held_) {
+  for (HeldRelay& h : held_) {
     if (!drained && !h.path->failed()) {
       // The wait that covers its streams failed: wait for them here, so
       // that the next holder finds them idle.

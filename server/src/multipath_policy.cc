@@ -5,11 +5,11 @@
 
 namespace kvstash::server {
 
-std::vector<size_t> ChooseHelpers(const MultipathPolicy& policy, uint64_t bytes, size_t sub_batches,
-                                  const std::vector<HelperCandidate>& candidates) {
+std::vector<size_t> ChooseRelays(const MultipathPolicy& policy, uint64_t bytes, size_t sub_batches,
+                                 const std::vector<RelayCandidate>& candidates) {
   std::vector<size_t> chosen;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const HelperCandidate& c = candidates[i];
+    const RelayCandidate& c = candidates[i];
     if (c.linked && c.available && c.queued_bytes <= policy.idle_bytes) chosen.push_back(i);
   }
   // Paths are limited by the sub-batches to share, the bytes each must

@@ -2,14 +2,14 @@
 // Plain C++ over the topology and the per-link queues (LinkLoads), so that
 // the choice is tested everywhere, without a GPU.
 //
-// A helper is another GPU that reaches the target over NVLink with peer
+// A relay is another GPU that reaches the target over NVLink with peer
 // access. It carries whole sub-batches of the retrieve over its own PCIe
 // link (host -> its staging -> NVLink -> the target's staging, in dma
 // mode). It is used only while its own retrieve lane holds no more than
 // `idle_bytes` (queued or in flight) and no other retrieve holds it: the
 // retrieves of a GPU that loads for its own engine never share its link
 // with a peer's, and when every GPU loads at once each uses its own link.
-// A request too small to repay the helper's fixed costs (an NVLink copy and
+// A request too small to repay the relay's fixed costs (an NVLink copy and
 // a cross-GPU wait per sub-batch) stays on one path.
 #pragma once
 
@@ -20,7 +20,7 @@
 namespace kvstash::server {
 
 struct MultipathPolicy {
-  // A helper whose own retrieve lane holds more bytes than this is busy.
+  // A relay whose own retrieve lane holds more bytes than this is busy.
   uint64_t idle_bytes = 0;
   // Each path carries at least this many bytes, or fewer paths are used.
   uint64_t min_path_bytes = 2 << 20;
@@ -28,7 +28,7 @@ struct MultipathPolicy {
 };
 
 // A GPU that could help, as the target's lane sees it right now.
-struct HelperCandidate {
+struct RelayCandidate {
   int device = 0;
   bool linked = false;        // NVLink and peer access both ways with the target
   bool available = false;     // not failed, not held by another retrieve
@@ -38,11 +38,11 @@ struct HelperCandidate {
 // The candidates (indices into `candidates`) that carry part of a retrieve
 // of `sub_batches` sub-batches and `bytes` bytes, in the order given;
 // empty: the target's own link alone.
-std::vector<size_t> ChooseHelpers(const MultipathPolicy& policy, uint64_t bytes, size_t sub_batches,
-                                  const std::vector<HelperCandidate>& candidates);
+std::vector<size_t> ChooseRelays(const MultipathPolicy& policy, uint64_t bytes, size_t sub_batches,
+                                 const std::vector<RelayCandidate>& candidates);
 
 // The path of each sub-batch for `paths` paths (0: the target's own link,
-// p: the p-th chosen helper): round robin from the own link, whose first
+// p: the p-th chosen relay): round robin from the own link, whose first
 // sub-batch lands soonest (no NVLink hop) and so starts the scatters.
 std::vector<size_t> AssignSubBatches(size_t sub_batches, size_t paths);
 

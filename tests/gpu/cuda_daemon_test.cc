@@ -170,13 +170,13 @@ TEST_P(CudaDaemonTest, DescribeSaysWhetherRetrievesTakeSeveralPaths) {
     EXPECT_EQ(state, "one path: one GPU visible");
     return;
   }
-  // Every pair of GPUs, with what was found between them; helpers exactly
+  // Every pair of GPUs, with what was found between them; relays exactly
   // where some pair has NVLink.
   ASSERT_EQ(multipath["links"].size(), size_t(devices * (devices - 1) / 2)) << multipath.dump();
   bool any_nvlink = false;
   for (const auto& link : multipath["links"]) any_nvlink |= link["nvlink"].get<bool>();
   EXPECT_EQ(state.rfind("on:", 0) == 0, any_nvlink) << state;
-  EXPECT_EQ(multipath["helpers"].empty(), !any_nvlink) << multipath.dump();
+  EXPECT_EQ(multipath["relays"].empty(), !any_nvlink) << multipath.dump();
   std::printf("%s multipath: %s\n", GetParam().c_str(), multipath.dump().c_str());
 }
 

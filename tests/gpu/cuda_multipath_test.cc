@@ -1,11 +1,11 @@
 // Multi-path retrieves through an NVLink peer, at the copy lane: GPU 0's
-// retrieve lane with GPU 1 as its helper, against the kernels' CPU twins,
+// retrieve lane with GPU 1 as its relay, against the kernels' CPU twins,
 // byte for byte, in both transfer modes, on every kernel test layout:
 // chunks split between the two paths (one of them sent over NVLink in
 // pieces, as large chunks are); a layer-wise retrieve whose slots,
 // seen from an engine stream that waits on each, never come before that
-// range's bytes; a helper that fails mid-copy (the rest goes over GPU 0's
-// own link); a helper whose own retrieve queue is busy, or that another
+// range's bytes; a relay that fails mid-copy (the rest goes over GPU 0's
+// own link); a relay whose own retrieve queue is busy, or that another
 // retrieve holds (one path). Skips, saying why, without two GPUs joined by
 // NVLink with peer access.
 #include <cuda_runtime_api.h>
@@ -21,7 +21,7 @@
 
 #include "completion_board.h"
 #include "cuda_copy_lane.h"
-#include "cuda_helper_path.h"
+#include "cuda_relay_path.h"
 #include "gpu.h"
 #include "kvstash/completion_board.h"
 #include "kvstash/cuda/driver_api.h"
@@ -38,15 +38,15 @@ using kernels::test::TestLayout;
 
 constexpr uint32_t kLayers = 9;  // layer-wise steps of 1, 1, 2, 4, 1 layers
 constexpr int kTarget = 0;
-constexpr int kHelper = 1;
+constexpr int kRelay = 1;
 
 enum class Scenario {
   kSplitChunks,
   kChunkInPieces,
   kLayerWise,
-  kHelperFailsMidCopy,
-  kHelperBusy,
-  kHelperHeld
+  kRelayFailsMidCopy,
+  kRelayBusy,
+  kRelayHeld
 };
 
 struct Case {
@@ -56,8 +56,8 @@ struct Case {
 };
 
 std::string NameOf(const ::testing::TestParamInfo<Case>& info) {
-  const char* scenario[] = {"SplitChunks",        "ChunkInPieces", "LayerWise",
-                            "HelperFailsMidCopy", "HelperBusy",    "HelperHeld"};
+  const char* scenario[] = {"SplitChunks",       "ChunkInPieces", "LayerWise",
+                            "RelayFailsMidCopy", "RelayBusy",     "RelayHeld"};
   return info.param.layout.name + "_" + scenario[int(info.param.scenario)] + "_" +
          (info.param.mode == TransferMode::kDma ? "dma" : "direct");
 }
@@ -69,7 +69,7 @@ std::vector<Case> Cases() {
     for (TransferMode mode : {TransferMode::kDma, TransferMode::kDirect}) {
       for (Scenario s :
            {Scenario::kSplitChunks, Scenario::kChunkInPieces, Scenario::kLayerWise,
-            Scenario::kHelperFailsMidCopy, Scenario::kHelperBusy, Scenario::kHelperHeld}) {
+            Scenario::kRelayFailsMidCopy, Scenario::kRelayBusy, Scenario::kRelayHeld}) {
         cases.push_back({l, mode, s});
       }
     }
@@ -86,12 +86,12 @@ std::string NoPairReason() {
     return "needs 2 GPUs, " + std::to_string(count.ok() ? *count : 0) + " visible";
   Result<cuda::PeerTopology> topology = cuda::PeerTopology::Detect(2);
   if (!topology.ok()) return topology.status().ToString();
-  if (!topology->CanHelp(kHelper, kTarget))
+  if (!topology->CanRelay(kRelay, kTarget))
     return "GPUs 0 and 1 have no NVLink with peer access (" + topology->source() + ")";
   return "";
 }
 
-// GPU 0's engine memory as the helper reaches it: the same address (peer
+// GPU 0's engine memory as the relay reaches it: the same address (peer
 // access on, one address space), standing in for an IPC handle opened there.
 class PeerVisibleAllocation : public MappedAllocation {
  public:
@@ -100,7 +100,7 @@ class PeerVisibleAllocation : public MappedAllocation {
   uint64_t size_bytes() const override { return size_; }
   int device() const override { return kTarget; }
   uint8_t* base_on(int device) const override {
-    return device == kTarget || device == kHelper ? base_ : nullptr;
+    return device == kTarget || device == kRelay ? base_ : nullptr;
   }
 
  private:
@@ -113,13 +113,13 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     const std::string why = NoPairReason();
     if (!why.empty()) GTEST_SKIP() << why;
-    ASSERT_TRUE(cuda::EnablePeerAccess(kHelper, kTarget).ok());
-    ASSERT_TRUE(cuda::EnablePeerAccess(kTarget, kHelper).ok());
+    ASSERT_TRUE(cuda::EnablePeerAccess(kRelay, kTarget).ok());
+    ASSERT_TRUE(cuda::EnablePeerAccess(kTarget, kRelay).ok());
     ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
     const TestLayout& l = GetParam().layout;
     chunk_bytes_ = (l.flat_bytes() + 255) / 256 * 256;
-    // The full chunk last: with two paths it is the helper's (dma: chunks
-    // [0, 2) own, [2, 3) helper; direct: chunk 1 helper), and it writes
+    // The full chunk last: with two paths it is the relay's (dma: chunks
+    // [0, 2) own, [2, 3) relay; direct: chunk 1 relay), and it writes
     // the most bytes.
     specs_ = kernels::test::MixedBatch(l, 7);
     std::swap(specs_[0], specs_[2]);
@@ -134,14 +134,14 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     l1_ = static_cast<uint8_t*>(l1);
     const std::vector<uint8_t> flat = kernels::test::RandomBytes(l1_bytes_, 13);
     std::memcpy(l1_, flat.data(), l1_bytes_);
-    // Portable: the helper's copy engines and kernels read it too.
+    // Portable: the relay's copy engines and kernels read it too.
     ASSERT_EQ(cudaHostRegister(l1_, l1_bytes_, cudaHostRegisterPortable | cudaHostRegisterMapped),
               cudaSuccess);
 
     const bool dma = GetParam().mode == TransferMode::kDma;
-    auto helper = CudaHelperPath::Create(kHelper, dma ? 16 << 20 : 0);
-    ASSERT_TRUE(helper.ok()) << helper.status().ToString();
-    helper_ = std::move(*helper);
+    auto relay = CudaRelayPath::Create(kRelay, dma ? 16 << 20 : 0);
+    ASSERT_TRUE(relay.ok()) << relay.status().ToString();
+    relay_ = std::move(*relay);
     ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
     CudaCopyLane::Options options;
     options.device = kTarget;
@@ -156,26 +156,26 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     auto lane = CudaCopyLane::Create(options);
     ASSERT_TRUE(lane.ok()) << lane.status().ToString();
     lane_ = std::move(*lane);
-    CudaCopyLane::Helpers helpers;
-    helpers.paths = {helper_.get()};
-    helpers.loads = &loads_;
-    helpers.policy.min_path_bytes = 0;  // test chunks are small
-    // The helper's one-chunk sub-batch over NVLink in pieces of 2 KiB, as a
+    CudaCopyLane::Relays relays;
+    relays.paths = {relay_.get()};
+    relays.loads = &loads_;
+    relays.policy.min_path_bytes = 0;  // test chunks are small
+    // The relay's one-chunk sub-batch over NVLink in pieces of 2 KiB, as a
     // 32 MiB chunk goes in pieces of 8 MiB.
-    if (GetParam().scenario == Scenario::kChunkInPieces) helpers.piece_bytes = 2048;
-    if (GetParam().scenario == Scenario::kHelperFailsMidCopy) {
-      // The helper's third sub-batch (or step) fails: the first two went
+    if (GetParam().scenario == Scenario::kChunkInPieces) relays.piece_bytes = 2048;
+    if (GetParam().scenario == Scenario::kRelayFailsMidCopy) {
+      // The relay's third sub-batch (or step) fails: the first two went
       // through it, the rest goes over GPU 0's own link.
-      helpers.fault = [this](int device, size_t) {
-        EXPECT_EQ(device, kHelper);
-        return ++helper_calls_ == 3 ? Status::DeviceError("injected helper failure") : Status::Ok();
+      relays.fault = [this](int device, size_t) {
+        EXPECT_EQ(device, kRelay);
+        return ++relay_calls_ == 3 ? Status::DeviceError("injected relay failure") : Status::Ok();
       };
     }
-    lane_->SetHelpers(std::move(helpers));
+    lane_->SetRelays(std::move(relays));
   }
   void TearDown() override {
     lane_.reset();
-    helper_.reset();
+    relay_.reset();
     board_.reset();
     if (!board_name_.empty()) shm_unlink(board_name_.c_str());
     if (l1_ != nullptr) {
@@ -232,7 +232,7 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     ASSERT_TRUE(kernels::ScatterChunksCpu(host_groups[0].group, host_chunks.data(), 3).ok());
 
     const bool layer_wise =
-        c.scenario == Scenario::kLayerWise || c.scenario == Scenario::kHelperFailsMidCopy;
+        c.scenario == Scenario::kLayerWise || c.scenario == Scenario::kRelayFailsMidCopy;
     CopySignal signal;
     constexpr uint32_t kSequence = 1;
     // An engine stream on GPU 0 that waits for each layer's slot, then
@@ -264,9 +264,9 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
                   cudaSuccess);
       }
     }
-    if (c.scenario == Scenario::kHelperBusy) loads_.Add(kHelper, Direction::kRetrieve, 1);
-    if (c.scenario == Scenario::kHelperHeld) {
-      ASSERT_TRUE(helper_->TryAcquire());
+    if (c.scenario == Scenario::kRelayBusy) loads_.Add(kRelay, Direction::kRetrieve, 1);
+    if (c.scenario == Scenario::kRelayHeld) {
+      ASSERT_TRUE(relay_->TryAcquire());
     }
 
     const std::vector<GroupAddresses> groups = Groups(device_kv_);
@@ -306,17 +306,17 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
       case Scenario::kSplitChunks:
       case Scenario::kChunkInPieces:
       case Scenario::kLayerWise:
-        EXPECT_GT(helper_->bytes_carried(), 0u) << "the helper carried nothing";
+        EXPECT_GT(relay_->bytes_carried(), 0u) << "the relay carried nothing";
         EXPECT_EQ(lane_->multipath_retrieves(), 1u);
-        EXPECT_FALSE(helper_->failed());
+        EXPECT_FALSE(relay_->failed());
         break;
-      case Scenario::kHelperFailsMidCopy:
-        EXPECT_TRUE(helper_->failed());
-        EXPECT_EQ(helper_calls_.load(), 3);
+      case Scenario::kRelayFailsMidCopy:
+        EXPECT_TRUE(relay_->failed());
+        EXPECT_EQ(relay_calls_.load(), 3);
         break;
-      case Scenario::kHelperBusy:
-      case Scenario::kHelperHeld:
-        EXPECT_EQ(helper_->bytes_carried(), 0u) << "a busy or held helper was used";
+      case Scenario::kRelayBusy:
+      case Scenario::kRelayHeld:
+        EXPECT_EQ(relay_->bytes_carried(), 0u) << "a busy or held relay was used";
         EXPECT_EQ(lane_->multipath_retrieves(), 0u);
         break;
     }
@@ -330,9 +330,9 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
   uint8_t* l1_ = nullptr;
   uint64_t l1_bytes_ = 0;
   LinkLoads loads_{2};
-  std::unique_ptr<CudaHelperPath> helper_;
+  std::unique_ptr<CudaRelayPath> relay_;
   std::unique_ptr<CudaCopyLane> lane_;
-  std::atomic<int> helper_calls_{0};
+  std::atomic<int> relay_calls_{0};
   std::string board_name_;
   std::shared_ptr<CompletionBoard> board_;
 };

@@ -77,7 +77,7 @@ class GpuRoundTripTest : public ::testing::TestWithParam<std::tuple<RoundTrip, s
     if (!described.ok()) return {false, 0};
     const nlohmann::json multipath = nlohmann::json::parse(*described)["backend"]["multipath"];
     uint64_t carried = 0;
-    for (const auto& h : multipath.value("helpers", nlohmann::json::array()))
+    for (const auto& h : multipath.value("relays", nlohmann::json::array()))
       carried += h.value("bytes_carried", uint64_t{0});
     return {multipath.value("state", "").rfind("on:", 0) == 0, carried};
   }

@@ -11,26 +11,26 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-HelperCandidate Idle(int device) { return {device, true, true, 0}; }
+RelayCandidate Idle(int device) { return {device, true, true, 0}; }
 
 TEST(MultipathPolicy, AnIdleLinkedPeerHelpsALargeRetrieve) {
-  const std::vector<size_t> chosen = ChooseHelpers({}, 128 * kMiB, 4, {Idle(1)});
+  const std::vector<size_t> chosen = ChooseRelays({}, 128 * kMiB, 4, {Idle(1)});
   EXPECT_EQ(chosen, std::vector<size_t>({0}));
 }
 
 TEST(MultipathPolicy, NoPeerWithoutNvlinkOrPeerAccess) {
-  HelperCandidate pcie_only = Idle(1);
+  RelayCandidate pcie_only = Idle(1);
   pcie_only.linked = false;
-  EXPECT_TRUE(ChooseHelpers({}, 128 * kMiB, 4, {pcie_only}).empty());
+  EXPECT_TRUE(ChooseRelays({}, 128 * kMiB, 4, {pcie_only}).empty());
 }
 
 TEST(MultipathPolicy, APeerLoadingForItsOwnEngineIsLeftAlone) {
-  HelperCandidate busy = Idle(1);
+  RelayCandidate busy = Idle(1);
   busy.queued_bytes = 32 * kMiB;
-  EXPECT_TRUE(ChooseHelpers({}, 128 * kMiB, 4, {busy}).empty());
+  EXPECT_TRUE(ChooseRelays({}, 128 * kMiB, 4, {busy}).empty());
   MultipathPolicy tolerant;
   tolerant.idle_bytes = 64 * kMiB;
-  EXPECT_EQ(ChooseHelpers(tolerant, 128 * kMiB, 4, {busy}).size(), 1u);
+  EXPECT_EQ(ChooseRelays(tolerant, 128 * kMiB, 4, {busy}).size(), 1u);
 }
 
 TEST(MultipathPolicy, EveryGpuLoadingAtOnceFallsBackToOnePath) {
@@ -39,11 +39,11 @@ TEST(MultipathPolicy, EveryGpuLoadingAtOnceFallsBackToOnePath) {
   LinkLoads loads(4);
   for (int d = 0; d < 4; ++d) loads.Add(d, Direction::kRetrieve, 64 * kMiB);
   for (int target = 0; target < 4; ++target) {
-    std::vector<HelperCandidate> peers;
+    std::vector<RelayCandidate> peers;
     for (int d = 0; d < 4; ++d) {
       if (d != target) peers.push_back({d, true, true, loads.Bytes(d, Direction::kRetrieve)});
     }
-    EXPECT_TRUE(ChooseHelpers({}, 64 * kMiB, 2, peers).empty()) << "GPU " << target;
+    EXPECT_TRUE(ChooseRelays({}, 64 * kMiB, 2, peers).empty()) << "GPU " << target;
   }
 }
 
@@ -51,38 +51,37 @@ TEST(MultipathPolicy, StoresOnAPeerDoNotMakeItsRetrieveLinkBusy) {
   LinkLoads loads(2);
   loads.Add(1, Direction::kStore, 512 * kMiB);  // the other direction of PCIe
   EXPECT_EQ(loads.Bytes(1, Direction::kRetrieve), 0u);
-  EXPECT_EQ(
-      ChooseHelpers({}, 128 * kMiB, 4, {{1, true, true, loads.Bytes(1, Direction::kRetrieve)}})
-          .size(),
-      1u);
+  EXPECT_EQ(ChooseRelays({}, 128 * kMiB, 4, {{1, true, true, loads.Bytes(1, Direction::kRetrieve)}})
+                .size(),
+            1u);
 }
 
 TEST(MultipathPolicy, AHeldOrFailedPeerIsNotUsed) {
-  HelperCandidate held = Idle(1);
+  RelayCandidate held = Idle(1);
   held.available = false;
-  EXPECT_TRUE(ChooseHelpers({}, 128 * kMiB, 4, {held}).empty());
+  EXPECT_TRUE(ChooseRelays({}, 128 * kMiB, 4, {held}).empty());
 }
 
 TEST(MultipathPolicy, SmallRetrievesStayOnOnePath) {
-  EXPECT_TRUE(ChooseHelpers({}, 1 * kMiB, 8, {Idle(1), Idle(2)}).empty());
+  EXPECT_TRUE(ChooseRelays({}, 1 * kMiB, 8, {Idle(1), Idle(2)}).empty());
   // 5 MiB for three paths of at least 2 MiB: two paths.
-  EXPECT_EQ(ChooseHelpers({}, 5 * kMiB, 8, {Idle(1), Idle(2)}).size(), 1u);
+  EXPECT_EQ(ChooseRelays({}, 5 * kMiB, 8, {Idle(1), Idle(2)}).size(), 1u);
 }
 
 TEST(MultipathPolicy, NoMorePathsThanSubBatchesOrTheCap) {
-  const std::vector<HelperCandidate> three = {Idle(1), Idle(2), Idle(3)};
-  EXPECT_TRUE(ChooseHelpers({}, 1024 * kMiB, 1, three).empty());
-  EXPECT_EQ(ChooseHelpers({}, 1024 * kMiB, 2, three).size(), 1u);
-  EXPECT_EQ(ChooseHelpers({}, 1024 * kMiB, 64, three).size(), 3u);
+  const std::vector<RelayCandidate> three = {Idle(1), Idle(2), Idle(3)};
+  EXPECT_TRUE(ChooseRelays({}, 1024 * kMiB, 1, three).empty());
+  EXPECT_EQ(ChooseRelays({}, 1024 * kMiB, 2, three).size(), 1u);
+  EXPECT_EQ(ChooseRelays({}, 1024 * kMiB, 64, three).size(), 3u);
   MultipathPolicy capped;
   capped.max_paths = 2;
-  EXPECT_EQ(ChooseHelpers(capped, 1024 * kMiB, 64, three).size(), 1u);
+  EXPECT_EQ(ChooseRelays(capped, 1024 * kMiB, 64, three).size(), 1u);
 }
 
-TEST(MultipathPolicy, ChosenHelpersKeepTheCandidatesOrder) {
-  HelperCandidate busy = Idle(2);
+TEST(MultipathPolicy, ChosenRelaysKeepTheCandidatesOrder) {
+  RelayCandidate busy = Idle(2);
   busy.queued_bytes = 1;
-  const std::vector<size_t> chosen = ChooseHelpers({}, 1024 * kMiB, 64, {Idle(1), busy, Idle(3)});
+  const std::vector<size_t> chosen = ChooseRelays({}, 1024 * kMiB, 64, {Idle(1), busy, Idle(3)});
   EXPECT_EQ(chosen, std::vector<size_t>({0, 2}));
 }
 

@@ -60,14 +60,14 @@ Result<json> DescribeWhenReady(Client& client) {
 }
 
 // Bytes the daemon's NVLink peers have carried for retrieves so far.
-uint64_t HelperBytes(Client& client) {
+uint64_t RelayBytes(Client& client) {
   auto described = client.Describe().get();
   if (!described.ok()) return 0;
   const json doc = json::parse(*described, nullptr, false);
   if (doc.is_discarded()) return 0;
   const json multipath = doc.value("backend", json::object()).value("multipath", json::object());
   uint64_t bytes = 0;
-  for (const json& h : multipath.value("helpers", json::array()))
+  for (const json& h : multipath.value("relays", json::array()))
     bytes += h.value("bytes_carried", uint64_t{0});
   return bytes;
 }
@@ -425,7 +425,7 @@ Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBe
     readable = run.Fresh(n);
     KVSTASH_RETURN_IF_ERROR(run.Store(readable));
     const std::vector<ChunkBlocks> targets = run.Into(readable);
-    const uint64_t helped_before = out.multipath_paths > 1 ? HelperBytes(client) : 0;
+    const uint64_t relayed_before = out.multipath_paths > 1 ? RelayBytes(client) : 0;
     KVSTASH_RETURN_IF_ERROR(measure("retrieve", bytes, one_way_target, RawCopy::Way::kHostToDevice,
                                     [&] { return run.Retrieve(targets); }));
     if (out.multipath_paths > 1) {
@@ -433,7 +433,7 @@ Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBe
       // copy of the same bytes beside each (one untimed pair first).
       const ThroughputRow& r = out.throughput.back();
       MultipathRow m{layout.name, reg->chunk_bytes, n, r.gbps(), r.raw_gbps(), r.ratio()};
-      m.helper_share = double(HelperBytes(client) - helped_before) / double((reps + 1) * bytes);
+      m.relay_share = double(RelayBytes(client) - relayed_before) / double((reps + 1) * bytes);
       m.target = MultipathTarget(reg->chunk_bytes, n, out.multipath_paths);
       out.multipath.push_back(m);
     }
@@ -494,9 +494,9 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
   if (backend.contains("multipath")) {
     const json& multipath = backend["multipath"];
     out.multipath_state = multipath.value("state", "");
-    const size_t helpers = multipath.value("helpers", json::array()).size();
-    if (out.multipath_state.rfind("on", 0) == 0 && helpers >= 2) {
-      out.multipath_paths = uint32_t(helpers);  // every GPU of an NVLink node helps the others
+    const size_t relays = multipath.value("relays", json::array()).size();
+    if (out.multipath_state.rfind("on", 0) == 0 && relays >= 2) {
+      out.multipath_paths = uint32_t(relays);  // every GPU of an NVLink node helps the others
     }
   }
 

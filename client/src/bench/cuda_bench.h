@@ -69,9 +69,9 @@ struct MultipathRow {
   uint32_t chunks = 0;
   double gbps = 0;
   double one_link_gbps = 0;
-  double ratio = 0;         // median of the pairs' ratios (gbps / one_link_gbps)
-  double helper_share = 0;  // bytes the helpers carried / bytes retrieved
-  double target = 0;        // 0: none for this size or GPU count
+  double ratio = 0;        // median of the pairs' ratios (gbps / one_link_gbps)
+  double relay_share = 0;  // bytes the relays carried / bytes retrieved
+  double target = 0;       // 0: none for this size or GPU count
 };
 
 struct CudaBenchResults {

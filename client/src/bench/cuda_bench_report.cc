@@ -44,7 +44,7 @@ std::string CudaBenchText(const CudaBenchResults& r) {
     for (const MultipathRow& m : r.multipath) {
       out += Printf("%-14s %6.2f MiB %6u %9.2f %13.2f %12.3f %13.2f ", m.layout.c_str(),
                     double(m.chunk_bytes) / (1 << 20), m.chunks, m.gbps, m.one_link_gbps, m.ratio,
-                    m.helper_share);
+                    m.relay_share);
       out += m.target > 0 ? Printf("%5.2f %s\n", m.target, Mark(m.ratio >= m.target)) : "    -\n";
     }
   }
@@ -108,7 +108,7 @@ nlohmann::ordered_json CudaBenchJson(const CudaBenchResults& r) {
                          {"gbps", m.gbps},
                          {"one_link_gbps", m.one_link_gbps},
                          {"ratio_to_one_link", m.ratio},
-                         {"helper_share", m.helper_share},
+                         {"relay_share", m.relay_share},
                          {"target", m.target}});
   }
   return {{"gpu", r.gpu},

@@ -27,10 +27,10 @@ class PeerTopology {
 
   int devices() const { return devices_; }
   const PeerLink& link(int from, int to) const { return links_[size_t(from * devices_ + to)]; }
-  // Whether `helper` can carry retrieves for `target`: peer access and
+  // Whether `relay` can carry retrieves for `target`: peer access and
   // NVLink between them.
-  bool CanHelp(int helper, int target) const {
-    return helper != target && link(helper, target).nvlink;
+  bool CanRelay(int relay, int target) const {
+    return relay != target && link(relay, target).nvlink;
   }
   const std::string& source() const { return source_; }  // how NVLink was decided
 

@@ -1,5 +1,5 @@
 // A GPU's streams, events and staging for carrying its peers' retrieves.
-#include "cuda_helper_path.h"
+#include "cuda_relay_path.h"
 
 #include <cuda_runtime_api.h>
 
@@ -9,8 +9,8 @@
 
 namespace kvstash::server {
 
-Result<std::unique_ptr<CudaHelperPath>> CudaHelperPath::Create(int device, uint64_t staging_bytes) {
-  std::unique_ptr<CudaHelperPath> path(new CudaHelperPath(device));
+Result<std::unique_ptr<CudaRelayPath>> CudaRelayPath::Create(int device, uint64_t staging_bytes) {
+  std::unique_ptr<CudaRelayPath> path(new CudaRelayPath(device));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   for (cuda::Stream* stream : {&path->host_stream_, &path->link_stream_}) {
     Result<cuda::Stream> created = cuda::Stream::Create();
@@ -39,16 +39,16 @@ Result<std::unique_ptr<CudaHelperPath>> CudaHelperPath::Create(int device, uint6
   return path;
 }
 
-bool CudaHelperPath::TryAcquire() {
+bool CudaRelayPath::TryAcquire() {
   if (failed()) return false;
   bool expected = false;
   // acquire: what the last holder enqueued is ordered before our use.
   return held_.compare_exchange_strong(expected, true, std::memory_order_acquire);
 }
 
-void CudaHelperPath::Release() { held_.store(false, std::memory_order_release); }
+void CudaRelayPath::Release() { held_.store(false, std::memory_order_release); }
 
-void CudaHelperPath::Fail(const Status& why) {
+void CudaRelayPath::Fail(const Status& why) {
   {
     MutexLock lock(mutex_);
     if (failure_.empty()) failure_ = why.ToString();
@@ -56,7 +56,7 @@ void CudaHelperPath::Fail(const Status& why) {
   failed_.store(true, std::memory_order_release);
 }
 
-std::string CudaHelperPath::failure() const {
+std::string CudaRelayPath::failure() const {
   MutexLock lock(mutex_);
   return failure_;
 }

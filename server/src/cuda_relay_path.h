@@ -10,7 +10,7 @@
 // Owned by the CUDA backend, shared by the retrieve lanes of the other GPUs:
 // one retrieve holds it at a time (TryAcquire / Release), and only the lane
 // thread holding it touches its streams, staging and events, so those need
-// no lock. A helper whose copies failed is not used again: the failure is
+// no lock. A relay whose copies failed is not used again: the failure is
 // logged and shown by `kvstash describe`.
 #pragma once
 
@@ -28,12 +28,12 @@
 
 namespace kvstash::server {
 
-class CudaHelperPath {
+class CudaRelayPath {
  public:
   static constexpr size_t kMaxRegions = 16;
   // Streams, events and `staging_bytes` of staging (0: none, direct mode)
   // on `device` (the current device is changed).
-  static Result<std::unique_ptr<CudaHelperPath>> Create(int device, uint64_t staging_bytes);
+  static Result<std::unique_ptr<CudaRelayPath>> Create(int device, uint64_t staging_bytes);
 
   int device() const { return device_; }
   uint8_t* staging() const { return staging_.data(); }
@@ -61,16 +61,16 @@ class CudaHelperPath {
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   std::string failure() const;
 
-  // Counters for describe: retrieves it helped, bytes it carried.
+  // Counters for describe: retrieves it relayed, bytes it carried.
   void Count(uint64_t retrieves, uint64_t bytes) {
     retrieves_.fetch_add(retrieves, std::memory_order_relaxed);
     bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
-  uint64_t retrieves_helped() const { return retrieves_.load(std::memory_order_relaxed); }
+  uint64_t retrieves_relayed() const { return retrieves_.load(std::memory_order_relaxed); }
   uint64_t bytes_carried() const { return bytes_.load(std::memory_order_relaxed); }
 
  private:
-  explicit CudaHelperPath(int device) : device_(device) {}
+  explicit CudaRelayPath(int device) : device_(device) {}
 
   const int device_;
   cuda::DeviceBuffer staging_;
