@@ -72,7 +72,7 @@ uint64_t RelayBytes(Client& client) {
   return bytes;
 }
 
-// Issue targets of multi-path retrieves: against one link, from 4 chunks of
+// The targets of multi-path retrieves: against one link, from 4 chunks of
 // 32 MiB (Llama-3-8B's), by the GPUs that can carry a retrieve.
 double MultipathTarget(uint64_t chunk_bytes, uint32_t n, uint32_t paths) {
   if (n < 4 || chunk_bytes < (24u << 20)) return 0;
