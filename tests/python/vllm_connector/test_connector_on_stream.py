@@ -1,6 +1,6 @@
 """KvstashConnector's loads and stores on the forward pass's stream (here,
 on host tensors: the same slots, waited for by the CPU) against the real
-vLLM 0.32 Scheduler and a real kvstashd. kvstashd is paused (SIGSTOP) to
+vLLM Scheduler and a real kvstashd. kvstashd is paused (SIGSTOP) to
 hold a load or store in flight, and killed to lose one."""
 
 from __future__ import annotations
