@@ -1,4 +1,4 @@
-"""kvstash's vLLM connector (vLLM 0.32.0, v1 KV-connector API).
+"""kvstash's vLLM connector (vLLM 0.26.0 to 0.33.0, v1 KV-connector API).
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvstashConnector",
         "kv_connector_module_path": "kvstash.integrations.vllm", "kv_role": "kv_both"}'
@@ -8,14 +8,15 @@ try:
     import vllm  # noqa: F401
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "kvstash.integrations.vllm needs vLLM (tested with vllm==0.32.0): pip install vllm==0.32.0"
+        "kvstash.integrations.vllm needs vLLM 0.26.0 to 0.33.0: pip install 'vllm>=0.26,<0.34'"
     ) from error
 
 from .connector import KvstashConnector
 from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
 from .settings import Settings, SettingsError
 
-TESTED_VLLM_VERSION = "0.32.0"
+SUPPORTED_VLLM_VERSIONS = ("0.26.0", "0.33.0")
+"""The oldest and the newest vLLM the connector is tested against."""
 
 __all__ = [
     "KvstashConnector",
@@ -24,5 +25,5 @@ __all__ = [
     "StoreSpec",
     "Settings",
     "SettingsError",
-    "TESTED_VLLM_VERSION",
+    "SUPPORTED_VLLM_VERSIONS",
 ]

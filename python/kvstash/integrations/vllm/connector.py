@@ -1,4 +1,13 @@
-"""KvstashConnector: kvstash as a KV connector of vLLM 0.32's v1 engine."""
+"""KvstashConnector: kvstash as a KV connector of vLLM's v1 engine, every
+release from 0.26 to 0.33.
+
+The hooks differ between those releases; the connector implements the union
+and lets each vLLM call what it knows. Hooks an older vLLM lacks are simply
+never called (0.33's unregister_kv_caches / restore_kv_caches), and none of
+them is needed for correctness there. Where a release changed what a hook
+hands over (the KV tensors' shapes, the scheduler's block ids), layout.py
+and scheduler.py read what is there rather than a version number.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +35,7 @@ if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.forward_context import ForwardContext
     from vllm.v1.attention.backend import AttentionMetadata
-    from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.outputs import KVConnectorOutput
@@ -93,6 +102,12 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
         # A cache: a store lost to preemption is a later miss, not an error.
         return False
 
+    @classmethod
+    def supports_sleep_mode(cls, kv_transfer_config: Any) -> bool:
+        # unregister_kv_caches drops kvstashd's mappings before the memory
+        # is released; restore_kv_caches registers the same tensors again.
+        return True
+
     @property
     def _worker(self) -> WorkerSide:
         assert self.worker_side is not None, "a worker-side call on the scheduler's connector"
@@ -107,6 +122,13 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
 
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
         self._worker.register_kv_caches(kv_caches)
+
+    def unregister_kv_caches(self) -> None:
+        # Sleep mode (vLLM 0.33): the KV memory is about to be released.
+        self._worker.unregister_kv_caches()
+
+    def restore_kv_caches(self) -> None:
+        self._worker.restore_kv_caches()
 
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
         assert isinstance(kv_connector_metadata, KvstashConnectorMetadata)
@@ -154,10 +176,6 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
 
     # ---- scheduler side ----
 
-    def bind_kv_cache_manager(self, kv_cache_manager: "KVCacheManager") -> None:
-        super().bind_kv_cache_manager(kv_cache_manager)
-        self._scheduler.bind_kv_cache_manager(kv_cache_manager)
-
     def on_new_request(self, request: "Request") -> None:
         self._scheduler.on_new_request(request)
 
@@ -184,4 +202,13 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
         return self._scheduler.request_finished(request)
 
     def has_pending_push_work(self) -> bool:
+        return self._scheduler.has_pending_push_work()
+
+    def reset_cache(self) -> bool:
+        # llm.reset_prefix_cache(reset_connector=True): kvstashd drops this
+        # engine's namespace (model and tenant); chunks being read stay.
+        return self._scheduler.reset_cache()
+
+    def has_pending_block_frees(self) -> bool:
+        # Finished requests' blocks come free once their stores read them.
         return self._scheduler.has_pending_push_work()

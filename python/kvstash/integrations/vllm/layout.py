@@ -1,12 +1,17 @@
-"""vLLM 0.32's KV cache groups and tensors as kvstash registrations.
+"""vLLM's KV cache groups and tensors as kvstash registrations.
 
-vLLM 0.32 hands a connector one 4-D view per layer, logical shape
-``[B, H, N, C]`` (blocks, head slots, tokens of a kernel block, content) with
-strides set by the resolved KV cache layout (LBNHC, LBHNC, BLHNC, ...). For
-standard attention C holds a token's K then its V (``head_size + head_size_v``
-elements); for MLA it holds the latent (H = 1). kvstash describes every layout
-by byte strides, so the geometry comes straight from the view's strides: no
-layout names, no copies.
+Every vLLM from 0.26 to 0.33 hands a connector one view per layer, logical
+shape ``[B, H, N, C]`` (blocks, head slots, tokens of a kernel block,
+content), except MLA layers before 0.29, which are ``[B, N, C]`` (one head
+slot, left out). For standard attention C holds a token's K then its V
+(``head_size + head_size_v`` elements); for MLA it holds the latent. What
+changed across releases is where the views live: before 0.29 each layer (or
+each set of layers sharing KV) has its own allocation; from 0.29 one backing
+buffer holds every layer and the views' strides follow the resolved KV cache
+layout (LBNHC, LBHNC, BLHNC, ...). kvstash describes every layout by byte
+strides, so the geometry comes straight from the view's strides: no layout
+names, no copies, and the client library shares each allocation once,
+however many layers it holds.
 
 One kvstash registration shares one block table, while each vLLM KV cache
 group has its own, so each group becomes its own registration.
@@ -102,12 +107,19 @@ def _spec_layout(group_id: int, layer_names: Sequence[str], spec: Any) -> GroupL
         )
     if spec.sliding_window is not None or spec.attention_chunk_size is not None:
         raise LayoutError(f"{where}: sliding-window / chunked-local attention is not supported yet")
-    if spec.tokens_per_state != 1 or spec.num_head_slots is not None or spec.state_content_bytes is not None:
+    # Packed or compressed pages: fields that exist from some release on
+    # (a release without the field has no such pages).
+    packing = {"tokens_per_state": getattr(spec, "tokens_per_state", 1),
+               "compress_ratio": getattr(spec, "compress_ratio", 1),
+               "num_head_slots": getattr(spec, "num_head_slots", None),
+               "state_content_bytes": getattr(spec, "state_content_bytes", None)}
+    if (packing["tokens_per_state"] != 1 or packing["compress_ratio"] != 1
+            or packing["num_head_slots"] is not None or packing["state_content_bytes"] is not None):
         raise LayoutError(
-            f"{where}: packed or compressed pages (tokens_per_state={spec.tokens_per_state}, "
-            f"num_head_slots={spec.num_head_slots}, state_content_bytes={spec.state_content_bytes}) "
-            "are not supported; expected one state per token and dense K/V content"
+            f"{where}: packed or compressed pages ({packing}) are not supported; expected one "
+            "state per token and dense K/V content"
         )
+
     element = torch.empty((), dtype=spec.dtype).element_size()
     if isinstance(spec, MLAAttentionSpec):
         kv_count, num_heads, head_bytes = 1, 1, spec.head_size * element
@@ -175,15 +187,19 @@ def group_tensors(layout: GroupLayout, kv_caches: Dict[str, torch.Tensor]) -> Gr
             f"KV cache group {layout.group_id}: register_kv_caches got no tensor for "
             f"layer(s) {missing[:4]}"
         )
-    tensors = {name: kv_caches[name] for name in layout.layer_names}
+    tensors = {}
     geometry = None
     blocks_per_block = 1
-    for name, t in tensors.items():
+    for name in layout.layer_names:
+        t = kv_caches[name]
         where = f"layer {name!r} (group {layout.group_id})"
+        if t.dim() == 3 and layout.is_mla:
+            t = t.unsqueeze(1)  # [B, N, C]: MLA's one head slot left out (vLLM < 0.29)
+        tensors[name] = t
         if t.dim() != 4:
             raise LayoutError(
-                f"{where}: expected vLLM 0.32's 4-D [blocks, heads, tokens, content] view, "
-                f"got shape {tuple(t.shape)}"
+                f"{where}: expected a 4-D [blocks, heads, tokens, content] view (3-D "
+                f"[blocks, tokens, content] for MLA), got shape {tuple(t.shape)}"
             )
         blocks, heads, tokens, content = t.shape
         element = t.element_size()
@@ -207,7 +223,9 @@ def group_tensors(layout: GroupLayout, kv_caches: Dict[str, torch.Tensor]) -> Gr
             block_stride=t.stride(0) * element,
             kv_stride=layout.head_bytes if layout.kv_count == 2 else 0,
             token_stride=t.stride(2) * element,
-            head_stride=t.stride(1) * element,
+            # One head slot (MLA): its stride is never used, and a view's
+            # stride there is whatever the view chose.
+            head_stride=t.stride(1) * element if heads > 1 else layout.content_bytes,
             dtype=kvstash_dtype(layout.dtype),
         )
         if geometry is not None and g != geometry:

@@ -72,14 +72,11 @@ class SchedulerSide:
         self._stored_chunks: Dict[str, int] = {}   # chunks stored or loaded, from 0
         self._store_issued: Set[str] = set()       # a worker may be storing its blocks
         self._sending: Set[str] = set()            # finished, blocks held until stored
-        self._kv_cache_manager: Any = None
+        self._block_ids: Dict[str, Tuple[List[int], ...]] = {}  # per request, per group
 
     @property
     def chunk_tokens(self) -> int:
         return self._chunk_tokens
-
-    def bind_kv_cache_manager(self, manager: Any) -> None:
-        self._kv_cache_manager = manager
 
     def on_new_request(self, request: Any) -> None:
         self._requests[request.request_id] = request
@@ -154,6 +151,25 @@ class SchedulerSide:
 
     # ---- each step ----
 
+    def _track_block_ids(self, scheduler_output: Any) -> None:
+        """Each request's block ids, from what the scheduler sends its workers
+        (every vLLM from 0.26 carries them there): a new or resumed request's
+        whole list, then the blocks each step appends."""
+        for new in scheduler_output.scheduled_new_reqs:
+            self._block_ids[new.req_id] = tuple(list(ids) for ids in new.block_ids)
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", None) or set()
+        for i, req_id in enumerate(cached.req_ids):
+            new_ids = cached.new_block_ids[i]
+            if new_ids is None:
+                continue
+            known = self._block_ids.get(req_id)
+            if req_id in resumed or known is None:
+                self._block_ids[req_id] = tuple(list(ids) for ids in new_ids)
+            else:
+                for group, ids in zip(known, new_ids):
+                    group.extend(ids)
+
     def _scheduled(self, scheduler_output: Any) -> List[Tuple[str, int]]:
         """(request id, tokens computed once this step ran) of every scheduled request."""
         out = []
@@ -171,6 +187,7 @@ class SchedulerSide:
         meta.loads = list(self._loads.values())
         self._loads.clear()
         meta.preempted_req_ids = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+        self._track_block_ids(scheduler_output)
         c = self._chunk_tokens
         for req_id, computed in self._scheduled(scheduler_output):
             request = self._requests.get(req_id)
@@ -181,8 +198,9 @@ class SchedulerSide:
             start = self._stored_chunks.get(req_id, 0)
             if full <= start:
                 continue
-            assert self._kv_cache_manager is not None, "bind_kv_cache_manager was not called"
-            block_ids = tuple(list(ids) for ids in self._kv_cache_manager.get_block_ids(req_id))
+            block_ids = tuple(list(ids) for ids in self._block_ids.get(req_id, ()))
+            if not block_ids:
+                continue
             meta.stores.append(StoreSpec(req_id=req_id, token_ids=list(prompt[: full * c]),
                                          block_ids=block_ids, start_chunk=start,
                                          num_chunks=full - start))
@@ -202,6 +220,7 @@ class SchedulerSide:
             self._release(load.lease_ids)
         self._requests.pop(req_id, None)
         self._stored_chunks.pop(req_id, None)
+        self._block_ids.pop(req_id, None)
         if req_id in self._store_issued:
             # A worker may still be reading its blocks: free them once every
             # worker reported the stores done (get_finished).
@@ -217,6 +236,14 @@ class SchedulerSide:
     def has_pending_push_work(self) -> bool:
         # Keeps the engine stepping until held blocks are freed.
         return bool(self._sending)
+
+    def reset_cache(self) -> bool:
+        try:
+            self._client.clear(model=self._settings.model, tenant=self._settings.tenant)
+            return True
+        except kvstash.Error as error:
+            logger.warning("kvstash: clearing %s failed: %s", self._settings.model, error)
+            return False
 
     def shutdown(self) -> None:
         for reg in self._regs:

@@ -152,6 +152,9 @@ class WorkerSide:
                                       name=f"vllm-worker-tp{tp_rank}")
         self._chunk_tokens = self._client.server_info.chunk_tokens
         self._registered: List[_Registered] = []
+        self._kv_caches: Optional[Dict[str, Any]] = None
+        """What register_kv_caches got: registered again after sleep mode."""
+        self._asleep = False
         self._layer: Dict[str, Tuple[int, int]] = {}  # layer name -> (registration, range)
         self._step = _Step()
         self._load_errors: Set[int] = set()
@@ -174,8 +177,43 @@ class WorkerSide:
         return time.monotonic() + self._settings.timeout_ms / 1000 + 5
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
-        if self._registered:
+        if self._registered or self._kv_caches is not None:
             raise RuntimeError("KvstashConnector.register_kv_caches was called twice")
+        self._kv_caches = dict(kv_caches)
+        self._register_all(self._kv_caches)
+
+    def unregister_kv_caches(self) -> None:
+        """vLLM's sleep mode is about to release the KV memory: every load
+        and store in flight ends, then kvstashd drops its mappings. Idempotent."""
+        if self._asleep or self._kv_caches is None:
+            return
+        self._resolve_loads()
+        self._load_errors.clear()  # vLLM drops every request's KV on sleep anyway
+        self.wait_for_stores()
+        self._unregister_all()
+        self._asleep = True
+
+    def restore_kv_caches(self) -> None:
+        """After wake-up: the same tensors, registered again. Idempotent."""
+        if not self._asleep or self._kv_caches is None:
+            return
+        self._register_all(self._kv_caches)
+        self._asleep = False
+
+    def _unregister_all(self) -> None:
+        for registered in self._registered:
+            try:
+                registered.reg.unregister()
+            except kvstash.Error as error:
+                logger.warning("kvstash: unregistering group %d: %s",
+                               registered.layout.group_id, error)
+        for registered in self._registered:
+            if registered.board is not None:
+                registered.board.close()
+        self._registered = []
+        self._layer = {}
+
+    def _register_all(self, kv_caches: Dict[str, Any]) -> None:
         for layout in self._groups:
             tensors = group_tensors(layout, kv_caches)
             first = next(iter(tensors.tensors.values()))
@@ -582,12 +620,5 @@ class WorkerSide:
     def shutdown(self) -> None:
         self._resolve_loads()
         self.wait_for_stores()
-        for registered in self._registered:
-            try:
-                registered.reg.unregister()
-            except kvstash.Error:
-                pass
+        self._unregister_all()
         self._client.close()
-        for registered in self._registered:
-            if registered.board is not None:
-                registered.board.close()

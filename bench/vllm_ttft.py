@@ -1,0 +1,209 @@
+"""Time to first token in a real vLLM engine on a GPU: recompute, vLLM's GPU
+prefix cache, vLLM's native CPU offloading and kvstash, one engine kind per
+run (each owns the GPU while it runs).
+
+    python bench/vllm_ttft.py --engine plain|native|kvstash [--lengths 1024,4096,...]
+
+Every figure is one request alone, one output token, the median of
+--prompts prompts per length, in ms:
+- cold: a prompt never seen (recompute; with native or kvstash, what storing
+  it adds);
+- gpu_hit (plain): the same prompt again, from vLLM's GPU prefix cache;
+- offload_hit (native, kvstash): the same prompt again after vLLM's GPU
+  prefix cache was emptied, so the KV comes back from the offload tier.
+It also measures the raw pinned host-to-device copy rate of this GPU, in the
+same process, and prints each hit's load time against it. The loaded case
+sends --loaded-prompts prompts at --rate per second, each sharing its prefix
+with a prompt seen before, and reports TTFT and throughput. Results go to
+--out as JSON; exits non-zero on any error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm_gpu"))
+import engine  # noqa: E402
+
+
+def raw_h2d_gbps(nbytes: int = 1 << 30) -> float:
+    """Pinned host -> this GPU, one large copy, best of 5."""
+    import torch
+
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    best = 0.0
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        dev.copy_(host, non_blocking=True)
+        torch.cuda.synchronize()
+        best = max(best, nbytes / (time.perf_counter() - start) / 1e9)
+    del host, dev
+    return best
+
+
+def kv_bytes_per_token(model: str) -> int:
+    cfg = engine.MODELS[model]
+    if "kv_lora_rank" in cfg:
+        return cfg["num_hidden_layers"] * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 2
+    head = cfg["hidden_size"] // cfg["num_attention_heads"]
+    return cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * head * 2
+
+
+def wait_stored(daemon: Any, chunks: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (daemon.counter("store_chunks_stored")
+                + daemon.counter("store_chunks_already_present")) >= chunks:
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"kvstashd did not store {chunks} chunks in {timeout} s")
+
+
+def per_length(llm: Any, kind: str, length: int, count: int, seed: int,
+               daemon: Any) -> Dict[str, Any]:
+    batch = engine.prompts(count, length, seed)
+    row: Dict[str, Any] = {"tokens": length}
+    stored_before = 0
+    if daemon is not None:
+        stored_before = (daemon.counter("store_chunks_stored")
+                         + daemon.counter("store_chunks_already_present"))
+    cold = [engine.ttft_ms(llm, p) for p in batch]
+    row["cold_ms"] = engine.median(cold)
+    if kind == "plain":
+        row["gpu_hit_ms"] = engine.median([engine.ttft_ms(llm, p) for p in batch])
+        return row
+    if daemon is not None:
+        wait_stored(daemon, stored_before + count * ((length - 1) // 256))
+        before = daemon.counter("retrieve_chunks")
+    else:
+        time.sleep(1.0)  # native offloading stores asynchronously
+    hits = []
+    for p in batch:
+        engine.reset_gpu_prefix_cache(llm)
+        hits.append(engine.ttft_ms(llm, p))
+    row["offload_hit_ms"] = engine.median(hits)
+    if daemon is not None:
+        row["loaded_chunks"] = daemon.counter("retrieve_chunks") - before
+        row["expected_chunks"] = count * ((length - 1) // 256)
+    return row
+
+
+def loaded_case(llm: Any, kind: str, count: int, rate: float, length: int) -> Dict[str, Any]:
+    """`count` requests arriving at `rate` per second; each shares a prefix
+    (all but its last 256 tokens) with a prompt served before."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    bases = engine.prompts(count, length, seed=900)
+    tails = engine.prompts(count, 256, seed=901)
+    for p in bases:
+        engine.generate(llm, [p], 1)
+    time.sleep(1.0)
+    if kind != "plain":
+        engine.reset_gpu_prefix_cache(llm)
+    prompts = [b[: length - 256] + t for b, t in zip(bases, tails)]
+    params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True, detokenize=False)
+    core = llm.llm_engine
+    sent: Dict[str, float] = {}
+    first: Dict[str, float] = {}
+    done: Dict[str, float] = {}
+    start = time.perf_counter()
+    i = 0
+    while len(done) < count:
+        now = time.perf_counter()
+        while i < count and now - start >= i / rate:
+            rid = f"loaded-{i}"
+            core.add_request(rid, TokensPrompt(prompt_token_ids=prompts[i]), params)
+            sent[rid] = time.perf_counter()
+            i += 1
+        if not core.has_unfinished_requests():
+            time.sleep(0.0005)
+            continue
+        for out in core.step():
+            t = time.perf_counter()
+            if out.outputs and out.outputs[0].token_ids and out.request_id not in first:
+                first[out.request_id] = t
+            if out.finished:
+                done[out.request_id] = t
+    wall = time.perf_counter() - start
+    ttfts = sorted((first[r] - sent[r]) * 1000 for r in sent)
+    return {"requests": count, "rate_per_s": rate, "prompt_tokens": length,
+            "ttft_median_ms": engine.median(ttfts), "ttft_p90_ms": ttfts[int(0.9 * (count - 1))],
+            "wall_s": wall, "throughput_req_per_s": count / wall,
+            "throughput_tokens_per_s": count * (length + 32) / wall}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", required=True, choices=["plain", "native", "kvstash"])
+    parser.add_argument("--model", default="llama3-8b", choices=sorted(engine.MODELS))
+    parser.add_argument("--lengths", default="1025,4097,16385,32769")
+    parser.add_argument("--prompts", type=int, default=5)
+    parser.add_argument("--loaded-prompts", type=int, default=8)
+    parser.add_argument("--rate", type=float, default=4.0)
+    parser.add_argument("--loaded-length", type=int, default=8192)
+    parser.add_argument("--kvstashd-args", default="", help="extra kvstashd options")
+    parser.add_argument("--layerwise", default="true", choices=["true", "false"])
+    parser.add_argument("--out", default="/tmp/kvstash-vllm-ttft")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+    model = engine.write_model(args.model, out / "models")
+    daemon = None
+    result: Dict[str, Any] = {"engine": args.engine, "model": args.model}
+    try:
+        import torch
+        import vllm
+        result.update(gpu=engine.gpu_name(), vllm=vllm.__version__, torch=torch.__version__)
+        result["raw_h2d_gbps"] = raw_h2d_gbps()
+        if args.engine == "kvstash":
+            daemon = engine.Kvstashd(out, name="kvstashd-ttft", l1_gb=60,
+                                     extra=args.kvstashd_args.split())
+        start = time.perf_counter()
+        llm = engine.make_llm(
+            model, kvstash_socket=daemon.socket if daemon else None,
+            layerwise=args.layerwise == "true",
+            native_offload_gb=64 if args.engine == "native" else 0,
+            max_model_len=max(lengths) + 64)
+        result["engine_start_s"] = time.perf_counter() - start
+        engine.generate(llm, engine.prompts(2, 600, seed=99), 4)  # warm-up
+        rows: List[Dict[str, Any]] = []
+        per_token = kv_bytes_per_token(args.model)
+        for n, length in enumerate(lengths):
+            row = per_length(llm, args.engine, length, args.prompts, seed=100 + n, daemon=daemon)
+            kv = ((length - 1) // 256 * 256) * per_token
+            row["kv_mib"] = kv / 2**20
+            row["raw_load_ms"] = kv / (result["raw_h2d_gbps"] * 1e9) * 1000
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        result["rows"] = rows
+        result["loaded"] = loaded_case(llm, args.engine, args.loaded_prompts, args.rate,
+                                       args.loaded_length)
+        print(json.dumps(result["loaded"]), flush=True)
+        if daemon is not None:
+            for row in rows:
+                if row["loaded_chunks"] < row["expected_chunks"]:
+                    raise RuntimeError(f"{row['tokens']} tokens: kvstash loaded "
+                                       f"{row['loaded_chunks']} of {row['expected_chunks']} chunks")
+    except Exception as error:
+        import traceback
+        traceback.print_exc()
+        result["error"] = repr(error)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        (out / f"ttft-{args.engine}.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}), flush=True)
+    return 1 if "error" in result else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
