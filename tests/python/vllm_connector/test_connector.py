@@ -16,6 +16,7 @@ import torch  # noqa: E402
 import kvstash  # noqa: E402
 from vllm_harness import (  # noqa: E402
     BLOCK_SIZE,
+    VLLM_VERSION,
     Engine,
     layout_unsupported,
     make_kv_cache_config,
@@ -290,6 +291,39 @@ def test_tensor_parallel_ranks_store_and_load_their_own_kv(model_dir, daemon):
     for w in e.workers:  # each rank got its own bytes back (patterns differ per rank)
         assert w.matches(block_ids, b, 0, 96)
         assert e.last_outputs[w.rank].invalid_block_ids == set()
+    e.run_until_idle()
+
+
+def test_sleep_mode_drops_kvstashds_mappings_and_wake_up_registers_again(model_dir, daemon):
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    if not hasattr(KVConnectorBase_V1, "unregister_kv_caches"):
+        pytest.skip(f"vLLM {VLLM_VERSION} has no sleep-mode hooks for connectors (0.33 added them)")
+    e = engine(model_dir, daemon)
+    a = prompt(100)
+    run_and_store(e, "a", a)
+
+    def registrations() -> int:
+        with daemon.client() as client:
+            return len(client.describe()["registrations"])
+
+    awake = registrations()
+    # vLLM's worker: sleep() (and discard) before the KV memory is released;
+    # the hooks are idempotent.
+    for w in e.workers:
+        w.connector.unregister_kv_caches()
+        w.connector.unregister_kv_caches()
+    assert registrations() == awake - len(e.workers)
+    # wake_up(): the same tensors are mapped again.
+    for w in e.workers:
+        w.connector.restore_kv_caches()
+        w.connector.restore_kv_caches()
+    assert registrations() == awake
+    b = a[:96] + [3]
+    prefix_hit(e, "b", b)
+    so = e.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 96
+    assert e.workers[0].matches(e.scheduler.kv_cache_manager.get_block_ids("b"), b, 0, 96)
+    assert e.last_outputs[0].invalid_block_ids == set()
     e.run_until_idle()
 
 
