@@ -2,7 +2,8 @@
 prefix cache, vLLM's native CPU offloading and kvstash, one engine kind per
 run (each owns the GPU while it runs).
 
-    python bench/vllm_ttft.py --engine plain|native|kvstash [--lengths 1024,4096,...]
+    python bench/vllm_ttft.py --engine plain|native|kvstash [--lengths 1025,4097,...]
+    python bench/vllm_ttft.py --table OUT_DIR     # the runs side by side
 
 Every figure is one request alone, one output token, the median of
 --prompts prompts per length, in ms:
@@ -140,7 +141,57 @@ def loaded_case(llm: Any, kind: str, count: int, rate: float, length: int) -> Di
             "throughput_tokens_per_s": count * (length + 32) / wall}
 
 
+def table(directory: Path) -> int:
+    """The runs in `directory` side by side (markdown); non-zero if any failed."""
+    runs = {}
+    for kind in ("plain", "native", "kvstash"):
+        path = directory / f"ttft-{kind}.json"
+        if path.exists():
+            runs[kind] = json.loads(path.read_text())
+    failed = [k for k, r in runs.items() if "error" in r]
+    for kind, run in runs.items():
+        print(f"{kind}: {run.get('gpu')} vLLM {run.get('vllm')} torch {run.get('torch')}, raw "
+              f"pinned H2D {run.get('raw_h2d_gbps', 0):.1f} GB/s, engine start "
+              f"{run.get('engine_start_s', 0):.0f} s{', ERROR ' + run['error'] if 'error' in run else ''}")
+    if failed or "plain" not in runs:
+        return 1
+
+    def row_of(kind: str, tokens: int) -> Dict[str, Any]:
+        return next((r for r in runs.get(kind, {}).get("rows", []) if r["tokens"] == tokens), {})
+
+    print()
+    print("| prompt tokens | KV loaded | recompute | GPU prefix hit | native offload hit "
+          "| kvstash hit | kvstash target | kvstash / native | cold pass: native | cold pass: kvstash |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for plain in runs["plain"]["rows"]:
+        t = plain["tokens"]
+        native, kv = row_of("native", t), row_of("kvstash", t)
+        target = plain["gpu_hit_ms"] + 1.1 * (kv or plain)["raw_load_ms"]
+
+        def ms(r: Dict[str, Any], key: str) -> str:
+            return f"{r[key]:.1f}" if key in r else "-"
+
+        ratio = (f"{kv['offload_hit_ms'] / native['offload_hit_ms']:.2f}"
+                 if kv and native else "-")
+        cold_n = f"{native['cold_ms'] / plain['cold_ms'] - 1:+.1%}" if native else "-"
+        cold_k = f"{kv['cold_ms'] / plain['cold_ms'] - 1:+.1%}" if kv else "-"
+        print(f"| {t:,} | {plain['kv_mib']:.0f} MiB | {plain['cold_ms']:.1f} | "
+              f"{plain['gpu_hit_ms']:.1f} | {ms(native, 'offload_hit_ms')} | "
+              f"{ms(kv, 'offload_hit_ms')} | {target:.1f} | {ratio} | {cold_n} | {cold_k} |")
+    print()
+    print("| loaded case | requests | rate /s | TTFT median | TTFT p90 | throughput (req/s) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for kind, run in runs.items():
+        ld = run.get("loaded")
+        if ld:
+            print(f"| {kind} | {ld['requests']} | {ld['rate_per_s']:g} | {ld['ttft_median_ms']:.1f} | "
+                  f"{ld['ttft_p90_ms']:.1f} | {ld['throughput_req_per_s']:.2f} |")
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--table":
+        return table(Path(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", required=True, choices=["plain", "native", "kvstash"])
     parser.add_argument("--model", default="llama3-8b", choices=sorted(engine.MODELS))

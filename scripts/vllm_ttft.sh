@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Time to first token in a real vLLM on a GPU machine: the same model and
+# prompts with no offloading (recompute, vLLM's GPU prefix cache), with
+# vLLM's native CPU offloading and with kvstash (bench/vllm_ttft.py), then
+# the three side by side. With several GPUs the three engines run at once,
+# one per GPU (each loads over its own PCIe link); otherwise one after the
+# other. Exits non-zero on any error.
+#
+#   KVSTASH_BIN_DIR=build/bin scripts/vllm_ttft.sh [OUT_DIR] [bench/vllm_ttft.py options]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-/tmp/kvstash-vllm-ttft}; shift || true
+export KVSTASH_BIN_DIR=${KVSTASH_BIN_DIR:-$PWD/build/bin}
+export KVSTASH_LIB=${KVSTASH_LIB:-$PWD/build/client/libkvstash.so}
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 VLLM_ENABLE_V1_MULTIPROCESSING=${VLLM_ENABLE_V1_MULTIPROCESSING:-0}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())') || exit 1
+status=0
+i=0
+pids=()
+for kind in plain native kvstash; do
+  if [ "$gpus" -ge 3 ]; then
+    CUDA_VISIBLE_DEVICES=$i "$python" bench/vllm_ttft.py --engine "$kind" --out "$out" "$@" \
+      >"$out/ttft-$kind.log" 2>&1 &
+    pids+=($!)
+  else
+    CUDA_VISIBLE_DEVICES=0 "$python" bench/vllm_ttft.py --engine "$kind" --out "$out" "$@" \
+      >"$out/ttft-$kind.log" 2>&1 || status=1
+  fi
+  i=$((i + 1))
+done
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+for kind in plain native kvstash; do grep -A20 Traceback "$out/ttft-$kind.log" | head -30; done
+"$python" bench/vllm_ttft.py --table "$out" | tee "$out/table.md" || status=1
+exit $status
