@@ -16,6 +16,7 @@ import torch  # noqa: E402
 import kvstash  # noqa: E402
 from vllm_harness import (  # noqa: E402
     BLOCK_SIZE,
+    ONE_BACKING_BUFFER,
     VLLM_VERSION,
     Engine,
     layout_unsupported,
@@ -84,6 +85,16 @@ def clear_chunks(daemon, expected):
             cleared += client.clear()
             time.sleep(0.02)
     assert cleared == expected
+
+
+def test_the_worker_hands_the_connector_kv_tensors_as_this_vllm_allocates_them(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    views = list(e.workers[0].kv_caches.values())
+    for view in views:  # [B, H, N, C]: K then V of a head and token in C
+        assert tuple(view.shape) == (64, 2, BLOCK_SIZE, 2 * 16)
+    storages = {view.untyped_storage().data_ptr() for view in views}
+    # Before vLLM 0.29 one allocation per layer; from 0.29 one for all.
+    assert len(storages) == (1 if ONE_BACKING_BUFFER else len(LAYERS))
 
 
 def test_first_request_stores_and_a_shared_prefix_loads_its_bytes(model_dir, daemon):
@@ -331,6 +342,9 @@ def test_mla_is_stored_once_and_loaded_on_every_rank(model_dir, daemon):
     spec = MLAAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=1, head_size=72,
                             dtype=torch.float16)
     e = engine(model_dir, daemon, specs={name: spec for name in LAYERS}, tp_size=2)
+    # The latent per token: [B, N, C] before vLLM 0.29, [B, H=1, N, C] from it.
+    for view in e.workers[0].kv_caches.values():
+        assert view.dim() == (4 if ONE_BACKING_BUFFER else 3) and view.shape[-1] == 72
     # MLA is the same on every rank: make the 'model' write identical bytes.
     for w in e.workers:
         w.rank = 0

@@ -127,10 +127,11 @@ def _backing_kv_caches(kv_cache_config: KVCacheConfig, layout: str,
 
 
 def _attention_backend(spec) -> type:
-    """The backend an H100 worker picks: FlashAttention, or FlashAttention MLA."""
+    """The backend an H100 worker picks: FlashAttention, or FlashMLA (whose
+    module, unlike FlashAttention MLA's, imports without vLLM's CUDA kernels)."""
     if isinstance(spec, MLAAttentionSpec):
-        from vllm.v1.attention.backends.mla.flashattn_mla import FlashAttnMLABackend
-        return FlashAttnMLABackend
+        from vllm.v1.attention.backends.mla.flashmla import FlashMLABackend
+        return FlashMLABackend
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
     return FlashAttentionBackend
 
