@@ -257,11 +257,14 @@ def test_bad_stream_settings_are_refused(model_dir, daemon, extra, message):
 
 
 def test_a_full_board_falls_back_to_a_cpu_wait_and_still_loads(model_dir, daemon):
+    # Stored by an engine with the default board: with two slots a store
+    # still holding both when the next step stores would be skipped.
+    a1, a2 = prompt(100, salt=1), prompt(100, salt=2)
+    storer = engine(model_dir, daemon)
+    run_and_store(storer, "a1", a1)
+    run_and_store(storer, "a2", a2)
     # Two slots: the step's first load takes both, the second finds none.
     e = engine(model_dir, daemon, extra={"board_slots": 2})
-    a1, a2 = prompt(100, salt=1), prompt(100, salt=2)
-    run_and_store(e, "a1", a1)
-    run_and_store(e, "a2", a2)
     b1, b2 = a1[:96] + [2], a2[:96] + [3]
     prefix_hit(e, "b1", b1)
     e.scheduler.add_request(make_request("b2", b2, max_tokens=2))
