@@ -39,17 +39,19 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
 
 
-def llama_specs(heads: int = 2, head_size: int = 16):
-    spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=heads, head_size=head_size,
+def llama_specs(heads: int = 2, head_size: int = 16, block_size: int = BLOCK_SIZE):
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=heads, head_size=head_size,
                              dtype=torch.float16)
     return {name: spec for name in LAYERS}
 
 
 def engine(model_dir, daemon, specs=None, tp_size=1, num_blocks=64, extra=None, layout="LBNHC",
-           groups=None, failure_policy="recompute", kernel_block_size=None):
+           groups=None, failure_policy="recompute", kernel_block_size=None,
+           block_size=BLOCK_SIZE):
     config = make_vllm_config(model_dir, daemon.socket, extra=extra, tp_size=tp_size,
-                              failure_policy=failure_policy, layout=layout)
-    kv_cache_config = make_kv_cache_config(config, specs or llama_specs(), num_blocks, groups)
+                              failure_policy=failure_policy, layout=layout, block_size=block_size)
+    kv_cache_config = make_kv_cache_config(config, specs or llama_specs(block_size=block_size),
+                                           num_blocks, groups)
     return Engine(config, kv_cache_config, layout, kernel_block_size)
 
 
@@ -58,7 +60,7 @@ def prompt(n: int, salt: int = 0):
 
 
 def run_and_store(e: Engine, request_id: str, tokens) -> None:
-    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2))
+    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2, block_size=e.block_size))
     e.run_until_idle()
     e.settle_stores()
 
@@ -72,7 +74,7 @@ def prefix_hit(e: Engine, request_id: str, tokens):
     assert e.scheduler.reset_prefix_cache()
     for w in e.workers:
         w.wipe()
-    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2))
+    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2, block_size=e.block_size))
 
 
 def clear_chunks(daemon, expected):
@@ -146,19 +148,22 @@ def test_a_local_prefix_hit_loads_only_the_tokens_past_it(model_dir, daemon):
     e.run_until_idle()
 
 
-@pytest.mark.parametrize("layout, kernel_block_size", [
-    ("LBHNC", None),   # HND
-    ("BLNHC", None),   # block-outermost: all layers of a block together
-    ("LBNHC", 8),      # vLLM's 16-token blocks split into 8-token kernel blocks
+@pytest.mark.parametrize("layout, kernel_block_size, block_size", [
+    ("LBHNC", None, 16),   # HND
+    ("BLNHC", None, 16),   # block-outermost: all layers of a block together
+    ("LBNHC", 8, 16),      # vLLM's 16-token blocks split into 8-token kernel blocks
+    ("LBNHC", 16, 32),     # 32-token blocks split into 16-token kernel blocks
 ])
-def test_other_kv_cache_layouts_round_trip(model_dir, daemon, layout, kernel_block_size):
+def test_other_kv_cache_layouts_round_trip(model_dir, daemon, layout, kernel_block_size,
+                                           block_size):
     reason = layout_unsupported(layout, kernel_block_size)
     if reason is not None:
         pytest.skip(reason)
-    e = engine(model_dir, daemon, layout=layout, kernel_block_size=kernel_block_size)
+    e = engine(model_dir, daemon, layout=layout, kernel_block_size=kernel_block_size,
+               block_size=block_size)
     (registered,) = e.workers[0].connector.worker_side._registered
-    assert registered.tensors.blocks_per_block == BLOCK_SIZE // (kernel_block_size or BLOCK_SIZE)
-    assert registered.reg.block_tokens == (kernel_block_size or BLOCK_SIZE)
+    assert registered.tensors.blocks_per_block == block_size // (kernel_block_size or block_size)
+    assert registered.reg.block_tokens == (kernel_block_size or block_size)
     a = prompt(100)
     run_and_store(e, "a", a)
     b = a[:96] + [8, 8]

@@ -221,13 +221,14 @@ def write_tiny_llama(directory: Path) -> Path:
 
 def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
                      tp_size: int = 1, max_num_batched_tokens: int = 64,
-                     failure_policy: str = "recompute", layout: str = "LBNHC") -> VllmConfig:
+                     failure_policy: str = "recompute", layout: str = "LBNHC",
+                     block_size: int = BLOCK_SIZE) -> VllmConfig:
     model_config = ModelConfig(model=str(model_dir), dtype="float16", seed=0,
                                skip_tokenizer_init=True, max_model_len=2048)
     scheduler_config = SchedulerConfig(
         max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens, max_model_len=2048,
         enable_chunked_prefill=True, is_encoder_decoder=False)
-    cache_config = CacheConfig(block_size=BLOCK_SIZE, gpu_memory_utilization=0.9,
+    cache_config = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9,
                                enable_prefix_caching=True)
     settings = {"socket": socket, "model": "tiny-llama"}
     settings.update(extra or {})
@@ -263,11 +264,12 @@ def make_kv_cache_config(vllm_config: VllmConfig, layer_specs: Dict[str, object]
     return config
 
 
-def make_request(request_id: str, prompt: Sequence[int], max_tokens: int = 4) -> Request:
+def make_request(request_id: str, prompt: Sequence[int], max_tokens: int = 4,
+                 block_size: int = BLOCK_SIZE) -> Request:
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     params.update_from_generation_config({}, EOS)
     return Request(request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
-                   pooling_params=None, block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256))
+                   pooling_params=None, block_hasher=get_request_block_hasher(block_size, sha256))
 
 
 def pattern(rank: int, layer: int, token: int, position: int, shape) -> torch.Tensor:
@@ -287,6 +289,7 @@ class WorkerRank:
         config = copy.deepcopy(vllm_config)
         config.parallel_config.rank = rank
         self.rank = rank
+        self.block_size = vllm_config.cache_config.block_size
         self.kv_cache_config = kv_cache_config
         self.connector = KvstashConnector(config, KVConnectorRole.WORKER, kv_cache_config)
         self.kv_caches = worker_kv_caches(kv_cache_config, layout, kernel_block_size)
@@ -299,7 +302,7 @@ class WorkerRank:
         view = self.kv_caches[name]
         # vLLM may split its blocks into smaller kernel blocks (dim 0 grows).
         ratio = view.shape[0] // self.kv_cache_config.num_blocks
-        kernel_tokens = BLOCK_SIZE // ratio
+        kernel_tokens = self.block_size // ratio
         kernel_block, token = block * ratio + slot // kernel_tokens, slot % kernel_tokens
         if view.dim() == 3:
             return view[kernel_block, token, :].view(torch.uint8)
@@ -314,7 +317,7 @@ class WorkerRank:
         for name in layers or self.kv_caches:
             ids = block_ids[self.group_of(name)]
             for p in range(begin, end):
-                slot = self._slot(name, ids[p // BLOCK_SIZE], p % BLOCK_SIZE)
+                slot = self._slot(name, ids[p // self.block_size], p % self.block_size)
                 slot.copy_(pattern(self.rank, self.layer_index[name], tokens[p], p, slot.shape))
 
     def matches(self, block_ids, tokens: Sequence[int], begin: int, end: int,
@@ -322,7 +325,7 @@ class WorkerRank:
         for name in layers or self.kv_caches:
             ids = block_ids[self.group_of(name)]
             for p in range(begin, end):
-                slot = self._slot(name, ids[p // BLOCK_SIZE], p % BLOCK_SIZE)
+                slot = self._slot(name, ids[p // self.block_size], p % self.block_size)
                 if not torch.equal(slot, pattern(self.rank, self.layer_index[name], tokens[p], p, slot.shape)):
                     return False
         return True
@@ -333,7 +336,7 @@ class WorkerRank:
 
     def block_is(self, block: int, value: int) -> bool:
         return all(bool((self._slot(name, block, slot) == value).all())
-                   for name in self.kv_caches for slot in range(BLOCK_SIZE))
+                   for name in self.kv_caches for slot in range(self.block_size))
 
     def execute(self, scheduler_output, scheduler: Scheduler, computed: Dict[str, int],
                 before_load=None, after_layer_wait=None, after_start=None,
@@ -377,10 +380,11 @@ class Engine:
     def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig,
                  layout: str = "LBNHC", kernel_block_size: Optional[int] = None) -> None:
         tp = vllm_config.parallel_config.tensor_parallel_size
+        self.block_size = vllm_config.cache_config.block_size
         self.scheduler = Scheduler(
             vllm_config=vllm_config, kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=BLOCK_SIZE, log_stats=True)
+            block_size=self.block_size, log_stats=True)
         self.workers = [WorkerRank(vllm_config, kv_cache_config, r, layout, kernel_block_size)
                         for r in range(tp)]
         self.aggregator = KVOutputAggregator(expected_finished_count=tp)
