@@ -74,8 +74,8 @@ def python_run(socket: str, samples: int) -> dict:
         uptime = ctypes.c_uint64()
         result = kvstash._lib.CLookupResult()
         out["raw_ping"] = timed(samples, lambda: lib.kvstash_ping(handle, ctypes.byref(uptime)))
-        out["raw_lookup64"] = timed(samples, lambda: lib.kvstash_lookup(
-            handle, reg.id, blob, 64, 0, ctypes.byref(result)),
+        out["raw_lookup64"] = timed(samples, lambda: lib.kvstash_lookup_ex(
+            handle, reg.id, blob, 64, 0, 0, ctypes.byref(result)),
             lambda _: lib.kvstash_release(handle, result.lease_id))
         release = lambda found: reg.release(found.lease_id)  # noqa: E731
         out["ping"] = timed(samples, client.ping)

@@ -29,12 +29,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python" / "vllm_connector"))
+sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import torch  # noqa: E402
 
 from vllm_harness import (BLOCK_SIZE, WorkerRank, make_kv_cache_config,  # noqa: E402
                           make_vllm_config, write_tiny_llama)
-from vllm_support import Daemon  # noqa: E402
+from vllm_support import start_daemon  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec  # noqa: E402
 
 from kvstash.integrations.vllm.metadata import (KvstashConnectorMetadata, LoadSpec,  # noqa: E402
@@ -48,7 +49,7 @@ def us(ns: float) -> float:
 
 
 def run(layers: int, requests: int, rounds: int, directory: Path) -> dict:
-    daemon = Daemon(directory)
+    daemon = start_daemon()
     try:
         config = make_vllm_config(write_tiny_llama(directory / "model"), daemon.socket)
         names = [f"model.layers.{i}.self_attn.attn" for i in range(layers)]
@@ -137,7 +138,7 @@ def run(layers: int, requests: int, rounds: int, directory: Path) -> dict:
         c.shutdown()
         return {"layers": layers, "requests": requests, "med": med, "spread": spread}
     finally:
-        daemon.stop()
+        daemon.close()
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 prefix cache, vLLM's native CPU offloading and kvstash, one engine kind per
 run (each owns the GPU while it runs).
 
-    python bench/vllm_ttft.py --engine plain|native|kvstash [--lengths 1025,4097,...]
+    python bench/vllm_ttft.py --engine plain|native|kvstash|kvstash-layerwise [--lengths ...]
     python bench/vllm_ttft.py --table OUT_DIR     # the runs side by side
 
 Every figure is one request alone, one output token, the median of
@@ -10,7 +10,7 @@ Every figure is one request alone, one output token, the median of
 - cold: a prompt never seen (recompute; with native or kvstash, what storing
   it adds);
 - gpu_hit (plain): the same prompt again, from vLLM's GPU prefix cache;
-- offload_hit (native, kvstash): the same prompt again after vLLM's GPU
+- offload_hit (native, kvstash*): the same prompt again after vLLM's GPU
   prefix cache was emptied, so the KV comes back from the offload tier.
 It also measures the raw pinned host-to-device copy rate of this GPU, in the
 same process, and prints each hit's load time against it. The loaded case
@@ -69,30 +69,35 @@ def wait_stored(daemon: Any, chunks: int, timeout: float = 30) -> None:
 
 def per_length(llm: Any, kind: str, length: int, count: int, seed: int,
                daemon: Any) -> Dict[str, Any]:
+    """Each prompt cold, then again as a hit, before the next prompt: the
+    working set is one prompt, whatever the offload tier's size."""
     batch = engine.prompts(count, length, seed)
     row: Dict[str, Any] = {"tokens": length}
-    stored_before = 0
-    if daemon is not None:
-        stored_before = (daemon.counter("store_chunks_stored")
-                         + daemon.counter("store_chunks_already_present"))
-    cold = [engine.ttft_ms(llm, p) for p in batch]
-    row["cold_ms"] = engine.median(cold)
-    if kind == "plain":
-        row["gpu_hit_ms"] = engine.median([engine.ttft_ms(llm, p) for p in batch])
-        return row
-    if daemon is not None:
-        wait_stored(daemon, stored_before + count * ((length - 1) // 256))
-        before = daemon.counter("retrieve_chunks")
-    else:
-        time.sleep(1.0)  # native offloading stores asynchronously
-    hits = []
+    chunks = (length - 1) // 256
+    cold, hits = [], []
+    loaded = 0
     for p in batch:
+        if daemon is not None:
+            stored_before = (daemon.counter("store_chunks_stored")
+                             + daemon.counter("store_chunks_already_present"))
+        cold.append(engine.ttft_ms(llm, p))
+        if kind == "plain":
+            hits.append(engine.ttft_ms(llm, p))
+            continue
+        if daemon is not None:
+            wait_stored(daemon, stored_before + chunks)
+            before = daemon.counter("retrieve_chunks")
+        else:
+            time.sleep(0.5)  # native offloading stores asynchronously
         engine.reset_gpu_prefix_cache(llm)
         hits.append(engine.ttft_ms(llm, p))
-    row["offload_hit_ms"] = engine.median(hits)
+        if daemon is not None:
+            loaded += daemon.counter("retrieve_chunks") - before
+    row["cold_ms"] = engine.median(cold)
+    row["gpu_hit_ms" if kind == "plain" else "offload_hit_ms"] = engine.median(hits)
     if daemon is not None:
-        row["loaded_chunks"] = daemon.counter("retrieve_chunks") - before
-        row["expected_chunks"] = count * ((length - 1) // 256)
+        row["loaded_chunks"] = loaded
+        row["expected_chunks"] = count * chunks
     return row
 
 
@@ -144,7 +149,7 @@ def loaded_case(llm: Any, kind: str, count: int, rate: float, length: int) -> Di
 def table(directory: Path) -> int:
     """The runs in `directory` side by side (markdown); non-zero if any failed."""
     runs = {}
-    for kind in ("plain", "native", "kvstash"):
+    for kind in ("plain", "native", "kvstash", "kvstash-layerwise"):
         path = directory / f"ttft-{kind}.json"
         if path.exists():
             runs[kind] = json.loads(path.read_text())
@@ -161,11 +166,13 @@ def table(directory: Path) -> int:
 
     print()
     print("| prompt tokens | KV loaded | recompute | GPU prefix hit | native offload hit "
-          "| kvstash hit | kvstash target | kvstash / native | cold pass: native | cold pass: kvstash |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| kvstash hit | kvstash hit, layer-wise in the step | kvstash target | kvstash / native "
+          "| cold pass: native | cold pass: kvstash |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for plain in runs["plain"]["rows"]:
         t = plain["tokens"]
         native, kv = row_of("native", t), row_of("kvstash", t)
+        layerwise = row_of("kvstash-layerwise", t)
         target = plain["gpu_hit_ms"] + 1.1 * (kv or plain)["raw_load_ms"]
 
         def ms(r: Dict[str, Any], key: str) -> str:
@@ -177,7 +184,8 @@ def table(directory: Path) -> int:
         cold_k = f"{kv['cold_ms'] / plain['cold_ms'] - 1:+.1%}" if kv else "-"
         print(f"| {t:,} | {plain['kv_mib']:.0f} MiB | {plain['cold_ms']:.1f} | "
               f"{plain['gpu_hit_ms']:.1f} | {ms(native, 'offload_hit_ms')} | "
-              f"{ms(kv, 'offload_hit_ms')} | {target:.1f} | {ratio} | {cold_n} | {cold_k} |")
+              f"{ms(kv, 'offload_hit_ms')} | {ms(layerwise, 'offload_hit_ms')} | {target:.1f} | "
+              f"{ratio} | {cold_n} | {cold_k} |")
     print()
     print("| loaded case | requests | rate /s | TTFT median | TTFT p90 | throughput (req/s) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -193,7 +201,8 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--table":
         return table(Path(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", required=True, choices=["plain", "native", "kvstash"])
+    parser.add_argument("--engine", required=True,
+                        choices=["plain", "native", "kvstash", "kvstash-layerwise"])
     parser.add_argument("--model", default="llama3-8b", choices=sorted(engine.MODELS))
     parser.add_argument("--lengths", default="1025,4097,16385,32769")
     parser.add_argument("--prompts", type=int, default=5)
@@ -201,7 +210,6 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=4.0)
     parser.add_argument("--loaded-length", type=int, default=8192)
     parser.add_argument("--kvstashd-args", default="", help="extra kvstashd options")
-    parser.add_argument("--layerwise", default="true", choices=["true", "false"])
     parser.add_argument("--out", default="/tmp/kvstash-vllm-ttft")
     args = parser.parse_args()
     out = Path(args.out)
@@ -215,16 +223,20 @@ def main() -> int:
         import vllm
         result.update(gpu=engine.gpu_name(), vllm=vllm.__version__, torch=torch.__version__)
         result["raw_h2d_gbps"] = raw_h2d_gbps()
-        if args.engine == "kvstash":
+        kvstash_engine = args.engine.startswith("kvstash")
+        if kvstash_engine:
             daemon = engine.Kvstashd(out, name="kvstashd-ttft", l1_gb=60,
                                      extra=args.kvstashd_args.split())
         start = time.perf_counter()
         llm = engine.make_llm(
             model, kvstash_socket=daemon.socket if daemon else None,
-            layerwise=args.layerwise == "true",
+            # kvstash: loads between steps (the default), or in the step, layer-wise.
+            async_loads=args.engine == "kvstash",
             native_offload_gb=64 if args.engine == "native" else 0,
             max_model_len=max(lengths) + 64)
         result["engine_start_s"] = time.perf_counter() - start
+        if daemon is not None:
+            result["l1_capacity_bytes"] = int(daemon.stats()["gauges"]["l1_capacity_bytes"])
         engine.generate(llm, engine.prompts(2, 600, seed=99), 4)  # warm-up
         rows: List[Dict[str, Any]] = []
         per_token = kv_bytes_per_token(args.model)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A request's fixed cost, stage by stage (issue 10): starts a private kvstashd
+# A request's fixed cost, stage by stage: starts a private kvstashd
 # with stage tracing, runs bench/probes' kvstash_call_latency against it
 # (ping, 64-key lookup, 1- and 64-chunk retrieves of a small layout, and a raw
 # ZeroMQ round trip of the same frame sizes), then prints where each call's
 # time went (bench/probes/trace_stages.py). Three configurations: spinning
-# off (--busy-poll-us 0 on both sides: the old default), the shared-memory
+# off (--busy-poll-us 0 on both sides), the shared-memory
 # channel off (ClientOptions::shm_channel = false: ZeroMQ only, spinning on),
 # and the defaults (no option set: the channel on). Last, one table of
 # p50/p99 per call and configuration, the raw ZeroMQ round trip, and the
@@ -16,7 +16,7 @@
 #
 #   scripts/fixed_cost.sh [--bin-dir build/bin] [--samples N] [--out DIR]
 #
-# The host backend on any machine, the GPU machine included: the probe's
+# The host backend on any machine, one with GPUs included: the probe's
 # engine memory is POSIX shared memory and it measures the request path (the
 # same threads and hand-offs as with CUDA), not PCIe; `kvstash bench
 # --backend cuda` measures the GPU copies. Writes

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [SECONDS]: builds the request fuzzer (clang 14, ASan +
 # UBSan + libFuzzer, ccache when present) in its own folder, replays the
-# checked-in regression corpus (tests/fuzz/regression: the crashes of issue
-# 8), then fuzzes from generated seeds for SECONDS (default 60). Exits
+# checked-in regression corpus (tests/fuzz/regression: every crash the
+# fuzzer found so far), then fuzzes from generated seeds for SECONDS (default 60). Exits
 # non-zero on any crash, leak, UB report or timeout; crash inputs land in
 # ${KVSTASH_FUZZ_DIR}/artifacts.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU machine, from prebuilt binaries: the thread wake-up probe, the
+# On a machine with an NVIDIA GPU, from prebuilt binaries: the thread wake-up probe, the
 # `gpu` tests, then `kvstash bench --backend cuda` against a kvstashd in each
 # transfer mode and completion wait (and with busy polling), then where the
 # time of one request goes (the daemon's per-copy debug timings, with the
@@ -21,8 +21,8 @@ echo "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled)
 echo "== thread hand-off latency (kvstash_wake_probe)"
 "$bin/kvstash_wake_probe" 2000
 
-# Each step has a time limit, so that one hang cannot eat the whole session.
-for step in chunk_copy_gpu_test:60 gpu_test:220 backend_selection_test:40; do
+# Each step has a time limit, so that one hang cannot eat the whole run.
+for step in chunk_copy_gpu_test:60 cuda_lane_gpu_test:120 gpu_test:220 backend_selection_test:40; do
   test=${step%:*}
   echo "== $test"
   timeout "${step#*:}" "$bin/$test" --gtest_brief=1 >"$out/$test.log" 2>&1 || { rc=$?; status=1; echo "exit $rc"; }

@@ -25,7 +25,7 @@ gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())') || { echo 
 "$python" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__, torch.cuda.get_device_name())'
 cases=("$@")
 if [ ${#cases[@]} -eq 0 ]; then
-  cases=(dense-layerwise dense-full mla)
+  cases=(dense dense-layerwise dense-full mla)
   [ "$gpus" -ge 2 ] && cases+=(dense-tp2 mla-tp2 share)
 fi
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Time to first token in a real vLLM on a GPU machine: the same model and
 # prompts with no offloading (recompute, vLLM's GPU prefix cache), with
-# vLLM's native CPU offloading and with kvstash (bench/vllm_ttft.py), then
-# the three side by side. With several GPUs the three engines run at once,
+# vLLM's native CPU offloading and with kvstash, loading between scheduler
+# steps (its default) and in the step layer by layer (bench/vllm_ttft.py),
+# then all side by side. With four GPUs the four engines run at once,
 # one per GPU (each loads over its own PCIe link); otherwise one after the
 # other. Exits non-zero on any error.
 #
@@ -20,8 +21,9 @@ gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())') || exit 1
 status=0
 i=0
 pids=()
-for kind in plain native kvstash; do
-  if [ "$gpus" -ge 3 ]; then
+kinds=(plain native kvstash kvstash-layerwise)
+for kind in "${kinds[@]}"; do
+  if [ "$gpus" -ge 4 ]; then
     CUDA_VISIBLE_DEVICES=$i "$python" bench/vllm_ttft.py --engine "$kind" --out "$out" "$@" \
       >"$out/ttft-$kind.log" 2>&1 &
     pids+=($!)
@@ -32,6 +34,6 @@ for kind in plain native kvstash; do
   i=$((i + 1))
 done
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-for kind in plain native kvstash; do grep -A20 Traceback "$out/ttft-$kind.log" | head -30; done
+for kind in "${kinds[@]}"; do grep -A20 Traceback "$out/ttft-$kind.log" | head -30; done
 "$python" bench/vllm_ttft.py --table "$out" | tee "$out/table.md" || status=1
 exit $status

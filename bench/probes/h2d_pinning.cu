@@ -1,7 +1,8 @@
-// Why H2D copies out of L1 slabs run slower than the raw pinned copy the
-// bench compares with (issue 10, item 3): times cudaMemcpyAsync host to
-// device from memory pinned in different ways, alone and beside a
-// device-to-device kernel like the scatter, and cut into pieces.
+// Whether H2D copies out of L1 slabs run slower than the raw pinned copy the
+// bench compares with (on an H100 they did not: bench/history/2026-11-22.md):
+// times cudaMemcpyAsync host to device from memory pinned in different ways,
+// alone and beside a device-to-device kernel like the scatter, and cut into
+// pieces.
 //
 //   nvcc -O2 -arch=sm_90 -o h2d_pinning bench/probes/h2d_pinning.cu
 //   ./h2d_pinning            # prints one line per case, GB/s median of 30

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine: where a CUDA lane's time goes (issue 10). The H2D
+# On a machine with an NVIDIA GPU: where a CUDA lane's time goes. The H2D
 # pinning probe, then a kvstashd at --log-level debug under the bench (1 and
 # 4 chunks, every layout), summarized per request shape from its per-copy
 # debug lines, and the per-request stage trace.
 #
-#   KVSTASH_BIN_DIR=.device/bin [PINNING=1] [CHUNKS=1,4] [SAMPLES=100] \
+#   KVSTASH_BIN_DIR=build/bin [PINNING=1] [CHUNKS=1,4] [SAMPLES=100] \
 #     bench/probes/lane_profile.sh OUT_DIR [MODE]
 set -uo pipefail
 bin=${KVSTASH_BIN_DIR:?set KVSTASH_BIN_DIR}

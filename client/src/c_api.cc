@@ -446,18 +446,12 @@ kvstash_status kvstash_retrieve(kvstash_client* client, uint64_t registration_id
   });
 }
 
-kvstash_status kvstash_lookup(kvstash_client* client, uint64_t registration_id,
-                              const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
-                              kvstash_lookup_result* result) {
-  return kvstash_lookup_ex(client, registration_id, keys, num_keys, lease_ms, 0, result);
-}
-
 kvstash_status kvstash_lookup_ex(kvstash_client* client, uint64_t registration_id,
                                  const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
                                  uint32_t flags, kvstash_lookup_result* result) {
   return Call(client, [&](kvstash::Client& c) {
     if (result == nullptr || (num_keys > 0 && keys == nullptr)) {
-      return Status::InvalidArgument("kvstash_lookup needs keys and a result");
+      return Status::InvalidArgument("kvstash_lookup_ex needs keys and a result");
     }
     std::vector<kvstash::ChunkKey> cpp_keys;
     cpp_keys.reserve(num_keys);

@@ -203,18 +203,11 @@ kvstash_status kvstash_retrieve_submit(kvstash_client* client, uint64_t registra
   });
 }
 
-kvstash_status kvstash_lookup_submit(kvstash_client* client, uint64_t registration_id,
-                                     const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
-                                     uint64_t user_data, kvstash_call** call) {
-  return kvstash_lookup_ex_submit(client, registration_id, keys, num_keys, lease_ms, 0, user_data,
-                                  call);
-}
-
 kvstash_status kvstash_lookup_ex_submit(kvstash_client* client, uint64_t registration_id,
                                         const kvstash_key* keys, size_t num_keys, uint32_t lease_ms,
                                         uint32_t flags, uint64_t user_data, kvstash_call** call) {
   if (client != nullptr && num_keys > 0 && keys == nullptr) {
-    return client->Finish(Status::InvalidArgument("kvstash_lookup_submit: keys is NULL"));
+    return client->Finish(Status::InvalidArgument("kvstash_lookup_ex_submit: keys is NULL"));
   }
   return Start(client, user_data, call, [&](kvstash::Client& c, kvstash_call* pending) {
     std::vector<kvstash::ChunkKey> cpp_keys;

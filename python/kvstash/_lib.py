@@ -27,8 +27,6 @@ from ctypes import (
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-KVSTASH_DEFAULT_SOCKET = "ipc:///run/kvstash/kvstash.sock"
-
 ALLOCATION_SHM = 0
 ALLOCATION_CUDA_IPC = 1
 
@@ -201,10 +199,6 @@ _PROTOTYPES = {
         _status,
         [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint64, c_void_p],
     ),
-    "kvstash_lookup": (
-        _status,
-        [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, POINTER(CLookupResult)],
-    ),
     "kvstash_lookup_ex": (
         _status,
         [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint32, POINTER(CLookupResult)],
@@ -218,10 +212,6 @@ _PROTOTYPES = {
         _status,
         [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint64, c_uint64,
          POINTER(_call_p)],
-    ),
-    "kvstash_lookup_submit": (
-        _status,
-        [_client_p, c_uint64, c_void_p, c_size_t, c_uint32, c_uint64, POINTER(_call_p)],
     ),
     "kvstash_lookup_ex_submit": (
         _status,

@@ -357,13 +357,13 @@ class Registration:
         self._client._call(_lib.lib().kvstash_store, self.id, c_void_p(chunks._address), n, outcomes)
         return outcomes_from(outcomes, n)
 
-    def retrieve(self, chunks: Chunks, *, skip_tokens: int = 0, lease_id: int = 0,
-                 stream: Any = None) -> List[ChunkOutcome]:
+    def retrieve(self, chunks: Chunks, *, skip_tokens: int = 0,
+                 lease_id: int = 0) -> List[ChunkOutcome]:
         """Writes stored chunks into their blocks, leaving the request's first
         skip_tokens tokens untouched; one outcome per chunk (RETRIEVED,
-        MISSING or FAILED). When it returns, the bytes are in place (`stream`
-        is accepted for the stream-ordered completion to come; nothing to
-        wait for today)."""
+        MISSING or FAILED). When it returns, the bytes are in place, so work
+        queued afterwards on any stream reads them. To have a CUDA stream
+        wait instead of the host, use retrieve_on_stream()."""
         chunks = self._chunks_arg(chunks)
         n = len(chunks)
         outcomes = (_lib.COutcome * max(n, 1))()
@@ -416,8 +416,8 @@ class Registration:
         return self._submit(KIND_OUTCOMES, _lib.lib().kvstash_store_submit, self.id,
                             c_void_p(chunks._address), len(chunks))
 
-    def retrieve_async(self, chunks: Chunks, *, skip_tokens: int = 0, lease_id: int = 0,
-                       stream: Any = None) -> "Future[List[ChunkOutcome]]":
+    def retrieve_async(self, chunks: Chunks, *, skip_tokens: int = 0,
+                       lease_id: int = 0) -> "Future[List[ChunkOutcome]]":
         """retrieve() returning a concurrent.futures.Future at once."""
         chunks = self._chunks_arg(chunks)
         return self._submit(KIND_OUTCOMES, _lib.lib().kvstash_retrieve_submit, self.id,
@@ -511,11 +511,11 @@ class Registration:
         """`await reg.store_aio(chunks)`: store() for asyncio."""
         return await asyncio.wrap_future(self.store_async(chunks, stream=stream))
 
-    async def retrieve_aio(self, chunks: Chunks, *, skip_tokens: int = 0, lease_id: int = 0,
-                           stream: Any = None) -> List[ChunkOutcome]:
+    async def retrieve_aio(self, chunks: Chunks, *, skip_tokens: int = 0,
+                           lease_id: int = 0) -> List[ChunkOutcome]:
         """`await reg.retrieve_aio(chunks)`: retrieve() for asyncio."""
         return await asyncio.wrap_future(
-            self.retrieve_async(chunks, skip_tokens=skip_tokens, lease_id=lease_id, stream=stream))
+            self.retrieve_async(chunks, skip_tokens=skip_tokens, lease_id=lease_id))
 
     async def lookup_aio(self, keys: Keys, *, lease_ms: int = 0,
                          prefetch: bool = False) -> LookupResult:

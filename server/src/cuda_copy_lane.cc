@@ -120,8 +120,7 @@ Status CudaCopyLane::Copy(const CopyLayout& layout,
   // A gated store reaches the lane only once its gate is open (the transfer
   // worker checks it from the CPU): no stream here waits on an engine.
   if (options_.mode == TransferMode::kDirect) {
-    copied =
-        CopyDirect(layout, **addresses, CopySteps(layout.groups, signal, false), chunks, signal);
+    copied = CopyDirect(layout, **addresses, CopySteps(layout.groups, signal), chunks, signal);
   } else {
     copied = CopyThroughStaging(layout, **addresses, chunks, slabs, signal, expired, &stopped_at);
   }
@@ -241,8 +240,7 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
   const size_t regions = std::min<size_t>(kMaxRegions, size_t(slots) / per_region);
   const size_t batches = (chunks.size() + per_region - 1) / per_region;
   const bool store = options_.direction == Direction::kStore;
-  const bool split = !store && batches == 1 && chunks.size() * chunk_bytes >= options_.split_bytes;
-  const std::vector<CopyStep> steps = CopySteps(layout.groups, signal, split);
+  const std::vector<CopyStep> steps = CopySteps(layout.groups, signal);
   // Where every chunk has a slot of its own, steps never wait for a region
   // to free: they touch different bytes of it. Otherwise a sub-batch waits
   // for the kernel or copy of the one before it in its region.

@@ -7,10 +7,6 @@
 //          A batch runs in sub-batches (about 8 MiB, one chunk at least),
 //          each in its own region of the ring, so kernels overlap copies
 //          and a batch larger than the ring waits only for regions to free.
-//          A retrieve of one sub-batch can be cut in two by layers (the
-//          second piece about an eighth of the layers), so that the scatter
-//          of the first runs while the second arrives (Options::split_bytes;
-//          off by default: measured, it cost more copy time than it hid).
 //   layer-wise retrieves (a board slot per layer range) copy and scatter
 //          the ranges in steps of 1, 1, 2, 4, ... ranges, each step's slots
 //          written after its scatter: the first layer is usable after its
@@ -63,13 +59,6 @@ class CudaCopyLane {
     bool busy_poll = false;                // poll: check on a core, no sleeps
     bool trace = false;                    // time each sub-batch (debug logs)
     bool host_pointers_on_device = false;  // registered host memory has one address everywhere
-    // A retrieve of one sub-batch is split in two pieces from this many
-    // bytes on. Off by default: on the H100 the split hid the scatter
-    // (kernel end 16 us after the last copy, not 32) but slowed the copies
-    // more (a 32 MiB chunk's H2D 613 -> 635 us, 10 MiB 190 -> 202 us), so a
-    // 1-chunk retrieve ended 8-15 us later (bench/RESULTS.md, fifth session).
-    // Tests set 0 to split every retrieve.
-    uint64_t split_bytes = UINT64_MAX;
   };
   static Result<std::unique_ptr<CudaCopyLane>> Create(const Options& options);
 

@@ -28,8 +28,8 @@ std::vector<std::pair<uint64_t, uint64_t>> Windows(
 
 }  // namespace
 
-std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups, const CopySignal* signal,
-                                bool split) {
+std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups,
+                                const CopySignal* signal) {
   std::vector<CopyStep> steps;
   const size_t num_groups = groups.size();
   if (signal != nullptr && !signal->ranges.empty()) {
@@ -63,24 +63,10 @@ std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups, const
       done += taken;
     }
   } else {
-    uint32_t most_layers = 0;
-    for (const GroupAddresses& g : groups)
-      most_layers = std::max(most_layers, g.group.shape.num_layers);
     CopyStep& all = steps.emplace_back();
     for (const GroupAddresses& g : groups) all.slices.emplace_back(0, g.group.shape.num_layers);
-    if (split && most_layers >= 2) {
-      // The second piece: the last eighth of each group's layers (one at least).
-      CopyStep last;
-      for (size_t g = 0; g < num_groups; ++g) {
-        const uint32_t layers = groups[g].group.shape.num_layers;
-        const uint32_t tail = layers >= 2 ? std::max<uint32_t>(1, layers / 8) : 0;
-        all.slices[g].second = layers - tail;
-        last.slices.emplace_back(layers - tail, tail);
-      }
-      steps.push_back(std::move(last));
-    }
     if (signal != nullptr && !signal->range_slots.empty())
-      steps.back().slots.push_back(signal->range_slots[0]);
+      all.slots.push_back(signal->range_slots[0]);
   }
   if (steps.size() > 1) {
     for (CopyStep& step : steps) step.windows = Windows(groups, step.slices);

@@ -7,11 +7,12 @@
 //                        step's copy takes about as long as everything
 //                        before it, so 60 or 80 ranges cost ~8 steps, not 80
 //                        copies and launches with their fixed costs;
-//   split                one unsignalled (or one-slot) retrieve in two pieces
-//                        by layers, the second the last eighth of each group's
-//                        layers (one at least): the scatter of the first runs
-//                        while the second arrives;
-//   otherwise            one step of every layer.
+//   otherwise            one step of every layer. (Cutting a one-sub-batch
+//                        retrieve in two by layers, so that the first
+//                        piece's scatter runs while the second arrives, was
+//                        measured on an H100: the copies slowed more than the
+//                        scatter hid, and a 1-chunk retrieve ended 8-15 us
+//                        later; bench/history/2026-11-22.md.)
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,7 @@ struct CopyStep {
   std::vector<uint32_t> slots;  // board slots written after it
 };
 
-std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups, const CopySignal* signal,
-                                bool split);
+std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups,
+                                const CopySignal* signal);
 
 }  // namespace kvstash::server

@@ -108,7 +108,7 @@ Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec
   if (spec.kind != AllocationSpec::Kind::kHostShm) {
     return Status::InvalidArgument(
         "the host backend takes POSIX shared memory allocations, not CUDA IPC handles; "
-        "start kvstashd with --backend cuda on a GPU machine");
+        "start kvstashd with --backend cuda on a machine with a GPU");
   }
   KVSTASH_RETURN_IF_ERROR(CheckShmName(spec.shm_name));
   const int fd = shm_open(spec.shm_name.c_str(), O_RDWR, 0);

@@ -76,7 +76,6 @@ class Service {
   void ForgiveStall(Clock::duration stall) { registrations_->ForgiveStall(stall); }
 
   Stats& stats() { return stats_; }
-  L1Pool& pool() { return *pool_; }
   // Every registration in detail for an admin; otherwise the viewer's own
   // in detail and the others' count only. Tenant salts and namespace ids
   // never appear.

@@ -14,73 +14,20 @@
 #include <set>
 #include <thread>
 
-#include "c_geometry.h"
-#include "daemon_process.h"
-#include "kvstash/host_memory.h"
-#include "kvstash/kvstash.h"
-#include "kvstash/layouts.h"
+#include "c_api_fixture.h"
 
 namespace kvstash::testing {
 namespace {
-
-// One layer, NHD [2, 64 blocks, 16 tokens, 2 heads, 64 bytes].
-constexpr uint32_t kBlocks = 64, kBlockTokens = 16, kHeads = 2, kHeadBytes = 64;
-constexpr uint64_t kBlockBytes = uint64_t{kBlockTokens} * kHeads * kHeadBytes;
-constexpr uint64_t kLayerBytes = 2 * kBlocks * kBlockBytes;
-
-kvstash_geometry Geometry() {
-  return ToCGeometry(VllmFlashNhdGeometry(kBlocks, kBlockTokens, kHeads, kHeadBytes, DType::kBF16));
-}
 
 bool Readable(int fd, int timeout_ms) {
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
 }
 
-class CApiAsync : public ::testing::Test {
+// One layer, chunks of 32 tokens.
+class CApiAsync : public CApiTest {
  protected:
-  void SetUp() override {
-    auto daemon =
-        DaemonProcess::Start({"--chunk-tokens", "32", "--l1-gb", "0.03125", "--l1-slice-mb", "4"});
-    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-    daemon_ = std::move(daemon.value());
-    auto memory = HostKvMemory::Create(kLayerBytes);
-    ASSERT_TRUE(memory.ok());
-    memory_ = std::make_unique<HostKvMemory>(std::move(memory.value()));
-    for (uint64_t i = 0; i < memory_->size(); ++i) memory_->data()[i] = uint8_t(i * 13 + (i >> 9));
-    kvstash_options options{};
-    options.socket = daemon_->socket().c_str();
-    options.timeout_ms = 10000;
-    options.client_name = "c-api-async-test";
-    options.busy_poll_us = 50;
-    ASSERT_EQ(kvstash_connect(&options, &client_), KVSTASH_OK) << kvstash_last_error(client_);
-  }
-  void TearDown() override { kvstash_close(client_); }
-
-  // Registers the shared memory through `client` (default client_): a
-  // registration belongs to the connection that made it.
-  kvstash_registration Register(const char* model = "async-model",
-                                kvstash_client* client = nullptr) {
-    if (client == nullptr) client = client_;
-    kvstash_allocation allocation{};
-    allocation.kind = KVSTASH_ALLOCATION_SHM;
-    allocation.shm_name = memory_->name().c_str();
-    allocation.size_bytes = memory_->size();
-    const kvstash_layer layer{0, 0, Geometry()};
-    kvstash_register_options options{};
-    options.model = model;
-    options.allocations = &allocation;
-    options.num_allocations = 1;
-    options.layers = &layer;
-    options.num_layers = 1;
-    kvstash_registration reg{};
-    EXPECT_EQ(kvstash_register(client, &options, &reg), KVSTASH_OK) << kvstash_last_error(client);
-    return reg;
-  }
-
-  std::unique_ptr<DaemonProcess> daemon_;
-  std::unique_ptr<HostKvMemory> memory_;
-  kvstash_client* client_ = nullptr;
+  CApiAsync() : CApiTest(32, 1, "c-api-async-test") {}
 };
 
 TEST_F(CApiAsync, ServerInfoNamesTheDaemonAndNoRestart) {
@@ -144,7 +91,7 @@ TEST_F(CApiAsync, DescribeStatsAndClearAnswerJsonAndCounts) {
   std::vector<kvstash_key> keys(2);
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), 64, keys.data()), KVSTASH_OK);
   kvstash_lookup_result hit{};
-  ASSERT_EQ(kvstash_lookup(client_, reg.id, keys.data(), 2, 0, &hit), KVSTASH_OK);
+  ASSERT_EQ(kvstash_lookup_ex(client_, reg.id, keys.data(), 2, 0, 0, &hit), KVSTASH_OK);
   EXPECT_EQ(hit.hit_chunks, 0u);
   EXPECT_EQ(kvstash_describe(client_, nullptr), KVSTASH_INVALID_ARGUMENT);
 }
@@ -214,7 +161,8 @@ TEST_F(CApiAsync, SubmittedCallsCompleteWithTheirResults) {
   std::vector<kvstash_key> keys(3);
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), 96, keys.data()), KVSTASH_OK);
   kvstash_call* lookup = nullptr;
-  ASSERT_EQ(kvstash_lookup_submit(client_, reg.id, keys.data(), 3, 0, 42, &lookup), KVSTASH_OK);
+  ASSERT_EQ(kvstash_lookup_ex_submit(client_, reg.id, keys.data(), 3, 0, 0, 42, &lookup),
+            KVSTASH_OK);
   ASSERT_EQ(kvstash_call_wait(lookup, UINT32_MAX), 1);
   kvstash_lookup_result hit{};
   EXPECT_EQ(kvstash_call_lookup_result(lookup, &hit), KVSTASH_OK);
@@ -269,8 +217,9 @@ TEST_F(CApiAsync, TakeCompletedReturnsEachCallOnceAndNeverAFreedOne) {
   constexpr int kCalls = 40;
   std::vector<kvstash_call*> calls(kCalls);
   for (int i = 0; i < kCalls; ++i) {
-    ASSERT_EQ(kvstash_lookup_submit(client_, reg.id, keys.data(), 4, 0, uint64_t(i), &calls[i]),
-              KVSTASH_OK);
+    ASSERT_EQ(
+        kvstash_lookup_ex_submit(client_, reg.id, keys.data(), 4, 0, 0, uint64_t(i), &calls[i]),
+        KVSTASH_OK);
     if (i % 4 == 0) kvstash_call_free(calls[i]);  // freed in flight (or just done)
   }
   for (int i = 0; i < kCalls; ++i) {
@@ -307,7 +256,7 @@ TEST_F(CApiAsync, ManyThreadsSubmitAndCollectThroughTheFdAndWait) {
   kvstash_client* waiting_client = nullptr;
   ASSERT_EQ(kvstash_connect(&options, &waiting_client), KVSTASH_OK)
       << kvstash_last_error(waiting_client);
-  const kvstash_registration waiting_reg = Register("async-model", waiting_client);
+  const kvstash_registration waiting_reg = Register(kModel, waiting_client);
   constexpr int kThreads = 8, kPerThread = 200;
   std::atomic<int> submitted_to_fd{0};
   std::atomic<bool> submitting{true};
@@ -343,12 +292,13 @@ TEST_F(CApiAsync, ManyThreadsSubmitAndCollectThroughTheFdAndWait) {
         kvstash_call* call = nullptr;
         if (i % 2 == 0) {  // completion through the fd
           submitted_to_fd.fetch_add(1);
-          if (kvstash_lookup_submit(client_, reg.id, keys.data(), 2, 0, tag, &call) != KVSTASH_OK) {
+          if (kvstash_lookup_ex_submit(client_, reg.id, keys.data(), 2, 0, 0, tag, &call) !=
+              KVSTASH_OK) {
             submitted_to_fd.fetch_sub(1);
           }
         } else {  // completion through wait; freed without being taken
-          if (kvstash_lookup_submit(waiting_client, waiting_reg.id, keys.data(), 2, 0, tag,
-                                    &call) == KVSTASH_OK &&
+          if (kvstash_lookup_ex_submit(waiting_client, waiting_reg.id, keys.data(), 2, 0, 0, tag,
+                                       &call) == KVSTASH_OK &&
               kvstash_call_wait(call, 10000) == 1 && kvstash_call_status(call) == KVSTASH_OK) {
             waited_ok.fetch_add(1);
           }
@@ -380,7 +330,8 @@ TEST_F(CApiAsync, CallsOutliveTheirClientAndEndCancelledOrDone) {
   std::vector<kvstash_key> keys(1);
   std::vector<kvstash_call*> calls(50);
   for (size_t i = 0; i < calls.size(); ++i) {
-    ASSERT_EQ(kvstash_lookup_submit(client_, reg.id, keys.data(), 1, 0, i, &calls[i]), KVSTASH_OK);
+    ASSERT_EQ(kvstash_lookup_ex_submit(client_, reg.id, keys.data(), 1, 0, 0, i, &calls[i]),
+              KVSTASH_OK);
   }
   kvstash_close(client_);
   client_ = nullptr;

@@ -6,23 +6,10 @@
 #include <cstring>
 #include <numeric>
 
-#include "c_geometry.h"
-#include "daemon_process.h"
-#include "kvstash/host_memory.h"
-#include "kvstash/kvstash.h"
-#include "kvstash/layouts.h"
+#include "c_api_fixture.h"
 
 namespace kvstash::testing {
 namespace {
-
-// 2 layers, NHD [2, 32 blocks, 16 tokens, 2 heads, 64 bytes].
-constexpr uint32_t kBlocks = 32, kBlockTokens = 16, kHeads = 2, kHeadBytes = 64;
-constexpr uint64_t kBlockBytes = uint64_t{kBlockTokens} * kHeads * kHeadBytes;
-constexpr uint64_t kLayerBytes = 2 * kBlocks * kBlockBytes;
-
-kvstash_geometry Geometry() {
-  return ToCGeometry(VllmFlashNhdGeometry(kBlocks, kBlockTokens, kHeads, kHeadBytes, DType::kBF16));
-}
 
 // Bytes of `blocks` (in order) of every layer and kv, for comparison.
 std::vector<uint8_t> Gather(const HostKvMemory& memory, const std::vector<uint32_t>& blocks) {
@@ -39,26 +26,15 @@ std::vector<uint8_t> Gather(const HostKvMemory& memory, const std::vector<uint32
   return out;
 }
 
-TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
-  auto daemon =
-      DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.03125", "--l1-slice-mb", "4"});
-  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  auto memory = HostKvMemory::Create(2 * kLayerBytes);
-  ASSERT_TRUE(memory.ok());
-  for (uint64_t i = 0; i < memory->size(); ++i) memory->data()[i] = uint8_t(i * 31 + (i >> 11));
+// Two layers, chunks of 64 tokens.
+class CApiDaemon : public CApiTest {
+ protected:
+  CApiDaemon() : CApiTest(64, 2, "c-api-test") {}
+};
 
-  kvstash_options options{(*daemon)->socket().c_str(), 10000, "c-api-test"};
-  kvstash_client* client = nullptr;
-  ASSERT_EQ(kvstash_connect(&options, &client), KVSTASH_OK) << kvstash_last_error(client);
-
-  kvstash_allocation allocation{};
-  allocation.kind = KVSTASH_ALLOCATION_SHM;
-  allocation.shm_name = memory->name().c_str();
-  allocation.size_bytes = memory->size();
-  const kvstash_layer layers[2] = {{0, 0, Geometry()}, {0, kLayerBytes, Geometry()}};
-  kvstash_register_options reg_options{"c-model", nullptr, 0, 1, &allocation, 1, layers, 2};
-  kvstash_registration reg{};
-  ASSERT_EQ(kvstash_register(client, &reg_options, &reg), KVSTASH_OK) << kvstash_last_error(client);
+TEST_F(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
+  const kvstash_registration reg = Register("c-model");
+  ASSERT_NE(reg.id, 0u);
   EXPECT_EQ(reg.chunk_tokens, 64u);
   EXPECT_EQ(reg.num_groups, 1u);
 
@@ -73,15 +49,15 @@ TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
                                   chunks.data()),
             KVSTASH_OK);
   std::vector<kvstash_chunk_outcome> outcomes(chunks.size());
-  ASSERT_EQ(kvstash_store(client, reg.id, chunks.data(), chunks.size(), outcomes.data()),
+  ASSERT_EQ(kvstash_store(client_, reg.id, chunks.data(), chunks.size(), outcomes.data()),
             KVSTASH_OK)
-      << kvstash_last_error(client);
+      << kvstash_last_error(client_);
   for (const auto& outcome : outcomes) EXPECT_EQ(outcome.result, KVSTASH_CHUNK_STORED);
 
   std::vector<kvstash_key> keys(chunks.size());
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), tokens.size(), keys.data()), KVSTASH_OK);
   kvstash_lookup_result hit{};
-  ASSERT_EQ(kvstash_lookup(client, reg.id, keys.data(), keys.size(), 0, &hit), KVSTASH_OK);
+  ASSERT_EQ(kvstash_lookup_ex(client_, reg.id, keys.data(), keys.size(), 0, 0, &hit), KVSTASH_OK);
   EXPECT_EQ(hit.hit_chunks, 3u);
   EXPECT_EQ(hit.hit_tokens, 150u);
   EXPECT_NE(hit.lease_id, 0u);
@@ -89,21 +65,20 @@ TEST(CApiDaemon, StoresLooksUpAndRetrievesAPrompt) {
   ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), tokens.size(), destination.data(),
                                   destination.size(), chunks.data()),
             KVSTASH_OK);
-  ASSERT_EQ(kvstash_retrieve(client, reg.id, chunks.data(), chunks.size(), 0, hit.lease_id,
+  ASSERT_EQ(kvstash_retrieve(client_, reg.id, chunks.data(), chunks.size(), 0, hit.lease_id,
                              outcomes.data()),
             KVSTASH_OK)
-      << kvstash_last_error(client);
+      << kvstash_last_error(client_);
   EXPECT_EQ(outcomes[2].result, KVSTASH_CHUNK_RETRIEVED);
   EXPECT_EQ(outcomes[2].num_tokens, 22u);
   // Tokens 0..149 fill blocks 0..8 and 6 slots of block 9.
   std::vector<uint32_t> full_source(source.begin(), source.begin() + 9);
   std::vector<uint32_t> full_destination(destination.begin(), destination.begin() + 9);
-  EXPECT_EQ(Gather(*memory, full_source), Gather(*memory, full_destination));
+  EXPECT_EQ(Gather(*memory_, full_source), Gather(*memory_, full_destination));
 
-  EXPECT_EQ(kvstash_release(client, 123456789), KVSTASH_NOT_FOUND);
-  EXPECT_NE(std::string(kvstash_last_error(client)).find("NotFound"), std::string::npos);
-  EXPECT_EQ(kvstash_unregister(client, reg.id), KVSTASH_OK) << kvstash_last_error(client);
-  kvstash_close(client);
+  EXPECT_EQ(kvstash_release(client_, 123456789), KVSTASH_NOT_FOUND);
+  EXPECT_NE(std::string(kvstash_last_error(client_)).find("NotFound"), std::string::npos);
+  EXPECT_EQ(kvstash_unregister(client_, reg.id), KVSTASH_OK) << kvstash_last_error(client_);
 }
 
 }  // namespace

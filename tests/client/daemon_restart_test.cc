@@ -12,55 +12,25 @@
 #include <numeric>
 #include <thread>
 
-#include "c_geometry.h"
-#include "daemon_process.h"
-#include "kvstash/host_memory.h"
-#include "kvstash/kvstash.h"
-#include "kvstash/layouts.h"
+#include "c_api_fixture.h"
 
 namespace kvstash::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kBlocks = 32, kBlockTokens = 16, kHeads = 2, kHeadBytes = 64;
-constexpr uint64_t kBlockBytes = uint64_t{kBlockTokens} * kHeads * kHeadBytes;
-constexpr uint64_t kLayerBytes = 2 * kBlocks * kBlockBytes;
-
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-class DaemonRestart : public ::testing::Test {
+// One layer, chunks of 32 tokens, registered before each test.
+class DaemonRestart : public CApiTest {
  protected:
+  DaemonRestart() : CApiTest(32, 1, "restart-test") {}
   void SetUp() override {
-    auto daemon =
-        DaemonProcess::Start({"--chunk-tokens", "32", "--l1-gb", "0.03125", "--l1-slice-mb", "4"});
-    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-    daemon_ = std::move(daemon.value());
-    auto memory = HostKvMemory::Create(kLayerBytes);
-    ASSERT_TRUE(memory.ok());
-    memory_ = std::make_unique<HostKvMemory>(std::move(memory.value()));
-    for (uint64_t i = 0; i < memory_->size(); ++i) memory_->data()[i] = uint8_t(i * 7 + (i >> 10));
-    kvstash_options options{};
-    options.socket = daemon_->socket().c_str();
-    options.timeout_ms = 10000;  // far above what noticing may take
-    ASSERT_EQ(kvstash_connect(&options, &client_), KVSTASH_OK) << kvstash_last_error(client_);
-    kvstash_allocation allocation{};
-    allocation.kind = KVSTASH_ALLOCATION_SHM;
-    allocation.shm_name = memory_->name().c_str();
-    allocation.size_bytes = memory_->size();
-    const kvstash_geometry g =
-        ToCGeometry(VllmFlashNhdGeometry(kBlocks, kBlockTokens, kHeads, kHeadBytes, DType::kF16));
-    const kvstash_layer layer{0, 0, g};
-    kvstash_register_options reg_options{};
-    reg_options.model = "restart-model";
-    reg_options.allocations = &allocation;
-    reg_options.num_allocations = 1;
-    reg_options.layers = &layer;
-    reg_options.num_layers = 1;
-    ASSERT_EQ(kvstash_register(client_, &reg_options, &reg_), KVSTASH_OK)
-        << kvstash_last_error(client_);
+    CApiTest::SetUp();
+    if (HasFatalFailure()) return;
+    reg_ = Register("restart-model");
+    ASSERT_NE(reg_.id, 0u);
   }
-  void TearDown() override { kvstash_close(client_); }
 
   // Pings until one fails; returns how long after `since` that was.
   double MsUntilPingFails(Clock::time_point since) {
@@ -80,13 +50,10 @@ class DaemonRestart : public ::testing::Test {
   kvstash_call* PendingLookup() {
     kvstash_key key{};
     kvstash_call* call = nullptr;
-    EXPECT_EQ(kvstash_lookup_submit(client_, reg_.id, &key, 1, 0, 1, &call), KVSTASH_OK);
+    EXPECT_EQ(kvstash_lookup_ex_submit(client_, reg_.id, &key, 1, 0, 0, 1, &call), KVSTASH_OK);
     return call;
   }
 
-  std::unique_ptr<DaemonProcess> daemon_;
-  std::unique_ptr<HostKvMemory> memory_;
-  kvstash_client* client_ = nullptr;
   kvstash_registration reg_{};
 };
 
@@ -163,7 +130,7 @@ TEST_F(DaemonRestart, TheSameRegistrationServesAgainAfterARestart) {
   kvstash_lookup_result hit{};
   kvstash_status status = KVSTASH_UNAVAILABLE;
   while (Clock::now() - restart < std::chrono::seconds(10)) {
-    status = kvstash_lookup(client_, reg_.id, keys, 2, 0, &hit);
+    status = kvstash_lookup_ex(client_, reg_.id, keys, 2, 0, 0, &hit);
     if (status == KVSTASH_OK) break;
     ASSERT_EQ(status, KVSTASH_UNAVAILABLE) << kvstash_last_error(client_);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

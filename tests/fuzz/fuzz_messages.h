@@ -1,7 +1,7 @@
 // The messages the request fuzzer starts from, built with the proto
 // builders: a valid message of every request type, sequences that reach the
 // copy path (RegisterKV of the harness's real shared memory, Store, Lookup,
-// Retrieve, Release, UnregisterKV), and the crashes of issue 8.
+// Retrieve, Release, UnregisterKV), and the crashes the fuzzer found.
 //
 // A fuzz input is a sequence of messages, each framed as a little-endian
 // uint32 length and that many bytes; what cannot be framed is one message.
@@ -44,8 +44,9 @@ std::vector<std::pair<const uint8_t*, size_t>> Unframe(const uint8_t* data, size
 
 // Valid inputs of every request type and the copy-path sequences.
 std::vector<Input> Seeds();
-// The crashes of issue 8, as inputs (the checked-in regression corpus is
-// these bytes).
+// The crashes the fuzzer found (hollow unions, text that is not UTF-8 or too
+// long, a geometry span past 2^64 bytes, a NUL in a shared-memory name), as
+// inputs (the checked-in regression corpus is these bytes).
 std::vector<Input> Regressions();
 
 }  // namespace kvstash::fuzz

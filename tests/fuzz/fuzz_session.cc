@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "fuzz_messages.h"
@@ -21,6 +22,17 @@ constexpr size_t kMaxIds = 8;
 // regions it creates, as an ipc peer's would.
 server::Peer FuzzPeer() {
   return server::Peer{"fuzz-peer", server::PeerCredentials{::getuid(), ::getgid(), ::getpid()}};
+}
+
+// The L1 pool is pinned in the background: true once all of it is ready,
+// read from the gauges the metrics endpoint shows.
+bool L1Ready(const server::Service& service) {
+  uint64_t capacity = 0, ready = 0;
+  for (const server::Gauge& g : service.ReadStats().gauges) {
+    if (std::string_view(g.name) == "l1_capacity_bytes") capacity = g.value;
+    if (std::string_view(g.name) == "l1_ready_bytes") ready = g.value;
+  }
+  return capacity > 0 && ready >= capacity;
 }
 
 [[noreturn]] void Die(const std::string& what) {
@@ -62,7 +74,7 @@ FuzzSession::FuzzSession() {
   if (!service.ok()) Die("cannot create the Service: " + service.status().ToString());
   service_ = std::move(*service);
   // The pool is prepared in the background: wait, so stores reach the copies.
-  while (service_->pool().ready_bytes() < service_->pool().capacity_bytes()) {
+  while (!L1Ready(*service_)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }

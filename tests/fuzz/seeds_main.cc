@@ -1,6 +1,6 @@
 // kvstash_fuzz_seeds DIR [REGRESSION_DIR]: writes the request fuzzer's seed
-// inputs into DIR and, when given, the regression inputs (the crashes of
-// issue 8) into REGRESSION_DIR.
+// inputs into DIR and, when given, the regression inputs (the crashes the
+// fuzzer found, tests/fuzz/regression) into REGRESSION_DIR.
 #include <cstdio>
 #include <fstream>
 #include <string>

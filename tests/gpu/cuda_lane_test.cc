@@ -1,7 +1,7 @@
 // The CUDA copy lane on its own, against the kernels' CPU twins, byte for
 // byte, on every kernel test layout (656-byte MLA entries and 132-byte int8
-// heads among them), in both transfer modes: a retrieve split in two pieces
-// by layers, a layer-wise retrieve in growing steps, a store, a second
+// heads among them), in both transfer modes: a retrieve of every layer at
+// once, a layer-wise retrieve in growing steps, a store, a second
 // request of a registration (its layer addresses cached on the GPU), and a
 // registration made anew at the same addresses (a fresh entry, never the
 // dropped one's). L1 slots sit side by side in one registered buffer, the
@@ -27,9 +27,9 @@ using kernels::test::ChunkSpec;
 using kernels::test::kFlatOffsetBytes;
 using kernels::test::TestLayout;
 
-constexpr uint32_t kLayers = 9;  // two pieces: 8 + 1 layers
+constexpr uint32_t kLayers = 9;  // layer-wise: 9 ranges in steps of 1, 1, 2, 4 and 1
 
-enum class Scenario { kSplitRetrieve, kLayerWiseRetrieve, kStore };
+enum class Scenario { kRetrieve, kLayerWiseRetrieve, kStore };
 
 struct Case {
   TestLayout layout;
@@ -38,7 +38,7 @@ struct Case {
 };
 
 std::string NameOf(const ::testing::TestParamInfo<Case>& info) {
-  const char* scenario[] = {"SplitRetrieve", "LayerWiseRetrieve", "Store"};
+  const char* scenario[] = {"Retrieve", "LayerWiseRetrieve", "Store"};
   return info.param.layout.name + "_" + scenario[int(info.param.scenario)] + "_" +
          (info.param.mode == TransferMode::kDma ? "dma" : "direct");
 }
@@ -48,7 +48,7 @@ std::vector<Case> Cases() {
   for (TestLayout l : AllLayouts()) {
     l.num_layers = kLayers;
     for (TransferMode mode : {TransferMode::kDma, TransferMode::kDirect}) {
-      for (Scenario s : {Scenario::kSplitRetrieve, Scenario::kLayerWiseRetrieve, Scenario::kStore})
+      for (Scenario s : {Scenario::kRetrieve, Scenario::kLayerWiseRetrieve, Scenario::kStore})
         cases.push_back({l, mode, s});
     }
   }
@@ -82,7 +82,6 @@ class CudaLaneTest : public ::testing::TestWithParam<Case> {
         GetParam().scenario == Scenario::kStore ? Direction::kStore : Direction::kRetrieve;
     options.mode = GetParam().mode;
     options.staging_bytes = 16 << 20;
-    options.split_bytes = 0;  // split every one-sub-batch retrieve
     int same_address = 0;
     ASSERT_EQ(
         cudaDeviceGetAttribute(&same_address, cudaDevAttrCanUseHostPointerForRegisteredMem, 0),

@@ -1,4 +1,5 @@
-// Messages that pass the FlatBuffers Verifier but are half-valid (issue 8):
+// Messages that pass the FlatBuffers Verifier but are half-valid (each once
+// crashed or misled the daemon under the request fuzzer):
 // a union that names a member without its table, text that is not UTF-8 or
 // too long. Each is refused where messages are decoded, with the field named,
 // and the daemon keeps serving, Describe and Stats included.

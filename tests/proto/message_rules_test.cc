@@ -54,8 +54,8 @@ flatbuffers::Offset<wire::Allocation> ShmAllocation(FlatBufferBuilder& fbb) {
   return wire::CreateAllocation(fbb, wire::MemoryHandle::HostShmHandle, shm.Union());
 }
 
-// The crash of issue 8: a union type with no table behind it passes the
-// FlatBuffers Verifier.
+// A crash the request fuzzer found: a union type with no table behind it
+// passes the FlatBuffers Verifier.
 flatbuffers::Offset<wire::Allocation> TypeWithoutTable(FlatBufferBuilder& fbb) {
   wire::AllocationBuilder allocation(fbb);
   allocation.add_handle_type(wire::MemoryHandle::HostShmHandle);

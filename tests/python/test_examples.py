@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from kvstashd_process import REPO
 
 pytest.importorskip("numpy")
 

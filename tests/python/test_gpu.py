@@ -14,7 +14,7 @@ import pytest
 import kvstash
 
 import layout_cases
-from conftest import Daemon
+from kvstashd_process import Daemon
 
 pytestmark = [pytest.mark.gpu]
 

@@ -11,7 +11,7 @@ import pytest
 
 import kvstash
 
-from conftest import Daemon
+from kvstashd_process import Daemon
 
 
 @pytest.fixture

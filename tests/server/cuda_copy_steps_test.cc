@@ -1,7 +1,7 @@
 // How a CUDA copy lane cuts a request into steps: layer ranges merged in
-// growing steps (each slot still written after its own layers), one
-// retrieve split in two pieces with a small last one, and exact byte
-// windows for odd head sizes (656-byte MLA, 132-byte int8 heads).
+// growing steps (each slot still written after its own layers), a request
+// without ranges in one step, and exact byte windows for odd head sizes
+// (656-byte MLA, 132-byte int8 heads).
 #include "cuda_copy_steps.h"
 
 #include <gtest/gtest.h>
@@ -69,7 +69,7 @@ TEST(CudaCopySteps, EightyLayerRangesTakeGrowingStepsAndEverySlotComesAfterItsLa
   const LayerGeometry geometry = VllmFlashNhdGeometry(8, 16, 1, 128, DType::kBF16);
   const Groups g = Make(std::vector<LayerGeometry>(80, geometry), 256);
   const CopySignal signal = LayerWise(80, 80);
-  const std::vector<CopyStep> steps = CopySteps(g.groups, &signal, false);
+  const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);
   std::vector<uint32_t> sizes, slots;
   uint32_t next_layer = 0;
   for (const CopyStep& s : steps) {
@@ -93,37 +93,29 @@ TEST(CudaCopySteps, EightyLayerRangesTakeGrowingStepsAndEverySlotComesAfterItsLa
   ExpectWindowsTile(g, steps);
 }
 
-TEST(CudaCopySteps, ARetrieveSplitsInTwoWithALastPieceOfAnEighthOfTheLayers) {
+TEST(CudaCopySteps, ARequestWithoutRangesIsOneStepOfTheWholeChunk) {
   const LayerGeometry geometry = VllmFlashNhdGeometry(8, 16, 8, 128, DType::kBF16);
   const Groups g = Make(std::vector<LayerGeometry>(32, geometry), 256);
   CopySignal signal;
   signal.range_slots = {5};
-  const std::vector<CopyStep> steps = CopySteps(g.groups, &signal, true);
-  ASSERT_EQ(steps.size(), 2u);
-  EXPECT_EQ(steps[0].slices[0], (std::pair<uint32_t, uint32_t>{0, 28}));
-  EXPECT_EQ(steps[1].slices[0], (std::pair<uint32_t, uint32_t>{28, 4}));
-  EXPECT_TRUE(steps[0].slots.empty());
-  EXPECT_EQ(steps[1].slots, (std::vector<uint32_t>{5})) << "the slot after the last piece";
-  ExpectWindowsTile(g, steps);
-  // Unsplit: one step of every layer, the whole chunk.
-  const std::vector<CopyStep> one = CopySteps(g.groups, &signal, false);
+  const std::vector<CopyStep> one = CopySteps(g.groups, &signal);
   ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].slices[0], (std::pair<uint32_t, uint32_t>{0, 32}));
   EXPECT_TRUE(one[0].windows.empty());
   EXPECT_EQ(one[0].slots, (std::vector<uint32_t>{5}));
 }
 
 TEST(CudaCopySteps, WindowsAreExactForOddHeadSizes) {
   // DeepSeek MLA FP8: 61 layers of one 656-byte head, block 64; and int8
-  // heads of 132 bytes (not a multiple of 16): layer ranges and pieces must
-  // tile the flat chunk's bytes exactly.
+  // heads of 132 bytes (not a multiple of 16): layer ranges must tile the
+  // flat chunk's bytes exactly.
   for (const auto& [heads, head_dim, dtype, layers] :
        std::vector<std::tuple<uint32_t, uint32_t, DType, uint32_t>>{{1, 656, DType::kU8, 61},
                                                                     {4, 132, DType::kU8, 27}}) {
     const LayerGeometry geometry = VllmFlashNhdGeometry(8, 64, heads, head_dim, dtype);
     const Groups g = Make(std::vector<LayerGeometry>(layers, geometry), 256);
-    ExpectWindowsTile(g, CopySteps(g.groups, nullptr, true));
     const CopySignal signal = LayerWise(layers, std::min<uint32_t>(layers, 64));
-    ExpectWindowsTile(g, CopySteps(g.groups, &signal, false));
+    ExpectWindowsTile(g, CopySteps(g.groups, &signal));
   }
 }
 

@@ -10,10 +10,11 @@ first k chunks come from the cache, the rest is computed), and kvstashd's
 counters show the chunks were really loaded. Failure checks accept the
 split-reference tokens or those of a full recompute (a failed load makes
 vLLM recompute from the first block it could not trust), nothing else.
-Cases (one engine each): dense-layerwise (layer-wise loads, piecewise CUDA
-graphs, plus the failure checks), dense-full (whole-request loads, full CUDA
-graphs), mla, dense-tp2, mla-tp2, share (two engines, one per GPU, one
-kvstashd).
+Cases (one engine each): dense (the default: loads between scheduler steps,
+CUDA graphs as vLLM chooses, plus the failure checks), dense-layerwise
+(loads in the step, layer-wise, piecewise CUDA graphs), dense-full (loads in
+the step, whole-request, full CUDA graphs), mla, dense-tp2, mla-tp2, share
+(two engines, one per GPU, one kvstashd).
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ def stored(daemon: engine.Kvstashd) -> int:
 
 def store_prefixes(llm: Any, daemon: engine.Kvstashd, batch: Sequence[Sequence[int]],
                    copies: int = 1) -> None:
-    """Each prompt's chunked prefix computed once (into vLLM's prefix cache and
-    kvstash), then waited for in kvstashd (`copies`: ranks storing their own)."""
+    """Each prompt's chunked prefix computed once into vLLM's prefix cache and
+    kvstash (from a clean kvstash, so that nothing loads instead), then waited
+    for in kvstashd (`copies`: ranks storing their own)."""
+    daemon.clear()
     before = stored(daemon)
     engine.generate(llm, [p[:split_prefix(p) + 1] for p in batch], 1)
     want = before + copies * sum(split_prefix(p) // CHUNK for p in batch)
@@ -83,7 +86,11 @@ def full_reference(llm: Any, daemon: engine.Kvstashd, batch: Sequence[Sequence[i
     """Greedy tokens computed from scratch: no GPU hit, no kvstash hit."""
     engine.reset_gpu_prefix_cache(llm)
     daemon.clear()
-    return engine.generate(llm, batch, NEW_TOKENS)
+    before = daemon.counter("retrieve_chunks")
+    tokens = engine.generate(llm, batch, NEW_TOKENS)
+    if daemon.counter("retrieve_chunks") != before:
+        raise RuntimeError("the full reference loaded chunks: kvstashd's Clear kept them")
+    return tokens
 
 
 def kvstash_pass(llm: Any, daemon: engine.Kvstashd, batch: Sequence[Sequence[int]]) -> Dict[str, Any]:
@@ -175,6 +182,8 @@ def failures(checks: Checks, llm: Any, daemon: engine.Kvstashd) -> None:
     engine.reset_gpu_prefix_cache(llm)
     original: Callable[..., Any] = sched.SchedulerSide.get_num_new_matched_tokens
 
+    evicted = {"hits": 0, "cleared": 0}
+
     def evicting(self: Any, request: Any, num_computed: int) -> Any:
         result = original(self, request, num_computed)
         hit = self._hits.get(request.request_id)
@@ -182,7 +191,8 @@ def failures(checks: Checks, llm: Any, daemon: engine.Kvstashd) -> None:
             self._release(hit.lease_ids)
             self._hits[request.request_id] = sched._Hit(hit.num_local, hit.hit_end,
                                                         tuple(0 for _ in hit.lease_ids))
-            daemon.clear()
+            evicted["hits"] += 1
+            evicted["cleared"] += daemon.clear()
         return result
 
     missing = daemon.counter("retrieve_chunks_missing")
@@ -194,7 +204,7 @@ def failures(checks: Checks, llm: Any, daemon: engine.Kvstashd) -> None:
     wrong = allowed(tokens, split_v, full_v)
     missed = daemon.counter("retrieve_chunks_missing") - missing
     checks.record("failure/evicted-between-lookup-and-load", not wrong and missed > 0,
-                  wrong_prompts=wrong, missing_chunks=missed)
+                  wrong_prompts=wrong, missing_chunks=missed, **evicted)
 
 
 def share(checks: Checks, args: argparse.Namespace, model: Path) -> None:
@@ -242,7 +252,7 @@ def share(checks: Checks, args: argparse.Namespace, model: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", required=True, choices=[
-        "dense-layerwise", "dense-full", "mla", "dense-tp2", "mla-tp2", "share"])
+        "dense", "dense-layerwise", "dense-full", "mla", "dense-tp2", "mla-tp2", "share"])
     parser.add_argument("--out", default="/tmp/kvstash-vllm-check")
     parser.add_argument("--socket", help="share: the kvstashd both engines use")
     parser.add_argument("--role", choices=["a", "b"])
@@ -265,7 +275,8 @@ def main() -> int:
     daemon = engine.Kvstashd(out, name=f"kvstashd-{args.case}", l1_gb=24)
     try:
         start = time.perf_counter()
-        llm = engine.make_llm(model, kvstash_socket=daemon.socket,
+        in_step = args.case in ("dense-layerwise", "dense-full")
+        llm = engine.make_llm(model, kvstash_socket=daemon.socket, async_loads=not in_step,
                               layerwise=args.case != "dense-full",
                               full_cuda_graphs=args.case == "dense-full", tp=tp,
                               max_model_len=20000)
@@ -275,7 +286,7 @@ def main() -> int:
         copies = 1 if mla else tp
         correctness(checks, args.case, llm, daemon, copies,
                     vocab=engine.MODELS["deepseek-v2-lite" if mla else "llama3-8b"]["vocab_size"])
-        if args.case == "dense-layerwise" and not args.skip_failures:
+        if args.case == "dense" and not args.skip_failures:
             failures(checks, llm, daemon)
     except Exception as error:  # any crash is a failed check, with its cause
         import traceback

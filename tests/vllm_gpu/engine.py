@@ -125,8 +125,9 @@ class Kvstashd:
             return c.clear()
 
 
-def connector_config(socket: str, layerwise: bool = True, **extra: Any) -> Dict[str, Any]:
-    settings = {"socket": socket, "layerwise_loads": layerwise}
+def connector_config(socket: str, async_loads: bool = True, layerwise: bool = True,
+                     **extra: Any) -> Dict[str, Any]:
+    settings = {"socket": socket, "async_loads": async_loads, "layerwise_loads": layerwise}
     settings.update(extra)
     return {
         "kv_connector": "KvstashConnector",
@@ -137,7 +138,8 @@ def connector_config(socket: str, layerwise: bool = True, **extra: Any) -> Dict[
     }
 
 
-def make_llm(model_dir: Path, *, kvstash_socket: Optional[str] = None, layerwise: bool = True,
+def make_llm(model_dir: Path, *, kvstash_socket: Optional[str] = None, async_loads: bool = True,
+             layerwise: bool = True,
              native_offload_gb: float = 0, full_cuda_graphs: bool = False, tp: int = 1,
              max_model_len: int = 40000, gpu_memory_utilization: float = 0.80,
              connector_extra: Optional[Dict[str, Any]] = None) -> Any:
@@ -151,10 +153,14 @@ def make_llm(model_dir: Path, *, kvstash_socket: Optional[str] = None, layerwise
         max_model_len=max_model_len, tensor_parallel_size=tp, seed=0,
         max_num_batched_tokens=16384, max_num_seqs=16)
     if kvstash_socket is not None:
-        kwargs["kv_transfer_config"] = connector_config(kvstash_socket, layerwise,
+        kwargs["kv_transfer_config"] = connector_config(kvstash_socket, async_loads, layerwise,
                                                         **(connector_extra or {}))
     if native_offload_gb:
         kwargs.update(kv_offloading_size=native_offload_gb, kv_offloading_backend="native")
+    if tp > 1:
+        # vLLM's custom all-reduce failed at start-up beside kvstash's
+        # contexts on these GPUs (cuBLAS errors in the profile run); NCCL's works.
+        kwargs["disable_custom_all_reduce"] = True
     if full_cuda_graphs:
         kwargs["compilation_config"] = {"cudagraph_mode": "FULL_AND_PIECEWISE"}
     return LLM(**kwargs)

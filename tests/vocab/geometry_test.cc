@@ -66,7 +66,7 @@ TEST(Geometry, RejectsExtentsThatOverflow) {
 namespace kvstash {
 namespace {
 
-// Issue 8 (UBSan): a span past 2^64 bytes was converted from a float to an
+// Found by the request fuzzer under UBSan: a span past 2^64 bytes was converted from a float to an
 // integer (undefined) and printed as "must be at least 0 bytes".
 TEST(Geometry, RefusesASpanPastTheLimitWithExactFigures) {
   const LayerGeometry g{

@@ -301,11 +301,9 @@ KVSTASH_API kvstash_status kvstash_retrieve(kvstash_client* client, uint64_t reg
                                             const kvstash_chunk* chunks, size_t num_chunks,
                                             uint32_t skip_tokens, uint64_t lease_id,
                                             kvstash_chunk_outcome* outcomes);
-KVSTASH_API kvstash_status kvstash_lookup(kvstash_client* client, uint64_t registration_id,
-                                          const kvstash_key* keys, size_t num_keys,
-                                          uint32_t lease_ms, kvstash_lookup_result* result);
-/* kvstash_lookup with flags (KVSTASH_LOOKUP_PREFETCH). Ask again with the
- * same keys to learn whether a prefetch completed (prefetch_pending == 0). */
+/* The longest stored prefix of keys; flags: 0 or KVSTASH_LOOKUP_PREFETCH.
+ * Ask again with the same keys to learn whether a prefetch completed
+ * (prefetch_pending == 0). */
 KVSTASH_API kvstash_status kvstash_lookup_ex(kvstash_client* client, uint64_t registration_id,
                                              const kvstash_key* keys, size_t num_keys,
                                              uint32_t lease_ms, uint32_t flags,
@@ -335,10 +333,6 @@ KVSTASH_API kvstash_status kvstash_retrieve_submit(kvstash_client* client, uint6
                                                    const kvstash_chunk* chunks, size_t num_chunks,
                                                    uint32_t skip_tokens, uint64_t lease_id,
                                                    uint64_t user_data, kvstash_call** call);
-KVSTASH_API kvstash_status kvstash_lookup_submit(kvstash_client* client, uint64_t registration_id,
-                                                 const kvstash_key* keys, size_t num_keys,
-                                                 uint32_t lease_ms, uint64_t user_data,
-                                                 kvstash_call** call);
 KVSTASH_API kvstash_status kvstash_lookup_ex_submit(kvstash_client* client,
                                                     uint64_t registration_id,
                                                     const kvstash_key* keys, size_t num_keys,

@@ -68,7 +68,7 @@ Result<ChunkHeader> FinishChunkRead(const std::string& path, const ChunkExpectat
 // `direct` asks for O_DIRECT; a file system that refuses it (tmpfs) gets
 // buffered I/O. No fallocate: each file takes one write, so extending
 // writes never queue behind each other on an inode, and measured on ext4
-// it was no faster (bench/RESULTS.md).
+// it was no faster (bench/history/2026-11-22.md).
 Result<int> CreateChunkFile(const std::string& path, bool direct);
 // Opens a chunk file for reading; NotFound when absent or not of
 // `file_bytes`. Returns the descriptor.

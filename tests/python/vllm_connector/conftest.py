@@ -3,22 +3,16 @@ on a private socket per test, and a tiny Llama config for vLLM's ModelConfig."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import pytest
 
-from vllm_support import Daemon
+from vllm_support import start_daemon
 
 
 @pytest.fixture
 def daemon():
-    with tempfile.TemporaryDirectory(prefix="kvstash-vllm-") as directory:
-        d = Daemon(Path(directory))
-        try:
-            yield d
-        finally:
-            d.stop()
+    d = start_daemon()
+    yield d
+    d.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 // Per-request stage timestamps, to see where one request's time goes across
 // the engine's thread, libkvstash's I/O thread, kvstashd's frontend and its
-// copy lanes (bench/probes/request_trace.cc joins them).
+// copy lanes (bench/probes/trace_stages.py and stage_join.py join them).
 //
 // Off unless the environment names a file: KVSTASH_TRACE_FILE=<prefix> makes
 // every process that reads it (kvstashd, a Client) record into memory and

@@ -26,7 +26,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from .layout import group_layouts
 from .metadata import KvstashConnectorMetadata
 from .scheduler import SchedulerSide
-from .settings import layerwise_loads, parse_settings
+from .settings import parse_settings, waits_per_layer
 from .worker import WorkerSide
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
           "kv_load_failure_policy": "recompute"}'
 
     Settings (``kv_connector_extra_config``): ``socket``, ``model``,
-    ``tenant``, ``timeout_ms``, ``lease_ms``, ``layerwise_loads``,
+    ``tenant``, ``timeout_ms``, ``lease_ms``, ``async_loads``, ``layerwise_loads``,
     ``board_slots`` (docs/vllm.md).
     """
 
@@ -95,7 +95,7 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
     def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]) -> bool:
         # Layer-wise loads wait in wait_for_layer_load, which a full CUDA
         # graph's replay skips: vLLM then switches to piecewise graphs.
-        return layerwise_loads(extra_config)
+        return waits_per_layer(extra_config)
 
     @property
     def requires_kv_delivery(self) -> bool:

@@ -23,6 +23,9 @@ class LoadSpec:
     lease_ids: Tuple[int, ...]
     """The scheduler's lookup lease per registration (rank 0's scope, in
     group_layouts order); released by the load."""
+    async_load: bool = False
+    """Loaded between steps: the request is computed only once every worker
+    reported it in finished_recving."""
 
 
 @dataclass

@@ -72,6 +72,7 @@ class SchedulerSide:
         self._stored_chunks: Dict[str, int] = {}   # chunks stored or loaded, from 0
         self._store_issued: Set[str] = set()       # a worker may be storing its blocks
         self._sending: Set[str] = set()            # finished, blocks held until stored
+        self._receiving: Set[str] = set()          # asynchronous loads in flight
         self._block_ids: Dict[str, Tuple[List[int], ...]] = {}  # per request, per group
 
     @property
@@ -126,7 +127,7 @@ class SchedulerSide:
             self._release(tuple(lease_ids))
             return 0, False
         self._hits[request.request_id] = _Hit(num_computed_tokens, hit_end, tuple(lease_ids))
-        return hit_end - num_computed_tokens, False
+        return hit_end - num_computed_tokens, self._settings.async_loads
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         hit = self._hits.pop(request.request_id, None)
@@ -143,7 +144,10 @@ class SchedulerSide:
             start_token=hit.num_local,
             end_token=end,
             lease_ids=hit.lease_ids,
+            async_load=self._settings.async_loads,
         )
+        if self._settings.async_loads:
+            self._receiving.add(request.request_id)
         # Chunks that came from kvstash need no store.
         done = end // self._chunk_tokens
         self._stored_chunks[request.request_id] = max(
@@ -217,10 +221,17 @@ class SchedulerSide:
             self._release(hit.lease_ids)
         load = self._loads.pop(req_id, None)
         if load is not None:
+            # Never sent to the workers: nothing writes its blocks.
             self._release(load.lease_ids)
+            self._receiving.discard(req_id)
         self._requests.pop(req_id, None)
         self._stored_chunks.pop(req_id, None)
         self._block_ids.pop(req_id, None)
+        if req_id in self._receiving:
+            # A worker may still write its blocks: vLLM frees them once
+            # every worker reported the load done (finished_recving).
+            self._store_issued.discard(req_id)
+            return True, None
         if req_id in self._store_issued:
             # A worker may still be reading its blocks: free them once every
             # worker reported the stores done (get_finished).
@@ -232,6 +243,8 @@ class SchedulerSide:
     def update_connector_output(self, connector_output: Any) -> None:
         for req_id in connector_output.finished_sending or ():
             self._sending.discard(req_id)
+        for req_id in connector_output.finished_recving or ():
+            self._receiving.discard(req_id)
 
     def has_pending_push_work(self) -> bool:
         # Keeps the engine stepping until held blocks are freed.

@@ -7,8 +7,8 @@ from typing import Any, Mapping, Optional
 
 # Keys the connector understands; any other key is refused so that a typo
 # ("timout_ms") does not silently fall back to a default.
-KNOWN_KEYS = ("socket", "model", "tenant", "timeout_ms", "lease_ms", "layerwise_loads",
-              "board_slots")
+KNOWN_KEYS = ("socket", "model", "tenant", "timeout_ms", "lease_ms", "async_loads",
+              "layerwise_loads", "board_slots")
 
 _MAX_TIMEOUT_MS = 3_600_000
 # kvstashd refuses leases longer than ten minutes.
@@ -33,8 +33,15 @@ class Settings:
     """Per-request timeout of every kvstash call."""
     lease_ms: int
     """How long a lookup pins its hits in kvstashd until the load."""
+    async_loads: bool = True
+    """Loads run between scheduler steps (vLLM's asynchronous loads): a hit
+    request waits for its KV before it is first scheduled, and a failed
+    load is recomputed before the request ever runs. False: loads run in the
+    step that computes the request, on its stream (layerwise_loads), which
+    saves a scheduler step but leaves a failed load to vLLM's recovery of
+    running requests (see docs/vllm.md, "Failures")."""
     layerwise_loads: bool = True
-    """One completion slot per attention layer (or group of layers): layer
+    """With async_loads false: one completion slot per attention layer (or group of layers): layer
     i's attention waits for layer i only. False: one slot per load, waited
     for before the first layer (and vLLM may keep full CUDA graphs)."""
     board_slots: int = 4096
@@ -115,6 +122,7 @@ def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Sett
         tenant=_string(extra, "tenant"),
         timeout_ms=_integer(extra, "timeout_ms", 5000, _MAX_TIMEOUT_MS),
         lease_ms=_integer(extra, "lease_ms", 30_000, _MAX_LEASE_MS),
+        async_loads=_boolean(extra, "async_loads", True),
         layerwise_loads=_boolean(extra, "layerwise_loads", True),
         # A store takes 2 slots.
         board_slots=_integer(extra, "board_slots", _MAX_BOARD_SLOTS, _MAX_BOARD_SLOTS, "slots",
@@ -122,7 +130,10 @@ def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Sett
     )
 
 
-def layerwise_loads(extra: Optional[Mapping[str, Any]]) -> bool:
-    """The layerwise_loads setting alone (vLLM asks the connector's class
-    before any instance exists, to choose its CUDA graph mode)."""
-    return _boolean(dict(extra or {}), "layerwise_loads", True)
+def waits_per_layer(extra: Optional[Mapping[str, Any]]) -> bool:
+    """Whether the forward pass waits per layer for loads (vLLM asks the
+    connector's class before any instance exists, to choose its CUDA graph
+    mode): only loads in the step (async_loads false) with layerwise_loads."""
+    extra = dict(extra or {})
+    return (not _boolean(extra, "async_loads", True)
+            and _boolean(extra, "layerwise_loads", True))

@@ -1,8 +1,15 @@
 """The worker side of KvstashConnector: one kvstash registration (with its
-own completion board) per KV cache group on this rank; loads ordered on the
-forward pass's stream, stores gated on it.
+own completion board) per KV cache group on this rank; loads between steps
+or ordered on the forward pass's stream, stores gated on it.
 
-Loads (docs/vllm.md, "On the stream"): start_load_kv issues one
+Loads between steps (async_loads, the default): start_load_kv issues one
+retrieve_async per registration and request; its reply comes once the bytes
+are in place. get_block_ids_with_load_errors hands out the blocks of every
+chunk that did not arrive, and the following get_finished reports the
+request in finished_recving, so vLLM computes it only after its KV is there,
+and recomputes a failed load before the request ever runs.
+
+Loads in the step (docs/vllm.md, "On the stream"): start_load_kv issues one
 retrieve_on_stream per registration and request on the stream vLLM runs the
 forward pass on, with one layer range per attention layer (256 ranges at
 most: range k holds layers [k*L//R, (k+1)*L//R), kvstash's own split), and
@@ -106,6 +113,15 @@ class _Load:
     """A CPU wait ran past its deadline: every block counts as not loaded."""
 
 
+@dataclass
+class _AsyncLoad:
+    """One request's load between steps: a retrieve per registration."""
+
+    spec: LoadSpec
+    loads: List[_Load] = field(default_factory=list)
+    errors: Set[int] = field(default_factory=set)
+
+
 class _Store:
     """One store in flight: a StreamRequest, or store_async's Future."""
 
@@ -152,6 +168,9 @@ class WorkerSide:
                                       name=f"vllm-worker-tp{tp_rank}")
         self._chunk_tokens = self._client.server_info.chunk_tokens
         self._registered: List[_Registered] = []
+        self._async_loads: Dict[str, _AsyncLoad] = {}
+        self._recv_unreported: Set[str] = set()  # done, failed blocks not handed out yet
+        self._recv_ready: Set[str] = set()       # done, may be reported finished_recving
         self._kv_caches: Optional[Dict[str, Any]] = None
         """What register_kv_caches got: registered again after sleep mode."""
         self._asleep = False
@@ -188,6 +207,7 @@ class WorkerSide:
         if self._asleep or self._kv_caches is None:
             return
         self._resolve_loads()
+        self._poll_async_loads(wait=True)
         self._load_errors.clear()  # vLLM drops every request's KV on sleep anyway
         self.wait_for_stores()
         self._unregister_all()
@@ -293,9 +313,12 @@ class WorkerSide:
         step.resolved = False
         c = self._chunk_tokens
         for spec in meta.loads:
-            step.load_reqs.add(spec.req_id)
             first = spec.start_token // c
             last = spec.end_token // c  # only whole chunks are stored
+            if spec.async_load:
+                self._start_async_load(spec, first, last)
+                continue
+            step.load_reqs.add(spec.req_id)
             if spec.end_token % c:
                 self._load_errors |= self._blocks_of(spec.block_ids, last * c, spec.end_token)
                 step.failed_reqs.add(spec.req_id)
@@ -307,7 +330,7 @@ class WorkerSide:
             self._wait_all_on_cpu()
 
     def _load(self, index: int, registered: _Registered, spec: LoadSpec, first: int,
-              last: int) -> _Load:
+              last: int, on_stream: bool = True) -> _Load:
         c = self._chunk_tokens
         load = _Load(spec, index, first, num_ranges=registered.num_ranges)
         # The lease is rank 0's scope's; other ranks' scopes hold no lease.
@@ -321,7 +344,7 @@ class WorkerSide:
             load.future = concurrent.futures.Future()
             load.future.set_exception(error)
             return load
-        if registered.board is not None:
+        if registered.board is not None and on_stream:
             try:
                 load.request = registered.reg.retrieve_on_stream(
                     chunks, stream=self._stream(registered), layer_ranges=registered.num_ranges,
@@ -336,7 +359,8 @@ class WorkerSide:
                 load.future = concurrent.futures.Future()
                 load.future.set_exception(error)
                 return load
-        self.stats["load_fallbacks"] += 1
+        if on_stream:
+            self.stats["load_fallbacks"] += 1
         load.future = registered.reg.retrieve_async(chunks, skip_tokens=skip, lease_id=lease)
         return load
 
@@ -397,10 +421,6 @@ class WorkerSide:
         step.resolved = True
         c = self._chunk_tokens
         for load in step.loads:
-            spec = load.spec
-            registered = self._registered[load.registration]
-            whole = (spec.start_token, spec.end_token - spec.end_token % c)
-            future = load.request.outcomes if load.request is not None else load.future
             unwaited = [k for k in range(load.num_ranges) if k not in load.waited]
             if unwaited:
                 # The attention of those layers may have run before the
@@ -410,39 +430,78 @@ class WorkerSide:
                     "kvstash: request %s's layer ranges %s were never waited for "
                     "(wait_for_layer_load not called for their layers); recomputing them. "
                     "Set layerwise_loads=false if this engine skips the per-layer hooks",
-                    spec.req_id, unwaited)
+                    load.spec.req_id, unwaited)
                 load.failed = True
-            try:
-                outcomes = future.result(max(0.0, self._cpu_deadline() - time.monotonic()))
-            except Exception as error:  # kvstash.Error, TimeoutError, anything the call raised
-                logger.warning("kvstash load for request %s failed: %s", spec.req_id, error)
-                self._load_errors |= self._blocks_of(spec.block_ids, *whole)
-                step.failed_reqs.add(spec.req_id)
-                self.stats["load_failed_chunks"] += 1
-                continue
-            if load.failed:
-                self._load_errors |= self._blocks_of(spec.block_ids, *whole)
-                step.failed_reqs.add(spec.req_id)
-                self.stats["load_failed_chunks"] += len(outcomes)
-                continue
-            for i, outcome in enumerate(outcomes):
-                begin = max((load.first_chunk + i) * c, spec.start_token)
-                end = (load.first_chunk + i + 1) * c
-                if outcome.result == kvstash.ChunkResult.RETRIEVED and outcome.num_tokens == end - begin:
-                    self.stats["load_chunks"] += 1
-                    continue
-                self.stats["load_failed_chunks"] += 1
-                logger.warning("kvstash chunk %d of request %s (group %d) not loaded: %s",
-                               load.first_chunk + i, spec.req_id, registered.layout.group_id,
-                               outcome)
-                self._load_errors |= self._blocks_of(spec.block_ids, begin, end)
-                step.failed_reqs.add(spec.req_id)
+            future = load.request.outcomes if load.request is not None else load.future
+            errors = self._failed_blocks(load, future, self._cpu_deadline())
+            if errors:
+                self._load_errors |= errors
+                step.failed_reqs.add(load.spec.req_id)
         # Later waits of this step (none expected) have nothing to wait for.
         step.loads = []
 
+    def _failed_blocks(self, load: _Load, future: Any, deadline: float) -> Set[int]:
+        """The vLLM blocks `load` should have filled and did not, from its
+        per-chunk outcomes (waited for until `deadline`)."""
+        spec = load.spec
+        c = self._chunk_tokens
+        whole = (spec.start_token, spec.end_token - spec.end_token % c)
+        try:
+            outcomes = future.result(max(0.0, deadline - time.monotonic()))
+        except Exception as error:  # kvstash.Error, TimeoutError, anything the call raised
+            logger.warning("kvstash load for request %s failed: %s", spec.req_id, error)
+            self.stats["load_failed_chunks"] += 1
+            return self._blocks_of(spec.block_ids, *whole)
+        if load.failed:
+            self.stats["load_failed_chunks"] += len(outcomes)
+            return self._blocks_of(spec.block_ids, *whole)
+        errors: Set[int] = set()
+        group = self._registered[load.registration].layout.group_id
+        for i, outcome in enumerate(outcomes):
+            begin = max((load.first_chunk + i) * c, spec.start_token)
+            end = (load.first_chunk + i + 1) * c
+            if outcome.result == kvstash.ChunkResult.RETRIEVED and outcome.num_tokens == end - begin:
+                self.stats["load_chunks"] += 1
+                continue
+            self.stats["load_failed_chunks"] += 1
+            logger.warning("kvstash chunk %d of request %s (group %d) not loaded: %s",
+                           load.first_chunk + i, spec.req_id, group, outcome)
+            errors |= self._blocks_of(spec.block_ids, begin, end)
+        return errors
+
+    # ---- asynchronous loads (between steps) ----
+
+    def _start_async_load(self, spec: LoadSpec, first: int, last: int) -> None:
+        """Retrieves whose replies (the bytes are in place) come back while
+        vLLM keeps the request waiting; get_finished reports it once every
+        registration's reply came and its failed blocks were handed out."""
+        pending = _AsyncLoad(spec)
+        c = self._chunk_tokens
+        if spec.end_token % c:
+            pending.errors |= self._blocks_of(spec.block_ids, last * c, spec.end_token)
+        if last > first:
+            for index, registered in enumerate(self._registered):
+                pending.loads.append(self._load(index, registered, spec, first, last,
+                                                on_stream=False))
+        self._async_loads[spec.req_id] = pending
+
+    def _poll_async_loads(self, wait: bool = False) -> None:
+        for req_id, pending in list(self._async_loads.items()):
+            if not wait and not all(load.future.done() for load in pending.loads):
+                continue
+            for load in pending.loads:
+                pending.errors |= self._failed_blocks(load, load.future, self._cpu_deadline())
+            self._load_errors |= pending.errors
+            del self._async_loads[req_id]
+            self._recv_unreported.add(req_id)
+
     def take_load_errors(self) -> Set[int]:
         self._resolve_loads()
+        self._poll_async_loads()
         errors, self._load_errors = self._load_errors, set()
+        # Their failed blocks are out: the loads may be reported finished.
+        self._recv_ready |= self._recv_unreported
+        self._recv_unreported = set()
         return errors
 
     # ---- stores ----
@@ -597,19 +656,28 @@ class WorkerSide:
             self._reap(req_id, wait=False)
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
-        """Requests whose blocks vLLM may free now: finished, and every store
-        of theirs past its reuse slot."""
+        """(finished_sending, finished_recving): requests whose blocks vLLM
+        may free now (finished, every store of theirs past its reuse slot),
+        and requests whose asynchronous loads are done (their failed blocks
+        already handed out by get_block_ids_with_load_errors). vLLM frees a
+        finished request's blocks on either report, so one in both is
+        reported once, as received, when its loads and its stores are done."""
+        self._poll_async_loads()
         self._finishing |= finished_req_ids & self._store_reqs
-        done = set()
+        stored = set()
         for req_id in list(self._stores):
             if req_id not in self._finishing:
                 self._reap(req_id, wait=False)
         for req_id in list(self._finishing):
             if self._reap(req_id, wait=False):
-                done.add(req_id)
+                stored.add(req_id)
                 self._finishing.discard(req_id)
                 self._store_reqs.discard(req_id)
-        return (done or None), None
+        loading = set(self._async_loads) | self._recv_unreported | self._recv_ready
+        sending = {r for r in stored if r not in loading}
+        received = {r for r in self._recv_ready if r not in self._finishing}
+        self._recv_ready -= received
+        return (sending or None), (received or None)
 
     def wait_for_stores(self) -> None:
         """Waits for every store in flight (tests, shutdown)."""
@@ -619,6 +687,7 @@ class WorkerSide:
 
     def shutdown(self) -> None:
         self._resolve_loads()
+        self._poll_async_loads(wait=True)
         self.wait_for_stores()
         self._unregister_all()
         self._client.close()
