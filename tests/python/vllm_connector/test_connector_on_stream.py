@@ -95,8 +95,11 @@ def test_layerwise_loads_off_uses_one_slot_waited_before_the_first_layer(model_d
 
     e.step(after_start=after_start, skip_waits=set(e.workers[0].kv_caches))
     assert e.last_outputs[0].invalid_block_ids == set()
-    assert not KvstashConnector.requires_piecewise_for_cudagraph({"layerwise_loads": False})
-    assert KvstashConnector.requires_piecewise_for_cudagraph({})
+    assert not KvstashConnector.requires_piecewise_for_cudagraph(
+        {"async_loads": False, "layerwise_loads": False})
+    assert KvstashConnector.requires_piecewise_for_cudagraph({"async_loads": False})
+    # Loads between steps (the default) wait for nothing in the forward pass.
+    assert not KvstashConnector.requires_piecewise_for_cudagraph({})
     e.run_until_idle()
 
 

@@ -230,7 +230,9 @@ def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
         enable_chunked_prefill=True, is_encoder_decoder=False)
     cache_config = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9,
                                enable_prefix_caching=True)
-    settings = {"socket": socket, "model": "tiny-llama"}
+    # Loads in the step unless a test asks for async_loads (the connector's
+    # default): most tests check the bytes in the step that loads them.
+    settings = {"socket": socket, "model": "tiny-llama", "async_loads": False}
     settings.update(extra or {})
     kv_transfer_config = KVTransferConfig(
         kv_connector="KvstashConnector",
