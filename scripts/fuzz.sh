@@ -2,7 +2,9 @@
 # scripts/fuzz.sh [SECONDS]: builds the request fuzzer (clang 14, ASan +
 # UBSan + libFuzzer, ccache when present) in its own folder, replays the
 # checked-in regression corpus (tests/fuzz/regression: every crash the
-# fuzzer found so far), then fuzzes from generated seeds for SECONDS (default 60). Exits
+# fuzzer found so far), then fuzzes from generated seeds for SECONDS (default
+# 60), then runs the shared-memory ring fuzzer and the tier fuzzer (chunk
+# headers, Redis replies) briefly from their seeds in tests/fuzz/tier_seeds. Exits
 # non-zero on any crash, leak, UB report or timeout; crash inputs land in
 # ${KVSTASH_FUZZ_DIR}/artifacts.
 set -euo pipefail
@@ -25,7 +27,7 @@ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=
   -DKVSTASH_WITH_CUDA=OFF -DKVSTASH_BUILD_TESTS=OFF -DKVSTASH_BUILD_BENCH=OFF -DKVSTASH_BUILD_FUZZERS=ON \
   "${launcher[@]}" >/dev/null
 cmake --build "$build_dir" -j "$(nproc)" --target kvstash_request_fuzzer kvstash_fuzz_seeds \
-  kvstash_ring_fuzzer
+  kvstash_ring_fuzzer kvstash_tier_fuzzer
 built=$(date +%s)
 echo "fuzz: built in $((built - start)) s"
 
@@ -52,8 +54,16 @@ set +e
 "$build_dir/bin/kvstash_ring_fuzzer" -max_total_time=10 -max_len=4200 \
   -artifact_prefix="$work_dir/artifacts/ring-" "$work_dir/ring-corpus" 2>&1 | grep -E "ERROR|SUMMARY|Done"
 ring_status=${PIPESTATUS[0]}
+# The tiers' header decoder and Redis reply reader: as briefly, from the
+# checked-in seeds (replies Redis sends, and ones it never would).
+mkdir -p "$work_dir/tier-corpus"
+"$build_dir/bin/kvstash_tier_fuzzer" -max_total_time=10 -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -artifact_prefix="$work_dir/artifacts/tier-" \
+  "$work_dir/tier-corpus" tests/fuzz/tier_seeds 2>&1 | grep -E "ERROR|SUMMARY|Done"
+tier_status=${PIPESTATUS[0]}
 set -e
 [[ $status -eq 0 ]] && status=$ring_status
+[[ $status -eq 0 ]] && status=$tier_status
 end=$(date +%s)
 echo "fuzz: $((end - start)) s in all (build $((built - start)) s)"
 exit "$status"

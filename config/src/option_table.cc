@@ -153,6 +153,21 @@ std::vector<OptionSpec> BuildTable() {
                  "CUDA backend: how a copy lane waits for the GPU: block (sleep on a "
                  "blocking-sync event until the driver wakes the thread) or poll (sleep through "
                  "the shortest possible copy time, then check every few microseconds)"),
+      EnumOption("multipath", "KVSTASH_MULTIPATH", &C::multipath, {"off", "on"},
+                 "CUDA backend: on = a retrieve into one GPU may also be carried by other GPUs "
+                 "that reach it over NVLink with peer access, each over its own PCIe link, "
+                 "while their own retrieve queues are idle; off = every retrieve over its "
+                 "GPU's own link"),
+      UintOption("multipath-staging-mb", "KVSTASH_MULTIPATH_STAGING_MB", &C::multipath_staging_mb,
+                 1, 65536,
+                 "GPU staging in MiB that each GPU keeps for the retrieves it carries for an "
+                 "NVLink peer (dma mode, --multipath on); a chunk larger than half of it is "
+                 "carried over the target's own link only"),
+      UintOption("multipath-min-path-kib", "KVSTASH_MULTIPATH_MIN_PATH_KIB",
+                 &C::multipath_min_path_kib, 0, 1 << 20,
+                 "Fewest KiB a path carries in a multi-path retrieve: a smaller retrieve "
+                 "takes fewer paths (below twice this, one), whose fixed costs it would not "
+                 "repay"),
       UintOption("busy-poll-us", "KVSTASH_BUSY_POLL_US", &C::busy_poll_us, 0, 1000000,
                  "The spin window: microseconds the frontend and copy lanes keep polling on "
                  "a core after their last work (the frontend up to 20 windows while copies "

@@ -24,6 +24,8 @@
 
 namespace kvstash::server {
 
+class LinkLoads;
+
 // One allocation an engine shared, as described on the wire.
 struct AllocationSpec {
   enum class Kind { kHostShm, kCudaIpc };
@@ -47,6 +49,10 @@ class MappedAllocation {
   virtual uint8_t* base() const = 0;  // address the copy engine uses
   virtual uint64_t size_bytes() const = 0;
   virtual int device() const = 0;  // transfer worker index (0 for host)
+  // The same memory as another device's kernels address it (multi-path
+  // retrieves in direct mode open it there too); null where it is not open
+  // on that device.
+  virtual uint8_t* base_on(int device) const { return device == this->device() ? base() : nullptr; }
 };
 
 enum class Direction { kStore, kRetrieve };
@@ -108,6 +114,9 @@ struct CopyLayout {
   uint64_t registration_id;
   uint64_t chunk_bytes;
   const std::vector<GroupAddresses>& groups;
+  // The allocations the layers live in, so that a backend can address them
+  // from another device (MappedAllocation::base_on); may be null.
+  const std::vector<std::shared_ptr<MappedAllocation>>* allocations = nullptr;
 };
 
 class Backend {
@@ -146,6 +155,10 @@ class Backend {
   }
   // Backend figures for `kvstash describe` (transfer mode, GPU memory held).
   virtual void Describe(nlohmann::json& /*out*/) const {}
+  // The per-link queues the transfer workers keep up to date (bytes of the
+  // jobs each device's lanes hold), where the backend decides anything from
+  // them (multi-path retrieves); null otherwise.
+  virtual LinkLoads* link_loads() { return nullptr; }
 };
 
 }  // namespace kvstash::server

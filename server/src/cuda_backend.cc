@@ -61,7 +61,65 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
                    mode == TransferMode::kDma ? config.staging_mb : 0);
     backend->devices_.push_back(std::move(device));
   }
+  if (config.multipath == "on") KVSTASH_RETURN_IF_ERROR(backend->SetUpMultipath(config));
   return std::unique_ptr<Backend>(std::move(backend));
+}
+
+Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
+  const int count = num_devices();
+  const auto say = [this](std::string state) {
+    multipath_state_ = std::move(state);
+    Logger()->info("multi-path retrieves: {}", multipath_state_);
+    return Status::Ok();
+  };
+  if (count < 2) return say("one path: one GPU visible");
+  // Whatever fails here leaves fewer paths (down to one), never a daemon
+  // that does not start: each retrieve still has its own GPU's link.
+  Result<cuda::PeerTopology> topology = cuda::PeerTopology::Detect(count);
+  if (!topology.ok()) return say("one path: peer links unknown: " + topology.status().message());
+  topology_ = std::move(*topology);
+  relays_.resize(size_t(count));
+  carries_for_.assign(size_t(count) * size_t(count), false);
+  for (int relay = 0; relay < count; ++relay) {
+    for (int target = 0; target < count; ++target) {
+      if (!topology_->CanRelay(relay, target)) continue;
+      Status enabled = cuda::EnablePeerAccess(relay, target);
+      if (enabled.ok()) enabled = cuda::EnablePeerAccess(target, relay);
+      if (!enabled.ok()) {
+        Logger()->warn("GPU {} will not carry retrieves for GPU {}: {}", relay, target,
+                       enabled.message());
+        continue;
+      }
+      if (relays_[size_t(relay)] == nullptr) {
+        Result<std::unique_ptr<CudaRelayPath>> path = CudaRelayPath::Create(
+            relay, mode_ == TransferMode::kDma ? uint64_t(config.multipath_staging_mb) << 20 : 0);
+        if (!path.ok()) {
+          Logger()->warn("GPU {} will not carry retrieves for its peers: {}", relay,
+                         path.status().message());
+          break;
+        }
+        relays_[size_t(relay)] = std::move(*path);
+      }
+      carries_for_[size_t(relay) * size_t(count) + size_t(target)] = true;
+    }
+  }
+  loads_ = std::make_unique<LinkLoads>(count);
+  int linked_targets = 0;
+  for (int target = 0; target < count; ++target) {
+    CudaCopyLane::Relays relays;
+    relays.loads = loads_.get();
+    relays.policy.min_path_bytes = uint64_t(config.multipath_min_path_kib) << 10;
+    for (int relay = 0; relay < count; ++relay) {
+      if (CarriesFor(relay, target)) relays.paths.push_back(relays_[size_t(relay)].get());
+    }
+    linked_targets += relays.paths.empty() ? 0 : 1;
+    devices_[size_t(target)].retrieve->SetRelays(std::move(relays));
+  }
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  return say(linked_targets > 0
+                 ? "on: " + std::to_string(linked_targets) + " of " + std::to_string(count) +
+                       " GPUs have NVLink peers to carry their retrieves"
+                 : "one path: no two GPUs have NVLink and peer access");
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -74,7 +132,15 @@ Result<std::shared_ptr<MappedAllocation>> CudaBackend::Open(const AllocationSpec
   }
   Result<int> device = cuda::DeviceWithUuid(spec.gpu_uuid, "kvstashd");
   if (!device.ok()) return device.status();
-  return OpenIpcAllocation(spec, *device, ipc_open_);
+  // Direct-mode multi-path: the relays' kernels write this memory, so it
+  // is opened on each of them too.
+  std::vector<int> peers;
+  if (mode_ == TransferMode::kDirect && topology_) {
+    for (size_t h = 0; h < relays_.size(); ++h) {
+      if (CarriesFor(int(h), *device)) peers.push_back(int(h));
+    }
+  }
+  return OpenIpcAllocation(spec, *device, ipc_open_, peers);
 }
 
 SlabHooks CudaBackend::slab_hooks() {
@@ -157,6 +223,40 @@ void CudaBackend::Describe(nlohmann::json& out) const {
   out["gpu_memory_bytes"] = gpu_bytes;
   out["ipc_allocations_open"] = ipc_open_->load();
   out["devices"] = devices;
+  nlohmann::json multipath = {{"state", multipath_state_}};
+  if (topology_) {
+    nlohmann::json links = nlohmann::json::array();
+    for (int from = 0; from < topology_->devices(); ++from) {
+      for (int to = from + 1; to < topology_->devices(); ++to) {
+        const cuda::PeerLink& link = topology_->link(from, to);
+        links.push_back({{"gpus", {from, to}},
+                         {"peer_access", link.access},
+                         {"nvlink", link.nvlink},
+                         {"performance_rank", link.performance_rank}});
+      }
+    }
+    multipath["nvlink_from"] = topology_->source();
+    multipath["links"] = links;
+    nlohmann::json relays = nlohmann::json::array();
+    for (size_t d = 0; d < relays_.size(); ++d) {
+      const CudaRelayPath* h = relays_[d].get();
+      if (h == nullptr) continue;
+      nlohmann::json one = {{"device", h->device()},
+                            {"staging_bytes", h->staging_bytes()},
+                            {"retrieves_relayed", h->retrieves_relayed()},
+                            {"bytes_carried", h->bytes_carried()},
+                            {"failed", h->failed()}};
+      if (h->failed()) one["failure"] = h->failure();
+      relays.push_back(one);
+      gpu_bytes += h->staging_bytes();
+    }
+    multipath["relays"] = relays;
+    nlohmann::json retrieves = nlohmann::json::array();
+    for (const Device& d : devices_) retrieves.push_back(d.retrieve->multipath_retrieves());
+    multipath["multipath_retrieves"] = retrieves;  // per target GPU
+    out["gpu_memory_bytes"] = gpu_bytes;
+  }
+  out["multipath"] = multipath;
 }
 
 }  // namespace kvstash::server

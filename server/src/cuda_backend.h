@@ -9,13 +9,17 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend.h"
 #include "cuda_copy_lane.h"
+#include "cuda_relay_path.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/cuda/devices.h"
+#include "kvstash/cuda/peers.h"
+#include "link_loads.h"
 
 namespace kvstash::server {
 
@@ -36,6 +40,7 @@ class CudaBackend : public Backend {
               CopyDeadlines& deadlines, const CopySignal* signal = nullptr) override;
   Result<BoardMapping> MapBoard(int device, uint8_t* base, uint64_t bytes) override;
   void Describe(nlohmann::json& out) const override;
+  LinkLoads* link_loads() override { return loads_.get(); }
 
  private:
   struct Device {
@@ -46,9 +51,23 @@ class CudaBackend : public Backend {
     std::unique_ptr<CudaCopyLane> retrieve;
   };
   CudaBackend(TransferMode mode, CompletionWait wait) : mode_(mode), wait_(wait) {}
+  // Multi-path retrieves: the topology, peer access, each GPU's relay and
+  // each retrieve lane's relays; otherwise why there is one path.
+  Status SetUpMultipath(const config::ServerConfig& config);
+  // Whether `relay` carries retrieves for `target`.
+  bool CarriesFor(int relay, int target) const {
+    return !carries_for_.empty() && carries_for_[size_t(relay) * devices_.size() + size_t(target)];
+  }
 
   const TransferMode mode_;
   const CompletionWait wait_;
+  // Multi-path retrieves; all fixed after Create. Null / empty: one path,
+  // for the reason in multipath_state_.
+  std::unique_ptr<LinkLoads> loads_;
+  std::optional<cuda::PeerTopology> topology_;
+  std::vector<std::unique_ptr<CudaRelayPath>> relays_;  // index = CUDA ordinal; may be null
+  std::vector<bool> carries_for_;  // [relay * devices + target]: NVLink, peer access on, a relay
+  std::string multipath_state_ = "off (--multipath off)";
   std::vector<Device> devices_;  // index = CUDA ordinal; fixed after Create
   std::shared_ptr<std::atomic<int64_t>> ipc_open_ = std::make_shared<std::atomic<int64_t>>(0);
 };

@@ -14,6 +14,21 @@
 //          do not each pay a copy's and a launch's fixed cost.
 //   direct the kernels read and write the mapped pinned L1 slots themselves:
 //          no GPU staging memory at all.
+//   multi-path retrieves (with relays): other GPUs that reach this one
+//          over NVLink carry part of a retrieve while their own retrieve
+//          lanes are idle (multipath_policy.h), each over its own PCIe link.
+//          dma: a sub-batch goes L1 slot -> cudaMemcpyAsync on the relay ->
+//          the relay's staging -> cudaMemcpyPeerAsync over NVLink -> this
+//          GPU's staging, then the same scatter on this GPU's kernel stream
+//          (a one-chunk sub-batch in pieces, each sent on once it landed).
+//          direct: the relay's own scatter kernel writes its share of the
+//          chunks over NVLink; this kernel stream waits for it at each step.
+//          Either way every board slot is written on this lane's kernel
+//          stream, after it has waited for every path that carried part of
+//          that range. This lane thread enqueues all of it, on both GPUs,
+//          so no event is waited for before it is recorded. A relay whose
+//          copy fails is abandoned (never used again) and what it had not
+//          delivered goes over this GPU's own link.
 //
 // Every group's layer addresses go to the GPU once per registration (cached
 // by registration id); a request uploads only its chunk entries and block
@@ -41,9 +56,13 @@
 #include "kvstash/config/server_config.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
+#include "multipath_policy.h"
 #include "registration_cache.h"
 
 namespace kvstash::server {
+
+class CudaRelayPath;
+class LinkLoads;
 
 using config::CompletionWait;  // parsed once, in the config
 using config::TransferMode;
@@ -62,6 +81,22 @@ class CudaCopyLane {
   };
   static Result<std::unique_ptr<CudaCopyLane>> Create(const Options& options);
 
+  // Multi-path retrieves (dma mode): the GPUs that may carry part of this
+  // lane's retrieves, and the per-link queues that say when they are idle.
+  struct Relays {
+    std::vector<CudaRelayPath*> paths;  // reach this GPU over NVLink, peer access on
+    const LinkLoads* loads = nullptr;   // required with paths
+    MultipathPolicy policy;
+    // A relay's sub-batch of one chunk larger than two of these goes to
+    // the target in pieces of this size, each over NVLink once landed.
+    uint64_t piece_bytes = 8 << 20;
+    // Tests: called before a relay copies a sub-batch over NVLink (its host
+    // copy enqueued); an error makes that relay fail as a CUDA error would.
+    std::function<Status(int relay_device, size_t sub_batch)> fault;
+  };
+  // Set once, before the first Copy; without it a retrieve has one path.
+  void SetRelays(Relays relays) { relays_ = std::move(relays); }
+
   // Chunks past their deadline are left out before anything is enqueued;
   // in dma mode each sub-batch is checked again before it is enqueued, and
   // once one is past, it and the rest are left out (deadlines.missed).
@@ -78,6 +113,10 @@ class CudaCopyLane {
   // The plan arena and the cached layer addresses on the GPU (the arena
   // takes as much pinned host memory again).
   uint64_t plan_bytes() const { return plan_bytes_.load(std::memory_order_relaxed); }
+  // Retrieves that more than one path carried.
+  uint64_t multipath_retrieves() const {
+    return multipath_retrieves_.load(std::memory_order_relaxed);
+  }
 
  private:
   explicit CudaCopyLane(const Options& options) : options_(options) {}
@@ -102,10 +141,59 @@ class CudaCopyLane {
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end):
   // per window, one copy per run of slots adjacent in both and in one slab
   // (a 2D copy where the window is less than a chunk).
+  // `stream`: the copy stream, or a relay's host stream (then untraced:
+  // the trace's events live on this GPU).
   Status CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
                    const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
                    size_t begin, size_t end, uint64_t chunk_bytes, size_t trace_step,
-                   const std::vector<std::pair<uint64_t, uint64_t>>& windows);
+                   const std::vector<std::pair<uint64_t, uint64_t>>& windows,
+                   cudaStream_t stream = nullptr);
+  // A relay held for the current retrieve, and how it lays out sub-batches.
+  struct HeldRelay {
+    CudaRelayPath* path = nullptr;
+    size_t regions = 0;                         // of `per_region` chunks each in its staging
+    size_t used = 0;                            // sub-batches it carried so far in this request
+    uint64_t bytes = 0;                         // bytes it carried in this request
+    const LayerAddresses* addresses = nullptr;  // direct mode: the layers as it reaches them
+  };
+  // Direct mode: the registration's layer addresses as `path`'s GPU reaches
+  // them (the engine's allocations opened there), uploaded at first use.
+  Result<const LayerAddresses*> RelayAddressesOf(CudaRelayPath& path, const CopyLayout& layout);
+  // Direct mode with relays held: each path scatters its share of the
+  // chunks, step by step; a step's slots wait for every path's scatter.
+  Status CopyDirectMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
+                             const std::vector<CopyStep>& steps,
+                             const std::vector<kernels::ChunkCopy>& chunks,
+                             const std::vector<uint8_t*>& flats, const CopySignal* signal);
+  // The scatter of `step` over the relay's `count` chunks, on its link
+  // stream; the kernel stream waits for it.
+  Status LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const CopyStep& step, size_t count,
+                       size_t step_index);
+  // Takes the relays the policy picks for a retrieve of `chunks` chunks
+  // (their queues read now) into held_; returns how many.
+  size_t AcquireRelays(size_t chunks, uint64_t chunk_bytes);
+  // Sub-batch [begin, end) of step windows `windows` through relay h into
+  // this GPU's staging `flats`; the kernel stream waits for it. wait_free:
+  // region `region` of this GPU's ring must be free first.
+  Status CarryThroughRelay(HeldRelay& h, const std::vector<kernels::ChunkCopy>& chunks,
+                           const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
+                           size_t begin, size_t end, size_t per_region, uint64_t chunk_bytes,
+                           size_t sub_batch,
+                           const std::vector<std::pair<uint64_t, uint64_t>>& windows,
+                           bool wait_free, size_t region);
+  Status EnqueueOnRelay(HeldRelay& h, const std::vector<kernels::ChunkCopy>& chunks,
+                        const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
+                        size_t begin, size_t end, size_t per_region, uint64_t chunk_bytes,
+                        size_t sub_batch, const std::vector<std::pair<uint64_t, uint64_t>>& windows,
+                        bool wait_free, size_t region, size_t* relay_region);
+  // Waits on the CPU for everything enqueued on h, then never uses it again.
+  void Abandon(HeldRelay& h, const Status& why);
+  // The kernel stream waits for the ends of the held relays' streams, so
+  // that Drain covers them (abandoning a relay where that fails).
+  void JoinRelays();
+  // Gives the held relays back once nothing of theirs is in flight
+  // (drained: the lane's wait, which covers them, succeeded).
+  void ReleaseRelays(bool drained);
   // Waits, sleeping, for everything enqueued on both streams since `start`.
   Status Drain(uint64_t bytes, std::chrono::steady_clock::time_point start);
   // Sleeps through the shortest time the copy can take, then polls done_.
@@ -129,7 +217,10 @@ class CudaCopyLane {
   LaneTrace trace_;
   size_t traced_steps_ = 0;
   std::atomic<uint64_t> plan_bytes_{0};
-  uint32_t max_ctas_ = 0;  // grid cap of the kernels (direct mode); 0: none
+  uint32_t max_ctas_ = 0;        // grid cap of the kernels (direct mode); 0: none
+  Relays relays_;                // set before the first Copy
+  std::vector<HeldRelay> held_;  // during a retrieve only
+  std::atomic<uint64_t> multipath_retrieves_{0};
 };
 
 }  // namespace kvstash::server

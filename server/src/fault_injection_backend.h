@@ -63,6 +63,7 @@ class FaultInjectionBackend : public Backend {
     return real_->MapBoard(device, base, bytes);
   }
   void Describe(nlohmann::json& out) const override { real_->Describe(out); }
+  LinkLoads* link_loads() override { return real_->link_loads(); }
 
  private:
   struct ActiveRule {

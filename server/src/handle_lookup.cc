@@ -86,7 +86,7 @@ LookupReply Leases::Finish(Registration& reg, const LookupRequest& m, const Foun
   if (m.prefetch) {
     Stats::Add(stats_.prefetch_chunks, lower.size());
     TierChain::Scope scope{reg.scope, reg.namespace_id, reg.layout.fingerprint(),
-                           reg.layout.chunk_bytes()};
+                           reg.layout.chunk_bytes(), reg.layout.chunk_tokens()};
     tiers_.Promote(scope, lower, [] {});
   }
   reply.prefetch_pending = tiers_.Promoting(reg.namespace_id, lower);

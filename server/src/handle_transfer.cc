@@ -277,7 +277,7 @@ Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
       deferred_.Begin(r.peer.id);
       auto request = std::make_shared<RetrieveRequest>(std::move(m));
       TierChain::Scope scope{reg->scope, reg->namespace_id, reg->layout.fingerprint(),
-                             reg->layout.chunk_bytes()};
+                             reg->layout.chunk_bytes(), reg->layout.chunk_tokens()};
       tiers_.Promote(scope, std::move(below), [this, r, request, reg, held, signal] {
         Reply now = RetrieveFromL1(r, *request, reg, signal, /*begun=*/true);
         for (ChunkStore::Entry* e : *held) store_->EndRead(e);

@@ -191,7 +191,8 @@ TierChain::Continuation TierChain::FindInL2(const ChunkKey& namespace_id,
   l2_->Contains(ids, [&](std::vector<tiers::Presence> p) { present = std::move(p); });  // at once
   size_t n = 0;
   bool partial = false;
-  while (n < present.size() && present[n].present && !partial) {
+  while (n < present.size() && present[n].present &&
+         tiers::TokensFit(present[n].header, chunk_tokens) && !partial) {
     partial = present[n].header.num_tokens < chunk_tokens;
     ++n;
   }
@@ -225,7 +226,7 @@ void TierChain::FindInL3(const ChunkKey& namespace_id, std::vector<ChunkKey> key
       l3_->Contains(std::move(ids), [chunk_tokens, done](std::vector<tiers::Presence> present) {
         Continuation out;
         for (const tiers::Presence& p : present) {
-          if (!p.status.ok() || !p.present) break;
+          if (!p.status.ok() || !p.present || !tiers::TokensFit(p.header, chunk_tokens)) break;
           out.levels.push_back(TierLevel::kL3);
           out.hit_tokens += p.header.num_tokens;
           if (p.header.num_tokens < chunk_tokens) break;
@@ -335,6 +336,7 @@ void TierChain::Land(const std::shared_ptr<Promotion>& p) {
     get.expect.id = IdOf(scope.namespace_id, p->keys[i]);
     get.expect.layout_fingerprint = scope.layout;
     get.expect.payload_bytes = scope.chunk_bytes;
+    get.expect.max_tokens = scope.chunk_tokens;
     get.payload = p->slots[i];
     gets.push_back(get);
   }
@@ -372,6 +374,7 @@ void TierChain::PromoteFromL3(const std::shared_ptr<Promotion>& p, std::vector<s
     get.expect.id = IdOf(p->scope.namespace_id, p->keys[i]);
     get.expect.layout_fingerprint = p->scope.layout;
     get.expect.payload_bytes = p->scope.chunk_bytes;
+    get.expect.max_tokens = p->scope.chunk_tokens;
     get.payload = p->slots[i];
     gets.push_back(get);
   }

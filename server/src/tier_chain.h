@@ -62,7 +62,8 @@ class TierChain {
     std::vector<tiers::ChunkId> pinned;  // L2 hits, pinned until Unpin
   };
   // The prefix of `keys` in L2, each hit pinned (answered from the index,
-  // at once). A chunk of fewer than chunk_tokens tokens ends it.
+  // at once). A chunk of fewer than chunk_tokens tokens ends it; one whose
+  // header says more (or none) is not this registration's and is a miss.
   Continuation FindInL2(const ChunkKey& namespace_id, const std::vector<ChunkKey>& keys,
                         uint32_t chunk_tokens);
   // The prefix of `keys` in L3; `done` runs on a tier thread.
@@ -80,6 +81,7 @@ class TierChain {
     ChunkKey namespace_id{};
     Fingerprint layout{};
     uint64_t chunk_bytes = 0;
+    uint32_t chunk_tokens = 0;  // a promoted chunk's header may say no more
   };
   void Promote(const Scope& scope, std::vector<ChunkKey> keys, std::function<void()> done);
   // How many of `keys` are being promoted now.

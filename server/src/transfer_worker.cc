@@ -1,6 +1,7 @@
 // Lanes, batching and completion.
 #include "transfer_worker.h"
 #include "kvstash/thread_annotations.h"
+#include "link_loads.h"
 
 #include <sched.h>
 #include <sys/prctl.h>
@@ -23,6 +24,7 @@ void TransferWorker::Submit(Direction direction, TransferJob job) {
 TransferWorker::Lane::Lane(Backend& backend, int device, Direction direction,
                            std::chrono::microseconds busy_poll, StageTrace* trace)
     : backend_(backend),
+      loads_(backend.link_loads()),
       device_(device),
       direction_(direction),
       busy_poll_(busy_poll),
@@ -40,6 +42,10 @@ TransferWorker::Lane::~Lane() {
 
 void TransferWorker::Lane::Submit(TransferJob job) {
   job.registration->BeginWork();
+  if (loads_ != nullptr) {
+    job.queued_bytes = job.chunks.size() * job.registration->layout.chunk_bytes();
+    loads_->Add(device_, direction_, job.queued_bytes);
+  }
   {
     MutexLock lock(mutex_);
     queue_.push_back(std::move(job));
@@ -123,11 +129,16 @@ void TransferWorker::Lane::TakeOpenGates(std::vector<TransferJob>& ready, bool s
       const Status why = unreadable ? Status::DeviceError("the completion board could not be read")
                                     : Status::TimedOut("the store's gate was never opened");
       ReleaseOnFailure(*job.signal, why, missed);
+      Dequeue(job);
       job.complete(unreadable ? why : Status::Ok(), missed);
       job.registration->EndWork();
     }
     gated_.erase(gated_.begin() + long(i));
   }
+}
+
+void TransferWorker::Lane::Dequeue(const TransferJob& job) {
+  if (loads_ != nullptr) loads_->Remove(device_, direction_, job.queued_bytes);
 }
 
 void TransferWorker::Lane::ReleaseOnFailure(const CopySignal& signal, const Status& status,
@@ -168,8 +179,8 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
     deadlines.missed.assign(chunks.size(), 0);
     const Registration& registration = *jobs[begin].registration;
     const CopySignal* signal = jobs[begin].signal ? &*jobs[begin].signal : nullptr;
-    const CopyLayout layout{registration.id, registration.layout.chunk_bytes(),
-                            registration.groups};
+    const CopyLayout layout{registration.id, registration.layout.chunk_bytes(), registration.groups,
+                            &registration.allocations};
     const Status status = chunks.empty() ? Status::Ok()
                                          : backend_.Copy(direction_, device_, layout, chunks, slabs,
                                                          deadlines, signal);
@@ -184,6 +195,7 @@ void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {
       const std::vector<uint8_t> missed(deadlines.missed.begin() + offset,
                                         deadlines.missed.begin() + offset + n);
       offset += n;
+      Dequeue(jobs[j]);
       jobs[j].complete(status, missed);
       jobs[j].registration->EndWork();
     }

@@ -60,6 +60,9 @@ struct TransferJob {
   // others). After the copy, a failed or partly missed job has every slot
   // released by the CPU with its error, before `complete` runs.
   std::optional<CopySignal> signal;
+  // Bytes this job adds to its lane's link queue (LinkLoads) while queued
+  // or in flight; set by the lane when it is submitted.
+  uint64_t queued_bytes = 0;
 };
 
 class TransferWorker {
@@ -92,10 +95,13 @@ class TransferWorker {
     // nothing stored, every chunk missed, its "blocks reusable" slot
     // released with TimedOut.
     void TakeOpenGates(std::vector<TransferJob>& ready, bool stopping);
+    // The job leaves this lane's link queue (it completed or was dropped).
+    void Dequeue(const TransferJob& job);
     // Releases every slot of a failed or partly missed job, with its error.
     static void ReleaseOnFailure(const CopySignal& signal, const Status& status,
                                  const std::vector<uint8_t>& missed);
     Backend& backend_;
+    LinkLoads* const loads_;  // null: the backend decides nothing from them
     const int device_;
     const Direction direction_;
     const std::chrono::microseconds busy_poll_;

@@ -152,6 +152,34 @@ TEST_P(CudaDaemonTest, DescribeShowsTheModeAndTheGpuMemoryHeld) {
   std::printf("%s: %s\n", GetParam().c_str(), backend.dump().c_str());
 }
 
+TEST_P(CudaDaemonTest, DescribeSaysWhetherRetrievesTakeSeveralPaths) {
+  EXPECT_EQ(Backend()["multipath"]["state"], "off (--multipath off)");
+  auto daemon = StartCudaDaemon(GetParam(), {"--multipath", "on"});
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  ClientOptions options;
+  options.socket = (*daemon)->socket();
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto described = (*client)->Describe().get();
+  ASSERT_TRUE(described.ok()) << described.status().ToString();
+  const nlohmann::json multipath = nlohmann::json::parse(*described)["backend"]["multipath"];
+  const std::string state = multipath["state"];
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  if (devices < 2) {
+    EXPECT_EQ(state, "one path: one GPU visible");
+    return;
+  }
+  // Every pair of GPUs, with what was found between them; relays exactly
+  // where some pair has NVLink.
+  ASSERT_EQ(multipath["links"].size(), size_t(devices * (devices - 1) / 2)) << multipath.dump();
+  bool any_nvlink = false;
+  for (const auto& link : multipath["links"]) any_nvlink |= link["nvlink"].get<bool>();
+  EXPECT_EQ(state.rfind("on:", 0) == 0, any_nvlink) << state;
+  EXPECT_EQ(multipath["relays"].empty(), !any_nvlink) << multipath.dump();
+  std::printf("%s multipath: %s\n", GetParam().c_str(), multipath.dump().c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, CudaDaemonTest, ::testing::Values("dma", "direct"));
 
 TEST(CudaDaemon, ChunkLargerThanTheStagingRingIsRefusedNamingTheFix) {

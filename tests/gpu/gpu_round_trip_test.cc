@@ -2,15 +2,19 @@
 // two GPU engine processes: one stores a prompt from its cudaMalloc'd KV, the
 // other retrieves it into poisoned blocks of its own and compares all of its
 // memory with what the kernels' CPU twins predict. Every layout in both
-// transfer modes. Skips without a GPU.
+// transfer modes, with and without multi-path retrieves. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <ostream>
 #include <string>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "gpu.h"
+#include "kvstash/client.h"
 
 namespace kvstash::testing {
 namespace {
@@ -45,15 +49,37 @@ class GpuRoundTripTest : public ::testing::TestWithParam<std::tuple<RoundTrip, s
   static void TearDownTestSuite() { daemons_.clear(); }
   void SetUp() override { KVSTASH_SKIP_WITHOUT_GPU(); }
 
-  // One daemon per transfer mode, shared by the suite.
+  // One daemon per transfer mode, shared by the suite. "<mode>-multipath":
+  // retrieves also through NVLink peers, however small (one path where the
+  // host has no two GPUs joined by NVLink).
   DaemonProcess* Daemon(const std::string& mode) {
     auto& daemon = daemons_[mode];
     if (!daemon) {
-      auto started = StartCudaDaemon(mode);
+      const size_t dash = mode.find("-multipath");
+      auto started = dash == std::string::npos
+                         ? StartCudaDaemon(mode)
+                         : StartCudaDaemon(mode.substr(0, dash),
+                                           {"--multipath", "on", "--multipath-min-path-kib", "0"});
       EXPECT_TRUE(started.ok()) << started.status().ToString();
       if (started.ok()) daemon = std::move(*started);
     }
     return daemon.get();
+  }
+
+  // Whether the daemon's retrieves may take several paths, and the bytes
+  // its NVLink peers have carried so far.
+  static std::pair<bool, uint64_t> Multipath(const std::string& socket) {
+    ClientOptions options;
+    options.socket = socket;
+    auto client = Client::Connect(options);
+    if (!client.ok()) return {false, 0};
+    auto described = (*client)->Describe().get();
+    if (!described.ok()) return {false, 0};
+    const nlohmann::json multipath = nlohmann::json::parse(*described)["backend"]["multipath"];
+    uint64_t carried = 0;
+    for (const auto& h : multipath.value("relays", nlohmann::json::array()))
+      carried += h.value("bytes_carried", uint64_t{0});
+    return {multipath.value("state", "").rfind("on:", 0) == 0, carried};
   }
 
   static std::map<std::string, std::unique_ptr<DaemonProcess>> daemons_;
@@ -73,19 +99,27 @@ TEST_P(GpuRoundTripTest, AnotherEngineRetrievesEveryByteStored) {
   };
   const ProcessResult stored = RunBinary("kvstash_gpu_test_engine", with({"--role", "store"}));
   ASSERT_EQ(stored.exit_code, 0) << stored.output;
+  const auto [multipath_on, carried_before] = Multipath(daemon->socket());
   const ProcessResult verified =
       RunBinary("kvstash_gpu_test_engine",
                 with({"--role", "verify", "--skip-tokens", std::to_string(trip.skip_tokens)}));
   EXPECT_EQ(verified.exit_code, 0) << verified.output;
   EXPECT_NE(verified.output.find("bytes equal"), std::string::npos) << verified.output;
+  if (multipath_on && trip.prompt_tokens > 64 && trip.skip_tokens == 0) {
+    // Idle peers and no size floor: the NVLink peer carried part of it.
+    EXPECT_GT(Multipath(daemon->socket()).second, carried_before) << "no peer carried any byte";
+  }
   EXPECT_TRUE(daemon->running());
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuRoundTripTest,
                          ::testing::Combine(::testing::ValuesIn(RoundTrips()),
-                                            ::testing::Values("dma", "direct")),
+                                            ::testing::Values("dma", "direct", "dma-multipath",
+                                                              "direct-multipath")),
                          [](const auto& info) {
-                           return std::get<0>(info.param).name + "_" + std::get<1>(info.param);
+                           std::string mode = std::get<1>(info.param);
+                           std::replace(mode.begin(), mode.end(), '-', '_');
+                           return std::get<0>(info.param).name + "_" + mode;
                          });
 
 }  // namespace

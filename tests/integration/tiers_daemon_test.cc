@@ -16,7 +16,9 @@
 #include <thread>
 
 #include "harness.h"
+#include "kvstash/tiers/chunk_header.h"
 #include "redis_process.h"
+#include "resp_peer.h"
 
 namespace kvstash::testing {
 namespace {
@@ -236,6 +238,26 @@ TEST_F(TiersTest, L2SurvivesARestartByteExact) {
   for (const auto& o : outcomes) EXPECT_EQ(o.result, ChunkResult::kRetrieved) << NameOf(o.result);
 }
 
+TEST_F(TiersTest, EveryChunkCalledStoredIsInL2AfterAStopRightAfterTheStores) {
+  // Stores answered, then SIGTERM at once: the writes still queued for L2
+  // land before kvstashd exits, and the restarted daemon finds every one.
+  std::vector<ChunkKey> keys;
+  for (uint32_t p = 1; p <= 3; ++p) {
+    const auto tokens = PromptTokens(p, 16 * kChunkTokens + 20, 0);  // 16 full and a partial
+    auto stored = FillAndStore(kSeed + p, tokens, Blocks(0, 66));
+    ASSERT_EQ(stored.size(), 17u);
+    for (const auto& o : stored) ASSERT_EQ(o.result, ChunkResult::kStored) << NameOf(o.result);
+    for (const auto& c : Chunks(tokens, Blocks(0, 66))) keys.push_back(c.key);
+  }
+  ASSERT_TRUE(RestartAndReregister().ok());
+  auto describe = client_->Describe().get();
+  ASSERT_TRUE(describe.ok());
+  EXPECT_EQ(json::parse(*describe)["tiers"][1]["rebuild"]["chunks"], keys.size());
+  for (const ChunkKey& key : keys) {
+    EXPECT_EQ(::access(L2PathOf(key).c_str(), F_OK), 0) << Hex(key);
+  }
+}
+
 TEST_F(TiersTest, CorruptOrTruncatedL2FilesAreReportedMissingNeverServed) {
   const auto a = StorePrompt(1, 4, 0);
   ASSERT_TRUE(WaitForPuts("L2", 4));
@@ -277,6 +299,44 @@ TEST_F(TiersTest, CorruptOrTruncatedL2FilesAreReportedMissingNeverServed) {
   auto hit = client_->Lookup(reg_.id, Keys(a)).get();
   ASSERT_TRUE(hit.ok());
   EXPECT_EQ(hit->hit_chunks, 1u);
+}
+
+TEST_F(TiersTest, AHeaderSayingMoreTokensThanAChunkHoldsIsNoHit) {
+  const auto a = StorePrompt(1, 2, 0);
+  ASSERT_TRUE(WaitForPuts("L2", 2));
+  client_.reset();
+  ASSERT_EQ(daemon_->Stop(), 0);
+  // Chunk 0's header says 80 tokens (of 64), with its checksum redone: a
+  // sound header of no chunk this registration can hold.
+  {
+    const std::string path = L2PathOf(a[0].key);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    std::vector<uint8_t> head(tiers::kChunkHeaderBytes);
+    f.read(reinterpret_cast<char*>(head.data()), std::streamsize(head.size()));
+    Result<tiers::ChunkHeader> header = tiers::DecodeChunkHeader(head.data(), head.size());
+    ASSERT_TRUE(header.ok()) << header.status().ToString();
+    header->num_tokens = 80;
+    tiers::EncodeChunkHeader(*header, head.data());
+    f.seekp(0);
+    f.write(reinterpret_cast<const char*>(head.data()), std::streamsize(head.size()));
+  }
+  ASSERT_TRUE(daemon_->Restart().ok());
+  client_ = Connect();
+  auto reg = client_->RegisterKV(engine_->Registration("test-model")).get();
+  ASSERT_TRUE(reg.ok());
+  reg_ = *reg;
+  auto hit = client_->Lookup(reg_.id, Keys(a)).get();
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  EXPECT_LE(hit->hit_tokens, uint64_t{kChunkTokens} * hit->hit_chunks);
+  EXPECT_EQ(hit->hit_chunks, 0u) << "the prefix ends at the chunk that is not one";
+  if (hit->lease_id) {
+    EXPECT_TRUE(client_->Release(hit->lease_id).get().ok());
+  }
+  std::vector<ChunkOutcome> outcomes;
+  RetrieveMismatches(1, 2, 64, &outcomes);
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].result, ChunkResult::kMissing) << NameOf(outcomes[0].result);
 }
 
 TEST_F(TiersTest, LookupSaysEachHitsTierAndPrefetchCompletes) {
@@ -353,6 +413,47 @@ TEST_F(SmallL2Test, LeasedChunkSurvivesTheCascadeFromL1ThroughL2) {
   auto gone = client_->Lookup(reg_.id, Keys(b)).get();
   ASSERT_TRUE(gone.ok());
   EXPECT_EQ(gone->hit_chunks, 0u);
+}
+
+// A Redis port answered by anyone: a reply announcing 2^31 elements, then
+// more of them for as long as the connection lasts. Lookups still answer,
+// and SIGTERM still stops kvstashd promptly.
+TEST(TiersHostileRedis, AHugeArrayReplyNeitherHoldsLookupsNorTheStop) {
+  std::string more;
+  for (int i = 0; i < 4096; ++i) more += ":1\r\n";
+  auto peer = tiers::testing::RespPeer::Start([more](const std::vector<std::string>& c) {
+    if (c.size() == 2 && c[0] == "CLUSTER") {
+      return tiers::testing::RespPeer::Answer{"-ERR cluster support disabled\r\n", nullptr};
+    }
+    return tiers::testing::RespPeer::Answer{"*2147483647\r\n", [more] { return more; }};
+  });
+  ASSERT_TRUE(peer);
+  auto daemon = DaemonProcess::Start({"--chunk-tokens", "64", "--l1-gb", "0.0078125",
+                                      "--l1-slice-mb", "4", "--l3-redis", peer->endpoint()});
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  auto engine = EngineKv::Create(EngineShape{});
+  ASSERT_TRUE(engine.ok());
+  ClientOptions options;
+  options.socket = (*daemon)->socket();
+  options.request_timeout = std::chrono::milliseconds(10000);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto reg = (*client)->RegisterKV(engine->Registration("hostile-model")).get();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const auto tokens = PromptTokens(3, 4 * kChunkTokens, 0);
+  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 16).data(), 16);
+  ASSERT_TRUE(chunks.ok());
+  std::vector<ChunkKey> keys;
+  for (const auto& c : *chunks) keys.push_back(c.key);
+  for (int i = 0; i < 3; ++i) {  // each goes on to L3 and meets the reply
+    auto hit = (*client)->Lookup(reg->id, keys).get();
+    ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+    EXPECT_EQ(hit->hit_chunks, 0u);
+  }
+  client->reset();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ((*daemon)->Stop(), 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }
 
 // Two "nodes": daemons with their own sockets and L1s, sharing one Redis.

@@ -47,13 +47,14 @@ TEST(ChunkHeader, RoundTripsEveryField) {
   EXPECT_EQ(decoded->id, c.header.id);
   EXPECT_EQ(decoded->layout_fingerprint, c.header.layout_fingerprint);
   EXPECT_EQ(decoded->num_tokens, 200u);
+  EXPECT_EQ(decoded->part_bytes, 0u);
   EXPECT_EQ(decoded->payload_bytes, 10000u);
   EXPECT_EQ(decoded->payload_checksum, c.header.payload_checksum);
   EXPECT_TRUE(VerifyChunk(*decoded, c.expect(), c.payload.data(), c.payload.size()).ok());
 }
 
 // Every bit of every field (magic, version, size, key, scope, fingerprint,
-// tokens, reserved, payload size, payload checksum, header checksum).
+// tokens, part size, payload size, payload checksum, header checksum).
 TEST(ChunkHeader, RejectsAnyFlippedBitOfTheHeader) {
   const Chunk c = MakeChunk();
   for (size_t byte = 0; byte < kChunkHeaderBytes; ++byte) {
@@ -74,8 +75,7 @@ TEST(ChunkHeader, NamesTheFieldThatIsWrongEvenWithAValidChecksum) {
     uint8_t value;
     const char* says;
   };
-  for (const Case& k : {Case{0, 'X', "magic"}, Case{4, 2, "version"}, Case{6, 64, "size field"},
-                        Case{108, 1, "reserved"}}) {
+  for (const Case& k : {Case{0, 'X', "magic"}, Case{4, 2, "version"}, Case{6, 64, "size field"}}) {
     std::vector<uint8_t> bytes = MakeChunk().encoded;
     bytes[k.offset] = k.value;
     const uint64_t resigned = XXH3_64bits(bytes.data(), 128);
@@ -115,6 +115,37 @@ TEST(ChunkHeader, AHeaderOfAnotherChunkIsMissing) {
     EXPECT_EQ(s.code(), StatusCode::kNotFound) << k.says;
     EXPECT_NE(s.message().find(k.says), std::string::npos) << s.message();
   }
+}
+
+TEST(ChunkHeader, ATokenCountPastTheRegistrationsChunkIsMissing) {
+  // A header with a valid checksum that says more tokens than a chunk of
+  // the reader's registration holds (or none) names no chunk of it.
+  for (uint32_t tokens : {201u, 0u, 80000u}) {
+    Chunk c = MakeChunk();
+    c.header.num_tokens = tokens;
+    ChunkExpectation expect = c.expect();
+    expect.max_tokens = 200;
+    Status s = VerifyChunk(c.header, expect, c.payload.data(), c.payload.size());
+    EXPECT_EQ(s.code(), StatusCode::kNotFound) << tokens;
+    EXPECT_NE(s.message().find("tokens"), std::string::npos) << s.message();
+    EXPECT_FALSE(TokensFit(c.header, 200)) << tokens;
+  }
+  Chunk c = MakeChunk();
+  ChunkExpectation expect = c.expect();
+  expect.max_tokens = 200;
+  EXPECT_TRUE(VerifyChunk(c.header, expect, c.payload.data(), c.payload.size()).ok());
+}
+
+TEST(ChunkHeader, ThePartSizeIsInsideTheHeaderChecksum) {
+  Chunk c = MakeChunk();
+  c.header.part_bytes = 1u << 20;
+  EncodeChunkHeader(c.header, c.encoded.data());
+  Result<ChunkHeader> decoded = DecodeChunkHeader(c.encoded.data(), c.encoded.size());
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->part_bytes, 1u << 20);
+  std::vector<uint8_t> bad = c.encoded;
+  bad[108] = 1;  // part size 1, checksum not redone
+  EXPECT_FALSE(DecodeChunkHeader(bad.data(), bad.size()).ok());
 }
 
 TEST(ChunkHeader, AnyCorruptedPayloadByteIsMissing) {

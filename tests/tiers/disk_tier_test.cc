@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -446,6 +447,66 @@ TEST(DiskTier, SigkillMidWriteLeavesNothingThatReadsAsValid) {
   }
   EXPECT_FALSE(Present(*tier, MakeId(5, indexed)));
   EXPECT_EQ(tier->stats().corrupt_chunks.load(), 0u);
+}
+
+}  // namespace
+}  // namespace kvstash::tiers
+
+namespace kvstash::tiers {
+namespace {
+
+TEST(DiskTier, AChunkSayingMoreTokensThanTheReadersChunkIsMissingAndDropped) {
+  TempDir dir;
+  auto tier = OpenTier(dir.path());
+  ASSERT_TRUE(tier);
+  const ChunkId id = MakeId(12, 1);
+  const size_t size = 8192;
+  ASSERT_EQ(PutChunk(*tier, id, size).outcome, PutOutcome::kStored);  // 123 tokens
+  TestBuffer buffer(size);
+  GetRequest r{{id, MakeFingerprint(1), size, /*max_tokens=*/64}, buffer.data()};
+  GetResult result = GetAsync(*tier, {r}).get().at(0);
+  EXPECT_EQ(result.status.code(), StatusCode::kNotFound) << result.status.ToString();
+  EXPECT_NE(result.status.message().find("tokens"), std::string::npos) << result.status.message();
+  EXPECT_FALSE(Present(*tier, id)) << "dropped, never served";
+}
+
+}  // namespace
+}  // namespace kvstash::tiers
+
+namespace kvstash::tiers {
+namespace {
+
+TEST(DiskTier, ATierOpenedWhileAnotherStillDrainsItsWritesLosesNoneOfThem) {
+  // A daemon restarted while the old one still finishes its queued writes:
+  // the new tier waits for the lock, so it neither empties DIR/tmp under
+  // the old one's writes nor misses a chunk in its index.
+  TempDir dir;
+  auto old_tier = OpenTier(dir.path());
+  ASSERT_TRUE(old_tier);
+  const size_t size = 2 * kMiB;
+  std::vector<TestBuffer> buffers;
+  std::vector<PutRequest> puts;
+  buffers.reserve(64);
+  for (uint64_t i = 0; i < 64; ++i) {
+    buffers.emplace_back(size);
+    FillPayload(MakeId(13, i), buffers.back().data(), size);
+    puts.push_back({MakeId(13, i), MakeFingerprint(1), 123, buffers.back().data(), size});
+  }
+  auto written = std::make_shared<std::atomic<int>>(0);
+  old_tier->Put(puts, [written](std::vector<PutResult> results) {
+    for (const PutResult& r : results) written->fetch_add(r.outcome == PutOutcome::kStored);
+  });
+  std::thread stopping([&] { old_tier.reset(); });  // drains the queue
+  DiskTierOptions options;
+  options.path = dir.path();
+  options.capacity_bytes = 1024 * kMiB;
+  Result<std::unique_ptr<DiskTier>> next = Status::Internal("not opened");
+  for (int i = 0; i < 2000 && !next.ok(); ++i) next = DiskTier::Open(options);
+  stopping.join();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(written->load(), 64);
+  EXPECT_EQ((*next)->rebuild_report().chunks, 64u);
+  for (uint64_t i = 0; i < 64; ++i) EXPECT_TRUE(GetChunk(**next, MakeId(13, i), size).ok()) << i;
 }
 
 }  // namespace

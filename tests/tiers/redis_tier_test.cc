@@ -5,8 +5,11 @@
 #include "kvstash/tiers/redis_tier.h"
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+#include <xxhash.h>
 
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "redis_process.h"
@@ -211,7 +214,7 @@ TEST(RedisTier, CorruptedOrIncompleteValuesAreMissingNeverServed) {
   auto key = [&](size_t i, int part) { return tier->KeyOf(ids[i], static_cast<uint32_t>(part)); };
   redis->Cli({"SETRANGE", key(0, 2), "100", "X"});     // one payload byte
   redis->Cli({"SETRANGE", key(1, 0), "20", "X"});      // the header's key
-  redis->Cli({"SETRANGE", key(2, 0), "140", "\x01"});  // the part size
+  redis->Cli({"SETRANGE", key(2, 0), "108", "\x01"});  // the part size
   redis->Cli({"SET", key(3, 3), "short"});             // a part cut short
   redis->Cli({"DEL", key(4, 2)});                      // a part evicted
   redis->Cli({"SET", key(5, 0), "garbage"});           // a header that is not one
@@ -226,6 +229,58 @@ TEST(RedisTier, CorruptedOrIncompleteValuesAreMissingNeverServed) {
   // A put heals it.
   ExpectAllStored(PutChunks(*tier, ids, size));
   ExpectAllOk(GetChunks(*tier, ids, size));
+}
+
+// GET and GETRANGE calls Redis counted since the last CONFIG RESETSTAT.
+uint64_t ReadCalls(RedisProcess& redis) {
+  const std::string stats = redis.Cli({"INFO", "commandstats"});
+  uint64_t calls = 0;
+  for (const char* command : {"cmdstat_get:calls=", "cmdstat_getrange:calls="}) {
+    const size_t at = stats.find(command);
+    if (at != std::string::npos) calls += std::stoull(stats.substr(at + std::strlen(command)));
+  }
+  return calls;
+}
+
+TEST(RedisTier, APartSizeOfOneCostsAReaderNoMoreThanTheChunkNeeds) {
+  SKIP_WITHOUT_REDIS();
+  auto redis = StartRedis();
+  ASSERT_TRUE(redis);
+  auto tier = OpenTier(Options({redis->endpoint()}));
+  const size_t size = kMiB;  // one part at the default part size
+  const std::vector<ChunkId> ids = Ids(11, 2);
+  ExpectAllStored(PutChunks(*tier, ids, size));
+  redisContext* c = redisConnect("127.0.0.1", redis->port());
+  ASSERT_TRUE(c != nullptr && c->err == 0);
+  auto command = [&](const char* format, auto... args) {
+    auto* reply = static_cast<redisReply*>(redisCommand(c, format, args...));
+    std::string text = reply && reply->str ? std::string(reply->str, reply->len) : "";
+    freeReplyObject(reply);
+    return text;
+  };
+  // A part size of 1, as a writer who also made the header checksum agree
+  // would write it (the checksum catches corruption, not a writer): in the
+  // header (bytes [108, 112)) and after it, where it once was.
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string key = tier->KeyOf(ids[i], 0);
+    std::string head = command("GET %b", key.data(), key.size()).substr(0, kChunkHeaderBytes);
+    ASSERT_EQ(head.size(), kChunkHeaderBytes);
+    if (i == 0) head.replace(108, 4, std::string("\x01\0\0\0", 4));
+    const uint64_t sum = XXH3_64bits(head.data(), 128);
+    std::memcpy(head.data() + 128, &sum, 8);  // little-endian host
+    if (i == 1) head += std::string("\x01\0\0\0\0\0\0\0", 8);
+    command("SET %b %b", key.data(), key.size(), head.data(), head.size());
+  }
+  redisFree(c);
+  redis->Cli({"CONFIG", "RESETSTAT"});
+  const auto start = Clock::now();
+  std::vector<Status> got = GetChunks(*tier, ids, size);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(got[i].code(), StatusCode::kNotFound) << i << ": " << got[i].ToString();
+  }
+  // Part 0 and the one part each, read once: not a million reads of a byte.
+  EXPECT_LE(ReadCalls(*redis), 2 * ids.size());
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.0);
 }
 
 TEST(RedisTier, KilledRedisFailsFastThenServiceResumesAfterRestart) {

@@ -59,6 +59,26 @@ Result<json> DescribeWhenReady(Client& client) {
   }
 }
 
+// Bytes the daemon's NVLink peers have carried for retrieves so far.
+uint64_t RelayBytes(Client& client) {
+  auto described = client.Describe().get();
+  if (!described.ok()) return 0;
+  const json doc = json::parse(*described, nullptr, false);
+  if (doc.is_discarded()) return 0;
+  const json multipath = doc.value("backend", json::object()).value("multipath", json::object());
+  uint64_t bytes = 0;
+  for (const json& h : multipath.value("relays", json::array()))
+    bytes += h.value("bytes_carried", uint64_t{0});
+  return bytes;
+}
+
+// The targets of multi-path retrieves: against one link, from 4 chunks of
+// 32 MiB (Llama-3-8B's), by the GPUs that can carry a retrieve.
+double MultipathTarget(uint64_t chunk_bytes, uint32_t n, uint32_t paths) {
+  if (n < 4 || chunk_bytes < (24u << 20)) return 0;
+  return paths >= 4 ? 2.8 : paths == 2 ? 1.8 : 0;
+}
+
 // One registered layout and the requests the bench sends for it.
 class LayoutRun {
  public:
@@ -406,8 +426,18 @@ Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBe
     readable = run.Fresh(n);
     KVSTASH_RETURN_IF_ERROR(run.Store(readable));
     const std::vector<ChunkBlocks> targets = run.Into(readable);
+    const uint64_t relayed_before = out.multipath_paths > 1 ? RelayBytes(client) : 0;
     KVSTASH_RETURN_IF_ERROR(measure("retrieve", bytes, one_way_target, RawCopy::Way::kHostToDevice,
                                     [&] { return run.Retrieve(targets); }));
+    if (out.multipath_paths > 1) {
+      // The same requests against one link: MeasurePairs timed the raw H2D
+      // copy of the same bytes beside each (one untimed pair first).
+      const ThroughputRow& r = out.throughput.back();
+      MultipathRow m{layout.name, reg->chunk_bytes, n, r.gbps(), r.raw_gbps(), r.ratio()};
+      m.relay_share = double(RelayBytes(client) - relayed_before) / double((reps + 1) * bytes);
+      m.target = MultipathTarget(reg->chunk_bytes, n, out.multipath_paths);
+      out.multipath.push_back(m);
+    }
     KVSTASH_RETURN_IF_ERROR(measure("concurrent", 2 * bytes, 0.9, RawCopy::Way::kBoth,
                                     [&] { return run.Both(run.Fresh(n), targets); }));
     if (config.engine_visible) {
@@ -462,6 +492,14 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
   out.gpu = backend["devices"].empty() ? "" : backend["devices"][0].value("name", "");
   out.chunk_tokens = client.server_info().chunk_tokens;
   if (config.chunk_counts.empty()) return Status::InvalidArgument("no chunk counts to measure");
+  if (backend.contains("multipath")) {
+    const json& multipath = backend["multipath"];
+    out.multipath_state = multipath.value("state", "");
+    const size_t relays = multipath.value("relays", json::array()).size();
+    if (out.multipath_state.rfind("on", 0) == 0 && relays >= 2) {
+      out.multipath_paths = uint32_t(relays);  // every GPU of an NVLink node helps the others
+    }
+  }
 
   // The floor of every request: a raw ZeroMQ round trip of a lookup's size.
   constexpr size_t kLookupMessageBytes = 64 * 32 + 128;
@@ -530,6 +568,13 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
       out.short_of_targets.push_back(r.layout + " " + r.op + " x" + std::to_string(r.chunks) +
                                      ": " + std::to_string(r.ratio()) + " of raw < " +
                                      std::to_string(r.target));
+    }
+  }
+  for (const MultipathRow& m : out.multipath) {
+    if (m.target > 0 && m.ratio < m.target) {
+      out.short_of_targets.push_back(m.layout + " multi-path retrieve x" +
+                                     std::to_string(m.chunks) + ": " + std::to_string(m.ratio) +
+                                     " of one link < " + std::to_string(m.target));
     }
   }
   for (const LatencyRow& r : out.latency) {

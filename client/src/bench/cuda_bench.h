@@ -6,7 +6,9 @@
 // p50/p99 latency of a 1-chunk retrieve and of a 64-key lookup against a raw
 // ZeroMQ round trip, and the GPU memory the daemon holds. The engine side
 // is this process: its KV lives in cudaMalloc memory, registered through
-// kvstash/cuda_memory.h, on the daemon's GPU.
+// kvstash/cuda_memory.h, on the daemon's GPU. With multi-path retrieves on
+// in the daemon, each retrieve's GB/s is also set against one PCIe link's,
+// with the share of bytes that NVLink peers carried.
 #pragma once
 
 #include <cstdint>
@@ -58,9 +60,28 @@ struct LatencyRow {
   double ratio() const { return reference_us > 0 ? p50_us / reference_us : 0; }
 };
 
+// A retrieve of n chunks with multi-path retrieves on (kvstashd
+// --multipath on): its GB/s against one PCIe link's (the raw H2D copy of the
+// same bytes), and the share of the bytes the NVLink peers carried.
+struct MultipathRow {
+  std::string layout;
+  uint64_t chunk_bytes = 0;
+  uint32_t chunks = 0;
+  double gbps = 0;
+  double one_link_gbps = 0;
+  double ratio = 0;        // median of the pairs' ratios (gbps / one_link_gbps)
+  double relay_share = 0;  // bytes the relays carried / bytes retrieved
+  double target = 0;       // 0: none for this size or GPU count
+};
+
 struct CudaBenchResults {
   std::string gpu;
   std::string transfer_mode;
+  // kvstashd's multi-path state (describe's backend.multipath.state) and
+  // the GPUs that can carry retrieves (1: one path).
+  std::string multipath_state;
+  uint32_t multipath_paths = 1;
+  std::vector<MultipathRow> multipath;
   uint32_t chunk_tokens = 0;
   std::vector<ThroughputRow> throughput;
   std::vector<LatencyRow> latency;

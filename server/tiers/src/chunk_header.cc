@@ -50,6 +50,7 @@ void EncodeChunkHeader(const ChunkHeader& h, uint8_t* out) {
   std::memcpy(out + 40, h.id.scope.data(), 32);
   std::memcpy(out + 72, h.layout_fingerprint.data(), 32);
   PutLe(out + 104, h.num_tokens, 4);
+  PutLe(out + 108, h.part_bytes, 4);
   PutLe(out + 112, h.payload_bytes, 8);
   PutLe(out + 120, h.payload_checksum, 8);
   PutLe(out + 128, XXH3_64bits(out, kChecksummedBytes), 8);
@@ -81,19 +82,19 @@ Result<ChunkHeader> DecodeChunkHeader(const uint8_t* in, size_t size) {
     return Status::Malformed("chunk header checksum " + Hex64(stored) +
                              " does not match its bytes (" + Hex64(computed) + ")");
   }
-  // Checked after the checksum: a reserved field set by a later writer that
-  // kept the version would otherwise read as corruption.
-  if (GetLe(in + 108, 4) != 0) {
-    return Status::Malformed("chunk header reserved bytes [108, 112) are not zero");
-  }
   ChunkHeader h;
   std::memcpy(h.id.key.data(), in + 8, 32);
   std::memcpy(h.id.scope.data(), in + 40, 32);
   std::memcpy(h.layout_fingerprint.data(), in + 72, 32);
   h.num_tokens = static_cast<uint32_t>(GetLe(in + 104, 4));
+  h.part_bytes = static_cast<uint32_t>(GetLe(in + 108, 4));
   h.payload_bytes = GetLe(in + 112, 8);
   h.payload_checksum = GetLe(in + 120, 8);
   return h;
+}
+
+bool TokensFit(const ChunkHeader& h, uint32_t max_tokens) {
+  return h.num_tokens >= 1 && h.num_tokens <= max_tokens;
 }
 
 Status CheckChunkHeader(const ChunkHeader& h, const ChunkExpectation& expected) {
@@ -113,6 +114,10 @@ Status CheckChunkHeader(const ChunkHeader& h, const ChunkExpectation& expected) 
   if (h.payload_bytes != expected.payload_bytes) {
     return Status::NotFound("chunk header says " + std::to_string(h.payload_bytes) +
                             " payload bytes, expected " + std::to_string(expected.payload_bytes));
+  }
+  if (!TokensFit(h, expected.max_tokens)) {
+    return Status::NotFound("chunk header says " + std::to_string(h.num_tokens) +
+                            " tokens, a chunk holds 1 to " + std::to_string(expected.max_tokens));
   }
   return Status::Ok();
 }

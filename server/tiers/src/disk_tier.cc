@@ -76,10 +76,6 @@ class DiskTier::Impl {
     return e;
   }
 
-  ~Impl() {
-    if (lock_fd_ >= 0) ::close(lock_fd_);
-  }
-
   Status OpenDir();
   void Rebuild();
 
@@ -163,7 +159,15 @@ class DiskTier::Impl {
   const std::string name_ = "l2-disk";
   TierStats stats_;
   DiskRebuildReport report_;
-  int lock_fd_ = -1;
+  // DIR/LOCK, held until the last write has landed: it outlives io_, whose
+  // destructor finishes every queued write, so that a daemon started while
+  // this one stops cannot empty DIR/tmp under writes still to be renamed.
+  struct LockFile {
+    int fd = -1;
+    ~LockFile() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock_;
   std::atomic<uint64_t> temp_counter_{0};
 
   mutable Mutex mutex_;
@@ -184,12 +188,18 @@ Status DiskTier::Impl::OpenDir() {
     KVSTASH_RETURN_IF_ERROR(MakeDir(options_.path + "/" + sub));
   }
   const std::string lock_path = options_.path + "/LOCK";
-  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (lock_fd_ < 0)
+  lock_.fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (lock_.fd < 0)
     return Status::Internal("cannot open " + lock_path + ": " + std::strerror(errno));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    return Status::Unavailable("L2 directory " + options_.path + " is in use by another process (" +
-                               lock_path + " is locked)");
+  // A daemon that is stopping holds the lock until its last write landed:
+  // wait for that, a while, rather than refuse a restart that overlaps it.
+  const auto give_up = Clock::now() + std::chrono::milliseconds(options_.lock_wait_ms);
+  while (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
+    if (Clock::now() >= give_up) {
+      return Status::Unavailable("L2 directory " + options_.path +
+                                 " is in use by another process (" + lock_path + " is locked)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return Status::Ok();
 }

@@ -2,18 +2,35 @@
 #include "redis_router.h"
 #include "kvstash/thread_annotations.h"
 
+#include <poll.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <map>
 
 namespace kvstash::tiers::internal {
 namespace {
 
-constexpr int kSlots = 16384;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kSlots = kClusterSlots;
 constexpr int kMaxRounds = 5;                       // redirections followed per call
 constexpr size_t kPipelineWindowBytes = 64u << 20;  // bytes sent before replies are read
+constexpr size_t kMaxNodes = 1024;                  // Redis Cluster's own practical limit
+// How often a wait looks whether the tier is stopping; also the socket
+// timeout, which only a write that found room but could not finish meets.
+constexpr int kWaitSliceMs = 50;
+// Bytes a reader may hold past the reply's strings: RESP framing and the
+// 16 KiB hiredis reads at a time.
+constexpr uint64_t kReplySlackBytes = 64u << 10;
+// Any reply may be an error line instead (MOVED to a long host name, OOM):
+// that much is allowed whatever the command's own bound.
+constexpr uint64_t kErrorReplyBytes = 1024;
+// CLUSTER SLOTS: 16384 ranges of a few servers each.
+constexpr uint64_t kClusterSlotsReplyBytes = 8u << 20;
 
 uint16_t Crc16(const char* buf, size_t len) {
   uint16_t crc = 0;
@@ -31,11 +48,6 @@ timeval Millis(uint32_t ms) {
   tv.tv_sec = ms / 1000;
   tv.tv_usec = static_cast<suseconds_t>(ms % 1000) * 1000;
   return tv;
-}
-
-bool StartsWith(const redisReply* r, const char* prefix) {
-  const size_t n = std::strlen(prefix);
-  return r->len >= n && std::memcmp(r->str, prefix, n) == 0;
 }
 
 // Why a context failed, as a Status: a timeout, or the server gone.
@@ -117,6 +129,7 @@ int RedisRouter::NodeIndex(const std::string& host, int port) {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i]->endpoint == endpoint) return static_cast<int>(i);
   }
+  if (nodes_.size() >= kMaxNodes) return -1;
   nodes_.push_back(std::make_unique<Node>(endpoint, host, port, options_.breaker_failures,
                                           std::chrono::milliseconds(options_.breaker_open_ms)));
   return static_cast<int>(nodes_.size() - 1);
@@ -140,6 +153,16 @@ void RedisRouter::ReturnConnections(std::unique_ptr<ConnectionSet> set) {
   idle_.push_back(std::move(set));
 }
 
+void RedisRouter::StopAt(Clock::time_point when) {
+  stop_at_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count());
+}
+
+bool RedisRouter::Stopped() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+             .count() >= stop_at_ns_.load();
+}
+
 void RedisRouter::NodeFailed(int node_index) {
   if (node(node_index).breaker.Failure()) TierStats::Add(stats_.breaker_opens);
   // A failed server may have handed its slots to another (a failover):
@@ -148,36 +171,112 @@ void RedisRouter::NodeFailed(int node_index) {
   if (topology_ && topology_->cluster) topology_.reset();
 }
 
-redisContext* RedisRouter::Connect(ConnectionSet& set, int node_index, Status* why) {
+Status RedisRouter::Await(const Node& n, int fd, short events) {
+  // The command timeout is the longest silence allowed, as hiredis's own
+  // socket timeout was; waiting in slices keeps a stop prompt.
+  const Clock::time_point silent_until =
+      Clock::now() + std::chrono::milliseconds(options_.command_timeout_ms);
+  for (;;) {
+    if (Stopped()) return Status::Unavailable("L3 redis " + n.endpoint + ": the tier is stopping");
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(silent_until - Clock::now()).count();
+    if (left <= 0) {
+      return Status::TimedOut("L3 redis " + n.endpoint + ": nothing for " +
+                              std::to_string(options_.command_timeout_ms) +
+                              " ms (command timeout)");
+    }
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, kWaitSliceMs)));
+    if (ready > 0) return Status::Ok();
+    if (ready < 0 && errno != EINTR) {
+      return Status::Unavailable("L3 redis " + n.endpoint + ": poll: " + std::strerror(errno));
+    }
+  }
+}
+
+Status RedisRouter::Send(const Node& n, Connection& conn) {
+  redisContext* c = conn.context.get();
+  for (int done = 0;;) {
+    if (redisBufferWrite(c, &done) != REDIS_OK) return ContextError(n.endpoint, c);
+    if (done) return Status::Ok();
+    KVSTASH_RETURN_IF_ERROR(Await(n, c->fd, POLLOUT));
+  }
+}
+
+Status RedisRouter::Receive(const Node& n, Connection& conn, uint64_t max_reply_bytes, Reply* out) {
+  redisContext* c = conn.context.get();
+  max_reply_bytes = std::max(max_reply_bytes, kErrorReplyBytes);
+  conn.budget.Reset(kMaxReplyElements, max_reply_bytes);
+  for (;;) {
+    void* raw = nullptr;
+    if (redisGetReplyFromReader(c, &raw) != REDIS_OK) {
+      if (!conn.budget.refused().empty()) {
+        return Status::Unavailable("L3 redis " + n.endpoint +
+                                   ": reply refused: " + conn.budget.refused());
+      }
+      return ContextError(n.endpoint, c);
+    }
+    if (raw != nullptr) {
+      out->reset(static_cast<redisReply*>(raw));
+      return Status::Ok();
+    }
+    // A string is buffered whole before the reader builds it: bound the
+    // buffer, not only what is built.
+    const uint64_t buffered = c->reader->len - c->reader->pos;
+    if (buffered > max_reply_bytes + kReplySlackBytes) {
+      return Status::Unavailable("L3 redis " + n.endpoint + ": reply refused: over " +
+                                 std::to_string(buffered) + " bytes where at most " +
+                                 std::to_string(max_reply_bytes) + " were expected");
+    }
+    KVSTASH_RETURN_IF_ERROR(Await(n, c->fd, POLLIN));
+    if (redisBufferRead(c) != REDIS_OK) return ContextError(n.endpoint, c);
+  }
+}
+
+Status RedisRouter::Call(const Node& n, Connection& conn, const RedisCommand& command, Reply* out) {
+  if (Append(conn.context.get(), command) != REDIS_OK)
+    return ContextError(n.endpoint, conn.context.get());
+  KVSTASH_RETURN_IF_ERROR(Send(n, conn));
+  return Receive(n, conn, command.max_reply_bytes, out);
+}
+
+Connection* RedisRouter::Connect(ConnectionSet& set, int node_index, Status* why) {
   auto found = set.contexts.find(node_index);
   if (found != set.contexts.end()) return found->second.get();
   Node& n = node(node_index);
-  ConnectionSet::Context c(
-      redisConnectWithTimeout(n.host.c_str(), n.port, Millis(options_.connect_timeout_ms)));
-  if (!c || c->err) {
-    *why = ContextError(n.endpoint, c.get());
+  if (Stopped()) {
+    *why = Status::Unavailable("L3 redis " + n.endpoint + ": the tier is stopping");
     return nullptr;
   }
-  redisSetTimeout(c.get(), Millis(options_.command_timeout_ms));
-  redisEnableKeepAlive(c.get());
+  auto conn = std::make_unique<Connection>();
+  conn->context.reset(
+      redisConnectWithTimeout(n.host.c_str(), n.port, Millis(options_.connect_timeout_ms)));
+  redisContext* c = conn->context.get();
+  if (!c || c->err) {
+    *why = ContextError(n.endpoint, c);
+    return nullptr;
+  }
+  redisSetTimeout(c, Millis(kWaitSliceMs));
+  redisEnableKeepAlive(c);
+  conn->budget.Install(c->reader);
   if (!options_.password.empty()) {
-    Reply r(static_cast<redisReply*>(
-        options_.user.empty()
-            ? redisCommand(c.get(), "AUTH %b", options_.password.data(), options_.password.size())
-            : redisCommand(c.get(), "AUTH %b %b", options_.user.data(), options_.user.size(),
-                           options_.password.data(), options_.password.size())));
-    if (!r) {
-      *why = ContextError(n.endpoint, c.get());
+    RedisCommand auth;
+    auth.args = {"AUTH"};
+    if (!options_.user.empty()) auth.args.push_back(options_.user);
+    auth.args.push_back(options_.password);
+    Reply r;
+    if (Status s = Call(n, *conn, auth, &r); !s.ok()) {
+      *why = s;
       return nullptr;
     }
-    if (r->type == REDIS_REPLY_ERROR) {
+    if (r->type != REDIS_REPLY_STATUS) {
       *why = Status::Unavailable("L3 redis " + n.endpoint + ": AUTH" +
                                  (options_.user.empty() ? "" : " as user " + options_.user) +
-                                 " failed: " + std::string(r->str, r->len));
+                                 " failed: " + ReplyText(r.get()));
       return nullptr;
     }
   }
-  return (set.contexts[node_index] = std::move(c)).get();
+  return (set.contexts[node_index] = std::move(conn)).get();
 }
 
 std::shared_ptr<const RedisRouter::Topology> RedisRouter::CurrentTopology(ConnectionSet& set,
@@ -204,50 +303,58 @@ std::shared_ptr<const RedisRouter::Topology> RedisRouter::Refresh(ConnectionSet&
   }
   Status last = Status::Unavailable("L3 redis: no server configured");
   for (int index : candidates) {
+    if (Stopped()) break;
     Node& n = node(index);
     if (!n.breaker.Allow()) {
       last = Status::Unavailable("L3 redis " + n.endpoint + ": circuit breaker open");
       continue;
     }
-    redisContext* c = Connect(set, index, &last);
-    if (c == nullptr) {
+    Connection* conn = Connect(set, index, &last);
+    if (conn == nullptr) {
       NodeFailed(index);
       continue;
     }
-    Reply r(static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS")));
-    if (!r) {
-      last = ContextError(n.endpoint, c);
+    RedisCommand slots;
+    slots.args = {"CLUSTER", "SLOTS"};
+    slots.max_reply_bytes = kClusterSlotsReplyBytes;
+    Reply r;
+    if (Status s = Call(n, *conn, slots, &r); !s.ok()) {
+      last = s;
       set.contexts.erase(index);
       NodeFailed(index);
       continue;
     }
-    n.breaker.Success();
     auto topology = std::make_shared<Topology>();
     topology->slot_node.assign(kSlots, -1);
     if (r->type == REDIS_REPLY_ERROR) {
       // Not a cluster: the listed servers are shards.
       for (int s = 0; s < kSlots; ++s)
         topology->slot_node[s] = seeds_[static_cast<size_t>(s) % seeds_.size()];
-    } else if (r->type == REDIS_REPLY_ARRAY) {
-      topology->cluster = true;
-      for (size_t i = 0; i < r->elements; ++i) {
-        const redisReply* range = r->element[i];
-        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
-        const redisReply* master = range->element[2];
-        if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
-        std::string host(master->element[0]->str ? master->element[0]->str : "",
-                         master->element[0]->len);
-        if (host.empty() || host == "?") host = n.host;  // "the server you asked"
-        const int owner = NodeIndex(host, static_cast<int>(master->element[1]->integer));
-        for (long long s = range->element[0]->integer;
-             s <= range->element[1]->integer && s < kSlots; ++s) {
-          topology->slot_node[static_cast<size_t>(s)] = owner;
-        }
-      }
     } else {
-      last = Status::Unavailable("L3 redis " + n.endpoint + ": unexpected CLUSTER SLOTS reply");
-      continue;
+      // A map we cannot trust whole is not used at all: a slot sent to the
+      // wrong server would only be redirected, a bad field could be worse.
+      Result<std::vector<SlotRange>> ranges = ParseClusterSlots(r.get());
+      Status bad = ranges.status();
+      topology->cluster = true;
+      for (size_t i = 0; bad.ok() && i < ranges->size(); ++i) {
+        const SlotRange& range = (*ranges)[i];
+        const int owner = NodeIndex(range.host.empty() ? n.host : range.host, range.port);
+        if (owner < 0) {
+          bad = Status::Unavailable("CLUSTER SLOTS names more than " + std::to_string(kMaxNodes) +
+                                    " servers");
+          break;
+        }
+        for (int s = range.first; s <= range.last; ++s)
+          topology->slot_node[static_cast<size_t>(s)] = owner;
+      }
+      if (!bad.ok()) {
+        last = Status::Unavailable("L3 redis " + n.endpoint + ": " + bad.message());
+        set.contexts.erase(index);
+        NodeFailed(index);
+        continue;
+      }
     }
+    n.breaker.Success();
     MutexLock lock(mutex_);
     topology_ = topology;
     return topology;
@@ -271,6 +378,10 @@ void RedisRouter::Execute(ConnectionSet& set, const std::vector<RedisItem*>& ite
         pending.push_back(item);
     }
     if (pending.empty()) return;
+    if (Stopped()) {
+      for (RedisItem* item : pending) item->status = Status::Unavailable("L3 is stopping");
+      return;
+    }
     Status why;
     std::shared_ptr<const Topology> topology = CurrentTopology(set, &why);
     if (!topology) {
@@ -325,7 +436,7 @@ void RedisRouter::RunPipeline(ConnectionSet& set, int node_index,
   // command we send is idempotent).
   const bool reused = set.contexts.count(node_index) != 0;
   Status failure = Pipeline(set, node_index, items);
-  if (!failure.ok() && reused) failure = Pipeline(set, node_index, items);
+  if (!failure.ok() && reused && !Stopped()) failure = Pipeline(set, node_index, items);
   if (failure.ok()) {
     n.breaker.Success();
     return;
@@ -344,10 +455,11 @@ Status RedisRouter::Pipeline(ConnectionSet& set, int node_index,
                              const std::vector<RedisItem*>& items) {
   Node& n = node(node_index);
   Status why;
-  redisContext* c = Connect(set, node_index, &why);
-  if (c == nullptr) return why;
-  auto broken = [&] {
-    Status status = ContextError(n.endpoint, c);
+  Connection* conn = Connect(set, node_index, &why);
+  if (conn == nullptr) return why;
+  redisContext* c = conn->context.get();
+  // Any failure drops the connection: what it would read next is unknown.
+  auto broken = [&](Status status) {
     set.contexts.erase(node_index);
     return status;
   };
@@ -361,38 +473,34 @@ Status RedisRouter::Pipeline(ConnectionSet& set, int node_index,
       item->replies.clear();
       item->moved = false;
       const bool asking = item->ask_node == node_index;
-      if (asking && redisAppendCommand(c, "ASKING") != REDIS_OK) return broken();
+      if (asking && redisAppendCommand(c, "ASKING") != REDIS_OK)
+        return broken(ContextError(n.endpoint, c));
       for (const RedisCommand& command : item->commands) {
-        if (Append(c, command) != REDIS_OK) return broken();
+        if (Append(c, command) != REDIS_OK) return broken(ContextError(n.endpoint, c));
         bytes += CommandBytes(command);
       }
       ++end;
     }
+    if (Status s = Send(n, *conn); !s.ok()) return broken(s);
     for (size_t i = begin; i < end; ++i) {
       RedisItem* item = items[i];
       const bool asking = item->ask_node == node_index;
       if (asking) {
-        void* raw = nullptr;
-        if (redisGetReply(c, &raw) != REDIS_OK) return broken();
-        freeReplyObject(raw);
+        Reply ignored;
+        if (Status s = Receive(n, *conn, 4096, &ignored); !s.ok()) return broken(s);
       }
       int redirect_to = -1;
       bool moved = false;
-      for (size_t k = 0; k < item->commands.size(); ++k) {
-        void* raw = nullptr;
-        if (redisGetReply(c, &raw) != REDIS_OK) return broken();
-        Reply reply(static_cast<redisReply*>(raw));
-        if (reply->type == REDIS_REPLY_ERROR &&
-            (StartsWith(reply.get(), "MOVED ") || StartsWith(reply.get(), "ASK "))) {
-          // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381"
-          const std::string text(reply->str, reply->len);
-          std::string host;
-          int port = 0;
-          if (SplitEndpoint(text.substr(text.rfind(' ') + 1), &host, &port)) {
-            if (host.empty()) host = n.host;
-            redirect_to = NodeIndex(host, port);
-          }
-          moved = moved || StartsWith(reply.get(), "MOVED ");
+      for (const RedisCommand& command : item->commands) {
+        Reply reply;
+        if (Status s = Receive(n, *conn, command.max_reply_bytes, &reply); !s.ok())
+          return broken(s);
+        Redirect redirect;
+        if (ParseRedirect(reply.get(), &redirect)) {
+          const int target =
+              NodeIndex(redirect.host.empty() ? n.host : redirect.host, redirect.port);
+          if (target >= 0) redirect_to = target;  // else: failed with the error's text
+          moved = moved || redirect.moved;
         }
         item->replies.push_back(std::move(reply));
       }

@@ -3,6 +3,11 @@
 // MOVED / ASK redirections, connections with timeouts and AUTH, and a
 // circuit breaker per server. Internal to kvstash::tiers.
 //
+// Replies are untrusted input (redis_reply.h): each connection's reader is
+// bounded per command, every field the router acts on is checked, and every
+// wait polls the socket in short slices, so a reply can neither make it
+// allocate without bound nor keep it from stopping.
+//
 // Thread-safe: the node list and slot map are shared under a mutex;
 // connections belong to one thread at a time (a ConnectionSet is taken from
 // a pool for each job).
@@ -10,6 +15,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -23,6 +29,7 @@
 #include "kvstash/thread_annotations.h"
 #include "kvstash/tiers/redis_tier.h"
 #include "kvstash/tiers/tier_stats.h"
+#include "redis_reply.h"
 
 namespace kvstash::tiers::internal {
 
@@ -36,11 +43,14 @@ uint16_t KeySlot(const std::string& key);
 
 // One command. `args` are the arguments; when `blob` is set, it is sent as
 // argument number `blob_at` (inserted there), without a copy on our side.
+// `max_reply_bytes`: the most string bytes its reply may hold (a longer
+// reply fails the connection before it is buffered whole).
 struct RedisCommand {
   std::vector<std::string> args;
   const uint8_t* blob = nullptr;
   size_t blob_bytes = 0;
   size_t blob_at = 0;
+  uint64_t max_reply_bytes = 4096;
 };
 
 // The commands of one chunk, all for one slot, and their replies.
@@ -54,14 +64,19 @@ struct RedisItem {
   bool moved = false;
 };
 
-// One thread's connections, by node index.
-class ConnectionSet {
- public:
+// One connection to a server, and the bounds its reader enforces.
+struct Connection {
   struct ContextFree {
     void operator()(redisContext* c) const { redisFree(c); }
   };
-  using Context = std::unique_ptr<redisContext, ContextFree>;
-  std::unordered_map<int, Context> contexts;
+  std::unique_ptr<redisContext, ContextFree> context;
+  ReplyBudget budget;  // installed in context's reader: lives as long
+};
+
+// One thread's connections, by node index.
+class ConnectionSet {
+ public:
+  std::unordered_map<int, std::unique_ptr<Connection>> contexts;
 };
 
 class RedisRouter {
@@ -74,6 +89,10 @@ class RedisRouter {
 
   std::unique_ptr<ConnectionSet> TakeConnections();
   void ReturnConnections(std::unique_ptr<ConnectionSet> set);
+
+  // From `when` on, every wait for a server fails at once (Unavailable):
+  // what is queued still runs until then, and nothing waits past it.
+  void StopAt(std::chrono::steady_clock::time_point when);
 
  private:
   struct Node {
@@ -89,11 +108,23 @@ class RedisRouter {
     std::vector<int> slot_node;  // 16384 entries; -1: no node serves it
   };
 
+  // The node's index, added when new; -1 past kMaxNodes (a reply naming
+  // ever more servers must not grow the list without bound).
   int NodeIndex(const std::string& host, int port);
   Node& node(int index);
   std::shared_ptr<const Topology> CurrentTopology(ConnectionSet& connections, Status* why);
   std::shared_ptr<const Topology> Refresh(ConnectionSet& connections, Status* why);
-  redisContext* Connect(ConnectionSet& connections, int node_index, Status* why);
+  Connection* Connect(ConnectionSet& connections, int node_index, Status* why);
+  // Waits until `fd` is ready for `events`: at most the command timeout,
+  // never past StopAt.
+  Status Await(const Node& n, int fd, short events);
+  // Sends what the connection has buffered.
+  Status Send(const Node& n, Connection& conn);
+  // Reads the next reply, refused past `max_reply_bytes` of strings.
+  Status Receive(const Node& n, Connection& conn, uint64_t max_reply_bytes, Reply* out);
+  // Sends one command and reads its reply.
+  Status Call(const Node& n, Connection& conn, const RedisCommand& command, Reply* out);
+  bool Stopped() const;
   void RunPipeline(ConnectionSet& connections, int node_index,
                    const std::vector<RedisItem*>& items);
   // One attempt: sends the items' commands in windows and reads the
@@ -103,7 +134,8 @@ class RedisRouter {
 
   const RedisTierOptions options_;
   TierStats& stats_;
-  std::vector<int> seeds_;  // node indices of options_.servers, in order
+  std::atomic<int64_t> stop_at_ns_{INT64_MAX};  // steady_clock; INT64_MAX: running
+  std::vector<int> seeds_;                      // node indices of options_.servers, in order
 
   Mutex refresh_mutex_;  // held while the slot map is read; taken before mutex_
   Mutex mutex_;

@@ -20,26 +20,52 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Part 0: the chunk header, then the writer's part size (8 bytes, LE).
-constexpr size_t kPartZeroBytes = kChunkHeaderBytes + 8;
+// Part 0 is the chunk header alone; its part_bytes says how the payload
+// was split, inside the header checksum.
+constexpr size_t kPartZeroBytes = kChunkHeaderBytes;
+// What a reader accepts as a writer's part size: the bounds Open() puts on
+// our own. With at most kMaxParts parts a chunk costs a bounded number of
+// commands and replies before its checksum is verified.
+constexpr uint64_t kMinPartBytes = 4096;
+constexpr uint64_t kMaxPartBytes = 512ull << 20;  // Redis's proto-max-bulk-len default
+constexpr uint64_t kMaxParts = 1u << 16;
 
 uint64_t MicrosSince(Clock::time_point start) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
 }
 
-uint32_t PartsOf(uint64_t payload_bytes, uint64_t part_bytes) {
-  return static_cast<uint32_t>((payload_bytes + part_bytes - 1) / part_bytes);
+uint64_t PartsOf(uint64_t payload_bytes, uint64_t part_bytes) {
+  return payload_bytes / part_bytes + (payload_bytes % part_bytes != 0 ? 1 : 0);
+}
+
+// Why a header's split cannot be read ("" when it can): a part size out of
+// bounds, or more parts than any writer makes.
+std::string SplitProblem(const ChunkHeader& h) {
+  if (h.part_bytes < kMinPartBytes || h.part_bytes > kMaxPartBytes) {
+    return "part size " + std::to_string(h.part_bytes) + " out of range [" +
+           std::to_string(kMinPartBytes) + ", " + std::to_string(kMaxPartBytes) + "]";
+  }
+  if (PartsOf(h.payload_bytes, h.part_bytes) > kMaxParts) {
+    return std::to_string(h.payload_bytes) + " payload bytes in parts of " +
+           std::to_string(h.part_bytes) + " make more than " + std::to_string(kMaxParts) + " parts";
+  }
+  return "";
+}
+
+// Reads a value expected to hold `bytes`: one byte more is asked for, so a
+// value too long shows, yet a longer one (another writer's part size) costs
+// no more than that, and the reply is bounded to match.
+internal::RedisCommand ReadPart(std::string key, uint64_t bytes) {
+  internal::RedisCommand get;
+  get.args = {"GETRANGE", std::move(key), "0", std::to_string(bytes)};
+  get.max_reply_bytes = bytes + 1;
+  return get;
 }
 
 bool IsString(const internal::Reply& r) { return r && r->type == REDIS_REPLY_STRING; }
-bool IsNil(const internal::Reply& r) { return r && r->type == REDIS_REPLY_NIL; }
 
-std::string ErrorText(const internal::Reply& r) {
-  if (!r) return "no reply";
-  if (r->type == REDIS_REPLY_ERROR) return std::string(r->str, r->len);
-  return "unexpected reply type " + std::to_string(r->type);
-}
+std::string ErrorText(const internal::Reply& r) { return internal::ReplyText(r.get()); }
 
 }  // namespace
 
@@ -67,6 +93,10 @@ class RedisTier::Impl {
       : options_(options),
         router_(options_, stats_),
         io_(std::max<uint32_t>(1, options_.io_threads), "kvstash-l3") {}
+  // What is queued still runs, for at most one command timeout; then every
+  // wait on a server fails at once, so a hung or hostile Redis cannot hold
+  // the daemon's exit.
+  ~Impl() { router_.StopAt(Clock::now() + std::chrono::milliseconds(options_.command_timeout_ms)); }
 
   std::string KeyOf(const ChunkId& id, uint32_t part) const {
     return options_.key_prefix + ":{" + ToHex(id.scope.data(), 32) + ToHex(id.key) +
@@ -116,6 +146,16 @@ class RedisTier::Impl {
     uint64_t part_bytes = 0;
   };
   std::vector<Head> ReadHeads(internal::ConnectionSet& set, const std::vector<ChunkId>& ids);
+  // The commands reading a chunk split in parts of `part_bytes`: part 0,
+  // then each part, each reply bounded to the bytes it should hold.
+  void ReadParts(const ChunkExpectation& e, uint64_t part_bytes, RedisItem& item) const {
+    item.commands.push_back(ReadPart(KeyOf(e.id, 0), kPartZeroBytes));
+    const uint64_t parts = PartsOf(e.payload_bytes, part_bytes);
+    for (uint64_t p = 0; p < parts; ++p) {
+      item.commands.push_back(ReadPart(KeyOf(e.id, static_cast<uint32_t>(p + 1)),
+                                       std::min(part_bytes, e.payload_bytes - p * part_bytes)));
+    }
+  }
 
   const RedisTierOptions options_;
   const std::string name_ = "l3-redis";
@@ -138,28 +178,33 @@ void RedisTier::Impl::PutRange(internal::ConnectionSet& set,
     header.id = r.id;
     header.layout_fingerprint = r.layout_fingerprint;
     header.num_tokens = r.num_tokens;
+    header.part_bytes = static_cast<uint32_t>(options_.part_bytes);
     header.payload_bytes = r.payload_bytes;
+    if (const std::string problem = SplitProblem(header); !problem.empty()) {
+      item.status = Status::TooLarge("L3 chunk: " + problem);
+      continue;
+    }
     header.payload_checksum = PayloadChecksum(r.payload, r.payload_bytes);
     // The payload's parts first, part 0 (the header) last: a reader sees
     // the chunk only once every part is there.
-    const uint32_t parts = PartsOf(r.payload_bytes, options_.part_bytes);
-    for (uint32_t p = 0; p < parts; ++p) {
-      const uint64_t offset = uint64_t{p} * options_.part_bytes;
+    const uint64_t parts = PartsOf(r.payload_bytes, options_.part_bytes);
+    for (uint64_t p = 0; p < parts; ++p) {
+      const uint64_t offset = p * options_.part_bytes;
       item.commands.push_back(
-          Set(KeyOf(r.id, p + 1), r.payload + offset,
+          Set(KeyOf(r.id, static_cast<uint32_t>(p + 1)), r.payload + offset,
               std::min<uint64_t>(options_.part_bytes, r.payload_bytes - offset)));
     }
     std::string head(kPartZeroBytes, '\0');
     EncodeChunkHeader(header, reinterpret_cast<uint8_t*>(head.data()));
-    for (int b = 0; b < 8; ++b)
-      head[kChunkHeaderBytes + b] = static_cast<char>(options_.part_bytes >> (8 * b));
     RedisCommand set_head = Set(KeyOf(r.id, 0), nullptr, 0);
     set_head.blob = nullptr;
     set_head.args.insert(set_head.args.begin() + 2, std::move(head));
     item.commands.push_back(std::move(set_head));
   }
   std::vector<RedisItem*> pointers;
-  for (RedisItem& item : items) pointers.push_back(&item);
+  for (RedisItem& item : items) {
+    if (item.status.ok()) pointers.push_back(&item);
+  }
   router_.Execute(set, pointers);
   const uint64_t micros = MicrosSince(start);
   for (size_t i = begin; i < end; ++i) {
@@ -169,7 +214,7 @@ void RedisTier::Impl::PutRange(internal::ConnectionSet& set,
     Status status = item.status;
     for (size_t k = 0; status.ok() && k < item.replies.size(); ++k) {
       const internal::Reply& reply = item.replies[k];
-      if (!reply || reply->type != REDIS_REPLY_STATUS) {
+      if (!reply || reply->type != REDIS_REPLY_STATUS || ErrorText(reply) != "OK") {
         status = Status::Unavailable("L3 redis SET refused: " + ErrorText(reply));
       }
     }
@@ -191,9 +236,7 @@ std::vector<RedisTier::Impl::Head> RedisTier::Impl::ReadHeads(internal::Connecti
   std::vector<RedisItem*> pointers;
   for (size_t i = 0; i < ids.size(); ++i) {
     items[i].slot = SlotOf(ids[i]);
-    RedisCommand get;
-    get.args = {"GETRANGE", KeyOf(ids[i], 0), "0", std::to_string(kPartZeroBytes - 1)};
-    items[i].commands.push_back(std::move(get));
+    items[i].commands.push_back(ReadPart(KeyOf(ids[i], 0), kPartZeroBytes));
     pointers.push_back(&items[i]);
   }
   router_.Execute(set, pointers);
@@ -214,14 +257,14 @@ std::vector<RedisTier::Impl::Head> RedisTier::Impl::ReadHeads(internal::Connecti
     if (r->len == 0) continue;  // GETRANGE of a missing key: ""
     Result<ChunkHeader> header =
         DecodeChunkHeader(reinterpret_cast<const uint8_t*>(r->str), r->len);
-    if (!header.ok() || header->id != ids[i] || r->len != kPartZeroBytes) {
+    if (!header.ok() || header->id != ids[i] || r->len != kPartZeroBytes ||
+        !SplitProblem(*header).empty()) {
       TierStats::Add(stats_.corrupt_chunks);
       continue;
     }
     h.present = true;
     h.header = *header;
-    for (int b = 0; b < 8; ++b)
-      h.part_bytes |= uint64_t{static_cast<uint8_t>(r->str[kChunkHeaderBytes + b])} << (8 * b);
+    h.part_bytes = header->part_bytes;
   }
   return heads;
 }
@@ -238,12 +281,7 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set,
     const ChunkExpectation& e = requests[i].expect;
     RedisItem& item = items[i - begin];
     item.slot = SlotOf(e.id);
-    const uint32_t parts = PartsOf(e.payload_bytes, options_.part_bytes);
-    for (uint32_t p = 0; p <= parts; ++p) {
-      RedisCommand get;
-      get.args = {"GET", KeyOf(e.id, p)};
-      item.commands.push_back(std::move(get));
-    }
+    ReadParts(e, options_.part_bytes, item);
     pointers.push_back(&item);
   }
   router_.Execute(set, pointers);
@@ -257,8 +295,9 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set,
     RedisItem& item = items[k];
     if (!item.status.ok()) return item.status;
     const internal::Reply& head = item.replies[0];
-    if (IsNil(head)) return Status::NotFound("chunk " + ToHex(r.expect.id.key) + " is not in L3");
-    if (!IsString(head)) return Status::Unavailable("L3 redis GET: " + ErrorText(head));
+    if (!IsString(head)) return Status::Unavailable("L3 redis GETRANGE: " + ErrorText(head));
+    if (head->len == 0)
+      return Status::NotFound("chunk " + ToHex(r.expect.id.key) + " is not in L3");
     Result<ChunkHeader> header =
         DecodeChunkHeader(reinterpret_cast<const uint8_t*>(head->str), head->len);
     if (!header.ok() || head->len != kPartZeroBytes) {
@@ -272,27 +311,26 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set,
       TierStats::Add(stats_.corrupt_chunks);
       return Status::NotFound("L3 chunk: " + check.message());
     }
-    uint64_t part_bytes = 0;
-    for (int b = 0; b < 8; ++b)
-      part_bytes |= uint64_t{static_cast<uint8_t>(head->str[kChunkHeaderBytes + b])} << (8 * b);
-    if (part_bytes == 0 || part_bytes > (1ull << 40)) {
+    // The payload size matched the registration's above; the part size is
+    // bounded too before it decides how many parts to read.
+    if (const std::string problem = SplitProblem(*header); !problem.empty()) {
       TierStats::Add(stats_.corrupt_chunks);
-      return Status::NotFound("L3 chunk " + ToHex(r.expect.id.key) + ": part size " +
-                              std::to_string(part_bytes));
+      return Status::NotFound("L3 chunk " + ToHex(r.expect.id.key) + ": " + problem);
     }
-    const uint32_t parts = PartsOf(header->payload_bytes, part_bytes);
+    const uint64_t part_bytes = header->part_bytes;
+    const uint64_t parts = PartsOf(header->payload_bytes, part_bytes);
     if (part_bytes != writer_part_bytes[k]) {
       writer_part_bytes[k] = part_bytes;
       return Status::Cancelled("read again");  // marks the second round
     }
     if (item.replies.size() != parts + 1) return Status::Internal("reply count");
-    for (uint32_t p = 0; p < parts; ++p) {
+    for (uint64_t p = 0; p < parts; ++p) {
       const internal::Reply& part = item.replies[p + 1];
-      const uint64_t offset = uint64_t{p} * part_bytes;
+      const uint64_t offset = p * part_bytes;
       const uint64_t want = std::min<uint64_t>(part_bytes, header->payload_bytes - offset);
       if (!IsString(part) || part->len != want) {
         if (part && part->type == REDIS_REPLY_ERROR)
-          return Status::Unavailable("L3 redis GET: " + ErrorText(part));
+          return Status::Unavailable("L3 redis GETRANGE: " + ErrorText(part));
         TierStats::Add(stats_.corrupt_chunks);
         return Status::NotFound(
             "L3 chunk " + ToHex(r.expect.id.key) + ": part " + std::to_string(p + 1) +
@@ -318,15 +356,9 @@ void RedisTier::Impl::GetRange(internal::ConnectionSet& set,
     std::vector<RedisItem*> again;
     for (size_t k : second) {
       RedisItem& item = items[k];
-      const uint32_t parts =
-          PartsOf(requests[begin + k].expect.payload_bytes, writer_part_bytes[k]);
       item.commands.clear();
       item.replies.clear();
-      for (uint32_t p = 0; p <= parts; ++p) {
-        RedisCommand get;
-        get.args = {"GET", KeyOf(requests[begin + k].expect.id, p)};
-        item.commands.push_back(std::move(get));
-      }
+      ReadParts(requests[begin + k].expect, writer_part_bytes[k], item);
       again.push_back(&item);
     }
     router_.Execute(set, again);
@@ -357,7 +389,7 @@ Result<std::unique_ptr<RedisTier>> RedisTier::Open(const RedisTierOptions& optio
   for (const std::string& server : options.servers) {
     KVSTASH_RETURN_IF_ERROR(ParseRedisServers(server).status());
   }
-  if (options.part_bytes < 4096 || options.part_bytes > (512ull << 20)) {
+  if (options.part_bytes < kMinPartBytes || options.part_bytes > kMaxPartBytes) {
     return Status::OutOfRange(
         "L3 part size " + std::to_string(options.part_bytes) +
         " bytes out of range [4096, 536870912] (Redis's proto-max-bulk-len default)");
@@ -445,18 +477,25 @@ void RedisTier::Remove(std::vector<ChunkId> ids, RemoveDone done) {
             items[k].status = heads[k].status;
             continue;
           }
-          const uint32_t parts =
+          // Bounded by ReadHeads (SplitProblem) before it decides the DEL.
+          const uint64_t parts =
               heads[k].present ? PartsOf(heads[k].header.payload_bytes, heads[k].part_bytes) : 0;
           RedisCommand del;
           del.args = {"DEL"};
-          for (uint32_t p = 0; p <= parts; ++p) del.args.push_back(impl_->KeyOf(part[k], p));
+          for (uint64_t p = 0; p <= parts; ++p)
+            del.args.push_back(impl_->KeyOf(part[k], static_cast<uint32_t>(p)));
           items[k].commands.push_back(std::move(del));
           pointers.push_back(&items[k]);
         }
         impl_->router_.Execute(set, pointers);
         for (size_t k = 0; k < part.size(); ++k) {
-          if (items[k].status.ok()) TierStats::Add(impl_->stats_.removed_chunks);
-          results->Finish(b + k, items[k].status);
+          Status status = items[k].status;
+          if (status.ok() && !items[k].replies.empty() &&
+              (!items[k].replies[0] || items[k].replies[0]->type != REDIS_REPLY_INTEGER)) {
+            status = Status::Unavailable("L3 redis DEL: " + ErrorText(items[k].replies[0]));
+          }
+          if (status.ok()) TierStats::Add(impl_->stats_.removed_chunks);
+          results->Finish(b + k, std::move(status));
         }
       });
 }

@@ -3,9 +3,12 @@
 // size) and checksums over the payload and over the header itself. The
 // payload that follows is exactly the flat chunk, unchanged on every tier.
 //
-// A chunk whose header fails to decode, names another chunk, or whose
-// payload does not match its checksum is dropped and reported missing:
-// a lower tier never serves a byte it cannot vouch for.
+// A chunk whose header fails to decode, names another chunk, says more
+// tokens than a chunk of its registration holds, or whose payload does not
+// match its checksum is dropped and reported missing: a lower tier never
+// serves a byte it cannot vouch for. Every field a reader acts on before
+// the payload checksum is verified (token count, payload size, part size)
+// is inside the header checksum and bounded by what the reader expects.
 //
 // Encoded form, little-endian, kChunkHeaderBytes long:
 //   offset size field
@@ -16,7 +19,8 @@
 //       40   32 scope: the namespace id (never the tenant salt)
 //       72   32 layout fingerprint
 //      104    4 token count
-//      108    4 reserved, zero
+//      108    4 part bytes: the size of the pieces an L3 value is split
+//               into (0 where the payload is one piece, as on L2)
 //      112    8 payload bytes
 //      120    8 payload checksum, XXH3-64
 //      128    8 header checksum, XXH3-64 over bytes [0, 128)
@@ -56,6 +60,7 @@ struct ChunkHeader {
   ChunkId id;
   Fingerprint layout_fingerprint{};
   uint32_t num_tokens = 0;
+  uint32_t part_bytes = 0;  // L3: the writer's part size; 0: one piece
   uint64_t payload_bytes = 0;
   uint64_t payload_checksum = 0;
 };
@@ -67,7 +72,7 @@ uint64_t PayloadChecksum(const uint8_t* payload, size_t size);
 void EncodeChunkHeader(const ChunkHeader& header, uint8_t* out);
 
 // Reads a header; errors (kMalformedMessage) name the field that failed:
-// size, magic, version, header size, reserved bytes or header checksum.
+// size, magic, version, header size or header checksum.
 Result<ChunkHeader> DecodeChunkHeader(const uint8_t* bytes, size_t size);
 
 // What the reader expects of a chunk it asked for.
@@ -75,10 +80,19 @@ struct ChunkExpectation {
   ChunkId id;
   Fingerprint layout_fingerprint{};
   uint64_t payload_bytes = 0;
+  // The registration's chunk_tokens: a header saying more (or none) is
+  // not a chunk of this registration.
+  uint32_t max_tokens = UINT32_MAX;
 };
 
+// Whether a header's token count fits a chunk of `max_tokens` tokens: at
+// least one, at most `max_tokens`. What Lookup may count from a header it
+// has not read the payload of.
+bool TokensFit(const ChunkHeader& header, uint32_t max_tokens);
+
 // Checks a decoded header against what was asked for (id, fingerprint,
-// payload size). NotFound naming the mismatching field when it differs.
+// payload size, token count). NotFound naming the mismatching field when
+// it differs.
 Status CheckChunkHeader(const ChunkHeader& header, const ChunkExpectation& expected);
 
 // CheckChunkHeader, then the payload's checksum. NotFound when anything

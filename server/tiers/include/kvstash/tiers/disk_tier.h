@@ -10,7 +10,10 @@
 // rebuilds the index from the files' headers alone (DIR/tmp is emptied). A file that is truncated,
 // corrupt or names another chunk is deleted and reported missing.
 //
-// One daemon per directory: Open() takes an exclusive lock on DIR/LOCK.
+// One daemon per directory: Open() takes an exclusive lock on DIR/LOCK, and
+// the tier holds it until its destructor has finished every queued write
+// (a clean stop drains the queue). Open() waits up to `lock_wait_ms` for a
+// holder that is stopping.
 //
 // Thread-safe: one mutex guards the index; I/O runs outside it on the
 // tier's threads.
@@ -33,10 +36,11 @@ struct DiskTierOptions {
   // renames its chunks: two keep the disk fed when the CPU is contended
   // (one did not, in the daemon's tests on a loaded 2-core machine).
   uint32_t io_rings = 2;
-  uint32_t io_depth = 8;      // io_uring: chunks in flight per ring
-  uint32_t io_threads = 4;    // the thread pool: threads, a chunk in flight each
-  uint32_t scan_threads = 8;  // header reads in parallel while rebuilding
-  bool direct_io = true;      // O_DIRECT where the file system allows it
+  uint32_t io_depth = 8;          // io_uring: chunks in flight per ring
+  uint32_t io_threads = 4;        // the thread pool: threads, a chunk in flight each
+  uint32_t scan_threads = 8;      // header reads in parallel while rebuilding
+  bool direct_io = true;          // O_DIRECT where the file system allows it
+  uint32_t lock_wait_ms = 10000;  // for DIR/LOCK held by a daemon still draining
 };
 
 // What Open() found on disk.

@@ -5,8 +5,8 @@
 // Keys: "<prefix>:{<scope hex><key hex>}:<part>". The hash tag is the whole
 // chunk id, so a chunk's parts live on one Redis Cluster slot, and scopes
 // (models, layouts, ranks, tenants) never share a key. Values: part 0 is the
-// ChunkHeader, the part size (8 bytes) and the payload's first part; parts
-// 1.. hold the rest, each at most `part_bytes` (Redis refuses values over
+// ChunkHeader alone (its part_bytes says how the payload was split); parts
+// 1.. hold the payload, each at most `part_bytes` (Redis refuses values over
 // proto-max-bulk-len, 512 MB by default). Part 0 is written last, so a
 // reader sees a chunk only once all its parts are there; every read checks
 // the header and the payload checksum, so parts evicted or overwritten
@@ -17,10 +17,13 @@
 // follows MOVED / ASK redirections. Otherwise each listed server is a
 // shard, chosen by the key's slot modulo their number.
 //
-// Failure: blocking hiredis connections with connect and command timeouts,
-// one set per I/O thread, and a circuit breaker per server: after
+// Failure: hiredis connections with connect and command timeouts, one set
+// per I/O thread, and a circuit breaker per server: after
 // `breaker_failures` failures in a row calls to it fail at once
-// (Unavailable) for `breaker_open_ms`, then one call tries again.
+// (Unavailable) for `breaker_open_ms`, then one call tries again. Replies
+// are untrusted: bounded before they are read, checked before they are
+// used. Destroying the tier gives queued work one command timeout, then
+// every wait on a server ends at once.
 //
 // Thread-safe. Calls return at once; the work runs on the tier's threads.
 #pragma once
