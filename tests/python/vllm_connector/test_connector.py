@@ -184,6 +184,19 @@ def test_a_request_without_a_stored_prefix_loads_nothing(model_dir, daemon):
     e.run_until_idle()
 
 
+def test_resetting_the_prefix_cache_with_the_connector_clears_the_models_chunks(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    # llm.reset_prefix_cache(reset_connector=True): vLLM's cache and kvstash's.
+    assert e.scheduler.reset_prefix_cache(reset_connector=True)
+    prefix_hit(e, "b", a[:96] + [1])
+    so = e.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0
+    assert so.kv_connector_metadata.loads == []
+    e.run_until_idle()
+
+
 def test_at_least_one_prompt_token_is_left_to_compute(model_dir, daemon):
     e = engine(model_dir, daemon)
     a = prompt(96)  # exactly 3 chunks
