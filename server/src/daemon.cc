@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -25,6 +27,7 @@
 #include "kvstash/stage_trace.h"
 #include "memory_budget.h"
 #include "metrics_endpoint.h"
+#include "peer_budget.h"
 #include "prometheus_text.h"
 #include "reply_queue.h"
 #include "service.h"
@@ -40,9 +43,12 @@ constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int kMaxRequestsPerWake = 256;  // then send replies, so none starve
 constexpr auto kStallSlack =
     std::chrono::milliseconds(50);  // a turn longer than poll + this stalled
-// Shared-memory channels attached at once: one per client connection; a
-// bound on what local peers can make the daemon map.
-constexpr size_t kMaxChannels = 4096;
+// A channel without a request for this long is no longer polled on every
+// turn; its client rings the doorbell (or sends a message) for the next.
+constexpr auto kChannelIdle = std::chrono::milliseconds(20);
+// Channels looked at for an end on each tick: a constant cost per tick,
+// whatever the number of channels (4096 are all seen within about 5 s).
+constexpr size_t kChannelsSweptPerTick = 8;
 
 // Fixes the pool size (l1_share of MemAvailable, or l1_gb) and refuses one
 // that does not fit the machine, before any of it is touched.
@@ -66,8 +72,9 @@ struct Daemon::Impl {
   int stop_fd = -1;
 
   ~Impl() {
-    metrics.reset();  // its threads read the service
-    service.reset();  // joins workers before the queue goes
+    metrics.reset();   // its threads read the service
+    channels.clear();  // their charges go back to the service's budget
+    service.reset();   // joins workers before the queue goes
     if (stop_fd >= 0) close(stop_fd);
   }
   Status Serve(zmq::socket_t& router);
@@ -79,25 +86,46 @@ struct Daemon::Impl {
   static void Send(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
 
   // ---- Shared-memory channels (docs/protocol.md "Shared-memory channel") ----
-  // Frontend thread only, like the socket.
+  // Frontend thread only, like the socket. A channel costs the frontend
+  // nothing while idle: only awake channels (a request lately, or woken by
+  // their process's doorbell or a message on their connection) are polled
+  // on each turn; a bounded sweep per tick finds the ended ones.
+  struct AttachedChannel {
+    std::unique_ptr<ShmChannel> channel;
+    PeerBudget::Hold charge;  // its mapping and bytes, on its peer's budget
+    bool awake = false;       // listed in awake_channels
+    Clock::time_point last_used;
+  };
   // Returns the doorbell's path for the reply ("" when there is none).
   Result<std::string> AttachChannel(const Peer& peer, const wire::AttachChannelRequest& request);
+  // Unmaps a peer's channel and forgets it everywhere.
+  void ForgetChannel(const PeerId& peer);
   // Ends a peer's channel; `tell` sends it ChannelClosed naming `why`.
   void DetachChannel(zmq::socket_t& router, const PeerId& peer, const std::string& why, bool tell);
+  // Polls the peer's channel from now on (until it idles).
+  void WakeChannel(const PeerId& peer, Clock::time_point now);
   // Reads and handles what waits in the peer's request ring; returns
   // whether it is drained (false: more may wait).
   bool DrainChannel(zmq::socket_t& router, const PeerId& peer, bool* handled);
   bool DrainChannels(zmq::socket_t& router, bool* handled);
   // Before a blocking poll (sleeping) or while polling: writes the awake
-  // words; returns whether a ring holds a request (then do not block).
+  // words of the awake channels (the others hold 0: their clients ring);
+  // returns whether a ring holds a request (then do not block).
   bool ChannelsSleeping(zmq::socket_t& router, bool sleeping);
-  // Detaches the channels whose client closed them or exited.
-  void CheckChannels(zmq::socket_t& router);
+  // Each tick: lets channels idle past kChannelIdle sleep, and looks at a
+  // few channels (round robin) for an end: closed by the client, its
+  // process exited, or its connection silent past --peer-timeout-ms.
+  void CheckChannels(zmq::socket_t& router, Clock::time_point now);
   // A reply to `peer`: through its reply ring when it has one and polls it,
   // otherwise over ZeroMQ.
   void Route(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
-  std::unordered_map<PeerId, std::unique_ptr<ShmChannel>> channels;
-  bool reading_ring = false;  // handling a request read from a ring
+  std::map<PeerId, AttachedChannel> channels;  // ordered: the sweep resumes after a key
+  std::vector<PeerId> awake_channels;
+  std::unordered_multimap<pid_t, PeerId> channels_of_pid;  // whom a doorbell wakes
+  PeerId sweep_after;                                      // the sweep's place
+  std::vector<pid_t> rang;                                 // reused by each doorbell drain
+  std::vector<uint64_t> frame;  // one request frame copied out of a ring, 8-aligned
+  bool reading_ring = false;    // handling a request read from a ring
   // Shared by all channels; null without channels or when it could not be
   // bound (then clients ring over the socket, as before).
   std::unique_ptr<Doorbell> doorbell;
@@ -141,7 +169,14 @@ void Daemon::RequestStop() {
 Status Daemon::Run() {
   const std::string path = IpcPath(impl_->config.socket);
   impl_->ipc = !path.empty();
-  if (!path.empty()) KVSTASH_RETURN_IF_ERROR(PrepareIpcPath(path));
+  // Held until this daemon's files are gone: no second daemon binds the
+  // path meanwhile, and what a dead one left is removed.
+  std::unique_ptr<IpcPathClaim> claim;
+  if (!path.empty()) {
+    Result<std::unique_ptr<IpcPathClaim>> claimed = ClaimIpcPath(path, path + ".doorbell");
+    if (!claimed.ok()) return claimed.status();
+    claim = std::move(*claimed);
+  }
   Status status;
   try {
     zmq::context_t context(1);
@@ -179,6 +214,7 @@ Status Daemon::Run() {
   }
   impl_->doorbell.reset();  // removes its path
   if (!path.empty()) unlink(path.c_str());
+  claim.reset();  // last: the path is free for the next daemon
   return status;
 }
 
@@ -218,7 +254,7 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     const bool replies_waiting = replies.Sleeping(!busy);
     // Attached rings are polled like the socket: their awake words say
     // whether clients may write to them without ringing a doorbell.
-    const bool ring_waiting = !channels.empty() && ChannelsSleeping(router, !busy);
+    const bool ring_waiting = !awake_channels.empty() && ChannelsSleeping(router, !busy);
     const bool block = !busy && !replies_waiting && !ring_waiting;
     if (zmq::poll(items, doorbell ? 4 : 3, block ? kPollInterval : std::chrono::milliseconds(0)) >
         0) {
@@ -230,12 +266,19 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     }
     if (block) replies.Sleeping(false);
     mark();
-    // A doorbell says only "look at the rings", which this turn does next.
-    if ((items[3].revents & ZMQ_POLLIN) && doorbell->Drain() > 0) {
-      service->stats().channel_doorbells.fetch_add(1);
+    // A doorbell says "look at my rings": the sender's channels are polled
+    // from this turn on.
+    if (items[3].revents & ZMQ_POLLIN) {
+      rang.clear();
+      if (doorbell->Drain(&rang) > 0) service->stats().channel_doorbells.fetch_add(1);
+      const Clock::time_point now = Clock::now();
+      for (pid_t pid : rang) {
+        auto [first, last] = channels_of_pid.equal_range(pid);
+        for (auto it = first; it != last; ++it) WakeChannel(it->second, now);
+      }
     }
     if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
-    if (!channels.empty()) {
+    if (!awake_channels.empty()) {
       bool handled = false;
       if (!DrainChannels(router, &handled)) drained = false;
       if (handled) spin.Activity(Clock::now());
@@ -250,7 +293,7 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     if (const Clock::time_point now = Clock::now(); now - last_tick >= kTickInterval) {
       mark();
       service->Tick(drained);
-      if (!channels.empty()) CheckChannels(router);
+      if (!channels.empty()) CheckChannels(router, now);
       last_tick = now;
     }
     if ((items[2].revents & ZMQ_POLLIN) && !stopping) {
@@ -287,6 +330,7 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
     // channel it is malformed, as ever).
     if (!channels.empty() && channels.count(peer) != 0) {
       bool handled = false;
+      WakeChannel(peer, Clock::now());
       DrainChannel(router, peer, &handled);
       if (frames.size() == 2 && frames[1].size() == 0) continue;
     }
@@ -330,26 +374,65 @@ Result<std::string> Daemon::Impl::AttachChannel(const Peer& peer,
   if (reading_ring) {
     return Status::InvalidArgument("AttachChannel must come over the socket, not through a ring");
   }
-  if (channels.size() >= kMaxChannels && channels.count(peer.id) == 0) {
-    return Status::Exhausted("kvstashd holds " + std::to_string(channels.size()) +
-                             " shared-memory channels, its limit; this client uses the socket");
-  }
   const std::string name = request.shm_name() ? request.shm_name()->str() : std::string();
+  // A channel attached before is replaced: its charge goes back first, so a
+  // peer at its bound may still replace its own.
+  if (auto before = channels.find(peer.id); before != channels.end()) {
+    const std::string old = before->second.channel->name();
+    Logger()->debug("shared-memory channel {} replaced by {}", old, name);
+    ForgetChannel(peer.id);
+  }
+  PeerBudget::Amounts cost{};
+  cost[PeerBudget::kChannels] = 1;
+  cost[PeerBudget::kMappings] = 1;
+  cost[PeerBudget::kChannelBytes] =
+      channel::ValidRingBytes(request.request_ring_bytes()) &&
+              channel::ValidRingBytes(request.reply_ring_bytes())
+          ? channel::SegmentBytes(request.request_ring_bytes(), request.reply_ring_bytes())
+          : 0;
+  Result<PeerBudget::Hold> charged = service->budget().Charge(peer, cost);
+  if (!charged.ok()) {
+    service->stats().peer_budget_refusals.fetch_add(1);
+    return Status(charged.status().code(),
+                  charged.status().message() + "; this client uses the socket");
+  }
   Result<std::unique_ptr<ShmChannel>> opened =
       ShmChannel::Open(peer, name, request.request_ring_bytes(), request.reply_ring_bytes());
   if (!opened.ok()) return opened.status();
-  const pid_t pid = peer.credentials ? peer.credentials->pid : 0;
+  const pid_t pid = (*opened)->pid();
   Logger()->debug("shared-memory channel {} attached for client pid {}", name, pid);
-  channels[peer.id] = std::move(*opened);  // a channel attached before is replaced
+  AttachedChannel& attached = channels[peer.id];
+  attached.channel = std::move(*opened);
+  attached.charge = std::move(*charged);
+  channels_of_pid.emplace(pid, peer.id);
+  service->stats().channels_attached.fetch_add(1);
+  WakeChannel(peer.id, Clock::now());  // its first requests come soon
   return doorbell ? doorbell->path() : std::string();
+}
+
+void Daemon::Impl::ForgetChannel(const PeerId& peer) {
+  auto found = channels.find(peer);
+  if (found == channels.end()) return;
+  auto [first, last] = channels_of_pid.equal_range(found->second.channel->pid());
+  for (auto it = first; it != last; ++it) {
+    if (it->second == peer) {
+      channels_of_pid.erase(it);
+      break;
+    }
+  }
+  if (found->second.awake) {
+    awake_channels.erase(std::find(awake_channels.begin(), awake_channels.end(), peer));
+  }
+  channels.erase(found);  // unmaps it and gives its charge back
+  service->stats().channels_detached.fetch_add(1);
 }
 
 void Daemon::Impl::DetachChannel(zmq::socket_t& router, const PeerId& peer, const std::string& why,
                                  bool tell) {
   auto found = channels.find(peer);
   if (found == channels.end()) return;
-  const std::string name = found->second->name();
-  channels.erase(found);
+  const std::string name = found->second.channel->name();
+  ForgetChannel(peer);
   if (!tell) {
     Logger()->debug("shared-memory channel {} detached: {}", name, why);
     return;
@@ -363,6 +446,15 @@ void Daemon::Impl::DetachChannel(zmq::socket_t& router, const PeerId& peer, cons
   Send(router, peer, proto::Finish(fbb, 0, wire::Body::ChannelClosed, body.Union()));
 }
 
+void Daemon::Impl::WakeChannel(const PeerId& peer, Clock::time_point now) {
+  auto found = channels.find(peer);
+  if (found == channels.end()) return;
+  found->second.last_used = now;
+  if (found->second.awake) return;
+  found->second.awake = true;
+  awake_channels.push_back(peer);
+}
+
 bool Daemon::Impl::DrainChannel(zmq::socket_t& router, const PeerId& peer, bool* handled) {
   for (int n = 0; n < kMaxRequestsPerWake; ++n) {
     auto found = channels.find(peer);
@@ -370,15 +462,17 @@ bool Daemon::Impl::DrainChannel(zmq::socket_t& router, const PeerId& peer, bool*
     const uint8_t* data = nullptr;
     uint32_t size = 0;
     std::string why;
-    const channel::RingResult popped = found->second->PopRequest(&data, &size, &why);
+    const channel::RingResult popped =
+        found->second.channel->PopRequest(&frame, &data, &size, &why);
     if (popped == channel::RingResult::kEmpty) return true;
     if (popped != channel::RingResult::kOk) {
       DetachChannel(router, peer, why, true);
       return true;
     }
     *handled = true;
+    found->second.last_used = Clock::now();
     service->stats().channel_requests.fetch_add(1);
-    const Peer sender = found->second->peer();  // a copy: handling may end the channel
+    const Peer sender = found->second.channel->peer();  // a copy: handling may end the channel
     reading_ring = true;
     std::optional<proto::Bytes> reply = service->Handle(sender, data, size);
     reading_ring = false;
@@ -395,9 +489,7 @@ bool Daemon::Impl::DrainChannel(zmq::socket_t& router, const PeerId& peer, bool*
 
 bool Daemon::Impl::DrainChannels(zmq::socket_t& router, bool* handled) {
   bool drained = true;
-  std::vector<PeerId> peers;
-  peers.reserve(channels.size());
-  for (const auto& [peer, ch] : channels) peers.push_back(peer);
+  const std::vector<PeerId> peers = awake_channels;  // a copy: handling may detach
   for (const PeerId& peer : peers) drained = DrainChannel(router, peer, handled) && drained;
   return drained;
 }
@@ -405,8 +497,8 @@ bool Daemon::Impl::DrainChannels(zmq::socket_t& router, bool* handled) {
 bool Daemon::Impl::ChannelsSleeping(zmq::socket_t& router, bool sleeping) {
   bool waiting = false;
   std::vector<std::pair<PeerId, std::string>> broken;
-  for (const auto& [peer, ch] : channels) {
-    Result<bool> ready = ch->SetAwake(!sleeping);
+  for (const PeerId& peer : awake_channels) {
+    Result<bool> ready = channels.at(peer).channel->SetAwake(!sleeping);
     if (!ready.ok()) {
       broken.emplace_back(peer, ready.status().message());
     } else if (sleeping && *ready) {
@@ -417,13 +509,51 @@ bool Daemon::Impl::ChannelsSleeping(zmq::socket_t& router, bool sleeping) {
   return waiting;
 }
 
-void Daemon::Impl::CheckChannels(zmq::socket_t& router) {
+void Daemon::Impl::CheckChannels(zmq::socket_t& router, Clock::time_point now) {
+  std::vector<std::pair<PeerId, std::string>> broken;
+  // Idle ones sleep: 0 in their awake word, then a last look (the client may
+  // have written just before it saw the 0).
+  for (size_t i = 0; i < awake_channels.size();) {
+    AttachedChannel& attached = channels.at(awake_channels[i]);
+    if (now - attached.last_used < kChannelIdle) {
+      ++i;
+      continue;
+    }
+    Result<bool> ready = attached.channel->SetAwake(false);
+    if (!ready.ok()) {
+      broken.emplace_back(awake_channels[i], ready.status().message());
+      ++i;
+    } else if (*ready) {
+      attached.last_used = now;
+      ++i;
+    } else {
+      attached.awake = false;
+      awake_channels[i] = awake_channels.back();
+      awake_channels.pop_back();
+    }
+  }
+  for (const auto& [peer, why] : broken) DetachChannel(router, peer, why, true);
+  // A few channels, round robin, for an end.
   std::vector<std::pair<PeerId, std::string>> ended;
-  for (const auto& [peer, ch] : channels) {
-    std::string why = ch->Ended();
-    if (!why.empty()) ended.emplace_back(peer, std::move(why));
+  std::vector<std::pair<PeerId, std::string>> silent;
+  const auto timeout = std::chrono::milliseconds(config.peer_timeout_ms);
+  auto it = channels.upper_bound(sweep_after);
+  for (size_t n = 0; n < std::min(kChannelsSweptPerTick, channels.size()); ++n) {
+    if (it == channels.end()) it = channels.begin();
+    std::string why = it->second.channel->Ended();
+    if (!why.empty()) {
+      ended.emplace_back(it->first, std::move(why));
+    } else if (const std::optional<Clock::duration> quiet = service->SilentFor(it->first, now);
+               quiet && *quiet > timeout) {
+      silent.emplace_back(it->first, "its connection was silent for more than " +
+                                         std::to_string(timeout.count()) +
+                                         " ms (--peer-timeout-ms): closed, or its client stopped");
+    }
+    sweep_after = it->first;
+    ++it;
   }
   for (const auto& [peer, why] : ended) DetachChannel(router, peer, why, false);
+  for (const auto& [peer, why] : silent) DetachChannel(router, peer, why, true);
 }
 
 void Daemon::Impl::Route(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes) {
@@ -431,7 +561,7 @@ void Daemon::Impl::Route(zmq::socket_t& router, const PeerId& peer, const proto:
     auto found = channels.find(peer);
     if (found != channels.end()) {
       std::string why;
-      switch (found->second->PushReply(bytes.data(), bytes.size(), &why)) {
+      switch (found->second.channel->PushReply(bytes.data(), bytes.size(), &why)) {
         case ShmChannel::Sent::kRing: return;
         case ShmChannel::Sent::kRingDoorbell: Send(router, peer, proto::Bytes()); return;
         case ShmChannel::Sent::kNotSent: break;
