@@ -168,7 +168,7 @@ StatsSnapshot Introspection::ReadStats() const {
   s.tiers = tiers_->ReadStats();
   for (const auto& reg : registrations) {
     s.registrations.push_back(
-        {reg->id, reg->owner, reg->request.model, reg->request.tp_rank, reg->stats.ReadCounters()});
+        {reg->id, reg->request.model, reg->request.tp_rank, reg->stats.ReadCounters(), reg->owner});
   }
   return s;
 }

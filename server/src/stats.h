@@ -165,10 +165,10 @@ struct TierSnapshot {
 struct StatsSnapshot {
   struct Registration {
     uint64_t id = 0;
-    std::string owner;  // the connection that holds it (PeerId); never rendered
     std::string model;
     uint32_t tp_rank = 0;
     std::vector<Stats::Counter> counters;  // KVSTASH_REGISTRATION_COUNTERS
+    std::string owner;                     // the connection that holds it; never rendered
   };
   std::vector<Stats::Counter> counters;  // KVSTASH_COUNTERS
   std::vector<Gauge> gauges;

@@ -122,7 +122,7 @@ TEST_F(PeerBudgets, RegistrationsAreBoundedPerProcessNotPerConnection) {
   // Another process has a budget of its own.
   ProcessResult other =
       RunBinary("kvstash_test_tenant", {"--socket", daemon_->socket(), "store-own:other"});
-  EXPECT_EQ(other.output, "store-own Ok 2\n");
+  EXPECT_NE(other.output.find("store-own Ok 2"), std::string::npos) << other.output;
   // Everyone is still served, Describe and Stats included.
   EXPECT_TRUE(client_->Describe().get().ok());
   EXPECT_TRUE(fresh->Stats().get().ok());
