@@ -266,18 +266,27 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     }
     if (block) replies.Sleeping(false);
     mark();
-    // A doorbell says "look at my rings": the sender's channels are polled
-    // from this turn on.
+    if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
+    // A doorbell says "look at my rings": each ring of the sender's
+    // channels is looked at once, and those that held a request are polled
+    // from now on (its idle ones stay asleep).
     if (items[3].revents & ZMQ_POLLIN) {
       rang.clear();
       if (doorbell->Drain(&rang) > 0) service->stats().channel_doorbells.fetch_add(1);
-      const Clock::time_point now = Clock::now();
+      std::vector<PeerId> peers;
       for (pid_t pid : rang) {
         auto [first, last] = channels_of_pid.equal_range(pid);
-        for (auto it = first; it != last; ++it) WakeChannel(it->second, now);
+        for (auto it = first; it != last; ++it) peers.push_back(it->second);
+      }
+      for (const PeerId& peer : peers) {
+        bool handled = false;
+        if (!DrainChannel(router, peer, &handled)) drained = false;
+        if (handled) {
+          WakeChannel(peer, Clock::now());
+          spin.Activity(Clock::now());
+        }
       }
     }
-    if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
     if (!awake_channels.empty()) {
       bool handled = false;
       if (!DrainChannels(router, &handled)) drained = false;
