@@ -123,9 +123,10 @@ struct Daemon::Impl {
   std::vector<PeerId> awake_channels;
   std::unordered_multimap<pid_t, PeerId> channels_of_pid;  // whom a doorbell wakes
   PeerId sweep_after;                                      // the sweep's place
-  std::vector<pid_t> rang;                                 // reused by each doorbell drain
-  std::vector<uint64_t> frame;  // one request frame copied out of a ring, 8-aligned
-  bool reading_ring = false;    // handling a request read from a ring
+  Clock::time_point last_full_look;  // every ring looked at after a full doorbell queue
+  std::vector<pid_t> rang;           // reused by each doorbell drain
+  std::vector<uint64_t> frame;       // one request frame copied out of a ring, 8-aligned
+  bool reading_ring = false;         // handling a request read from a ring
   // Shared by all channels; null without channels or when it could not be
   // bound (then clients ring over the socket, as before).
   std::unique_ptr<Doorbell> doorbell;
@@ -272,11 +273,19 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     // from now on (its idle ones stay asleep).
     if (items[3].revents & ZMQ_POLLIN) {
       rang.clear();
-      if (doorbell->Drain(&rang) > 0) service->stats().channel_doorbells.fetch_add(1);
+      const int read = doorbell->Drain(&rang);
+      if (read > 0) service->stats().channel_doorbells.fetch_add(1);
       std::vector<PeerId> peers;
-      for (pid_t pid : rang) {
-        auto [first, last] = channels_of_pid.equal_range(pid);
-        for (auto it = first; it != last; ++it) peers.push_back(it->second);
+      if (doorbell->MayHaveOverflowed(read) && Clock::now() - last_full_look >= kTickInterval) {
+        // Some ringer may not have got through: every ring, once, at most
+        // once a tick (a flood costs this, not a look per datagram).
+        last_full_look = Clock::now();
+        for (const auto& [peer, attached] : channels) peers.push_back(peer);
+      } else {
+        for (pid_t pid : rang) {
+          auto [first, last] = channels_of_pid.equal_range(pid);
+          for (auto it = first; it != last; ++it) peers.push_back(it->second);
+        }
       }
       for (const PeerId& peer : peers) {
         bool handled = false;
@@ -547,8 +556,10 @@ void Daemon::Impl::CheckChannels(zmq::socket_t& router, Clock::time_point now) {
   std::vector<std::pair<PeerId, std::string>> silent;
   const auto timeout = std::chrono::milliseconds(config.peer_timeout_ms);
   auto it = channels.upper_bound(sweep_after);
+  std::vector<PeerId> looked;
   for (size_t n = 0; n < std::min(kChannelsSweptPerTick, channels.size()); ++n) {
     if (it == channels.end()) it = channels.begin();
+    if (!it->second.awake) looked.push_back(it->first);
     std::string why = it->second.channel->Ended();
     if (!why.empty()) {
       ended.emplace_back(it->first, std::move(why));
@@ -563,6 +574,13 @@ void Daemon::Impl::CheckChannels(zmq::socket_t& router, Clock::time_point now) {
   }
   for (const auto& [peer, why] : ended) DetachChannel(router, peer, why, false);
   for (const auto& [peer, why] : silent) DetachChannel(router, peer, why, true);
+  // And a look into the asleep ones' rings: a wake-up lost anyhow is found
+  // within a round of the sweep.
+  for (const PeerId& peer : looked) {
+    bool handled = false;
+    DrainChannel(router, peer, &handled);
+    if (handled) WakeChannel(peer, now);
+  }
 }
 
 void Daemon::Impl::Route(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes) {

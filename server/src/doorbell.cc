@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 namespace kvstash::server {
 
@@ -53,6 +54,11 @@ Result<std::unique_ptr<Doorbell>> Doorbell::Create(const std::string& path, mode
     return Status::Unavailable("cannot bind the doorbell " + path + ": " + std::strerror(errno));
   }
   bell->path_ = path;
+  {
+    std::ifstream qlen("/proc/sys/net/unix/max_dgram_qlen");
+    int length = 0;
+    if (qlen >> length && length > 0) bell->queue_length_ = std::min(length, kMaxPerWake);
+  }
   if (chmod(path.c_str(), mode) != 0) {
     return Status::Internal("cannot set mode on the doorbell " + path + ": " +
                             std::strerror(errno));

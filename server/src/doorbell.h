@@ -39,6 +39,10 @@ class Doorbell {
   // never holds it here. Adds the pid of each sender to `senders` (once
   // each; 0 when the kernel could not name it). Returns how many it read.
   int Drain(std::vector<pid_t>* senders);
+  // Whether a drain of `read` datagrams may have met a full queue: then a
+  // client was refused (EAGAIN), took the daemon for woken already, and
+  // rang nobody's name; every ring must be looked at once.
+  bool MayHaveOverflowed(int read) const { return read >= queue_length_; }
 
   static constexpr int kMaxPerWake = 64;
 
@@ -46,6 +50,7 @@ class Doorbell {
   Doorbell() = default;
   int fd_ = -1;
   std::string path_;
+  int queue_length_ = 10;  // net.unix.max_dgram_qlen: datagrams queued at most
 };
 
 }  // namespace kvstash::server
