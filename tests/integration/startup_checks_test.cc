@@ -64,6 +64,9 @@ class StartupChecks : public ::testing::Test {
     result.exit_code = WIFEXITED(status) && WEXITSTATUS(status) != 137 ? WEXITSTATUS(status) : -1;
     return result;
   }
+  // Starts four kvstashd on `path` at once; checks that exactly one serves
+  // and the others refused, then stops it.
+  void StartTogether(const std::string& path);
   // Starts kvstashd under `umask_bits` and waits until `endpoint` answers a
   // ping; false if it exits first or never answers.
   bool StartDaemon(const std::string& socket_arg, const std::string& endpoint,
@@ -199,6 +202,15 @@ TEST_F(StartupChecks, DaemonsStartedTogetherOnOneSocketLeaveExactlyOneServing) {
   // Checking for a live daemon and binding are two steps: daemons started
   // at once must not all pass the check and each take the socket over.
   const std::string path = dir_ + "/k.sock";
+  // Each round is a race; a few make the losing order likely to show.
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    StartTogether(path);
+    if (HasFailure()) return;
+  }
+}
+
+void StartupChecks::StartTogether(const std::string& path) {
   constexpr int kDaemons = 4;
   std::vector<pid_t> pids;
   for (int i = 0; i < kDaemons; ++i) {
