@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -289,6 +290,55 @@ void StartupChecks::StartTogether(const std::string& path) {
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".lock"));
   EXPECT_FALSE(fs::exists(path + ".doorbell"));
+}
+
+TEST_F(StartupChecks, ADaemonStartedWhileAnotherIsBetweenItsCheckAndItsBindIsRefused) {
+  // strace holds the first daemon's bind for 2 s, after it looked at the
+  // path: a second daemon then finds no socket there.
+  if (std::system("command -v strace >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs strace to hold a daemon between its check and its bind";
+  }
+  const std::string path = dir_ + "/k.sock";
+  const std::string pid_file = dir_ + "/first.pid";
+  const pid_t tracer = fork();
+  if (tracer == 0) {
+    const std::string daemon = "echo $$ > '" + pid_file + "'; exec '" + BinaryPath("kvstashd") +
+                               "' --socket 'ipc://" + path +
+                               "' --backend host --l1-gb 0.03125 --l1-slice-mb 4 "
+                               "--log-level warn";
+    execlp("strace", "strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=bind", "-e",
+           "inject=bind:delay_enter=2000000", "sh", "-c", daemon.c_str(), nullptr);
+    _exit(127);
+  }
+  pid_t first = 0;
+  for (int i = 0; i < 200 && first == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in(pid_file);
+    in >> first;
+  }
+  ASSERT_GT(first, 0) << "the first daemon did not start";
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // it has looked, and waits
+  const ProcessResult second = RunDaemon({"--socket", "ipc://" + path});
+  EXPECT_EQ(second.exit_code, 1) << "a second daemon served on the first one's path\n"
+                                 << second.output;
+  EXPECT_NE(second.output.find("another kvstashd is serving at " + path), std::string::npos)
+      << second.output;
+  // The first one binds (its doorbell's bind is held too) and serves.
+  for (int i = 0; i < 1000 && !fs::is_socket(path + ".doorbell"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ClientOptions options;
+  options.socket = "ipc://" + path;
+  options.request_timeout = std::chrono::milliseconds(5000);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Ping().get().ok());
+  client->reset();
+  kill(first, SIGTERM);
+  int status = 0;
+  waitpid(tracer, &status, 0);
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".lock"));
 }
 
 TEST_F(StartupChecks, WhatAKilledDaemonLeftIsReplacedWithChannelsOnOrOff) {
