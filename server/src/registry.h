@@ -25,6 +25,7 @@
 #include "kvstash/chunk_layout.h"
 #include "kvstash/keys.h"
 #include "kvstash/thread_annotations.h"
+#include "peer_budget.h"
 #include "stats.h"
 
 namespace kvstash::server {
@@ -64,6 +65,7 @@ class Registration {
   std::vector<GroupAddresses> groups;      // per layout group, for the copy engine
   std::shared_ptr<CompletionBoard> board;  // null: no GPU-side completion
   RegistrationStats stats;                 // its share of the traffic
+  PeerBudget::Hold charge;  // what it costs its peer; given back when the last holder lets go
 
   // Work in flight: Unregister answers only once it has drained.
   void BeginWork();
