@@ -44,6 +44,11 @@ from vllm.v1.structured_output import StructuredOutputManager
 from kvstash.integrations.vllm import KvstashConnector
 
 BLOCK_SIZE = 16
+
+TRANSFER_RESULTS = hasattr(
+    __import__("vllm.distributed.kv_transfer.kv_connector.v1.base",
+               fromlist=["KVConnectorBase_V1"]).KVConnectorBase_V1, "get_transfer_results")
+"""vLLM 0.30 on: failed receives are reported as whole requests (failed_recving)."""
 EOS = 2
 
 init_none_hash(sha256)
@@ -369,9 +374,17 @@ class WorkerRank:
             if after_save is not None:
                 after_save(self, name)
         c.wait_for_save()
-        sending, recving = c.get_finished(scheduler_output.finished_req_ids)
-        out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
-                                invalid_block_ids=c.get_block_ids_with_load_errors())
+        if TRANSFER_RESULTS:
+            # vLLM 0.30 on: the model runner asks for the transfer results.
+            results = c.get_transfer_results(scheduler_output.finished_req_ids)
+            out = KVConnectorOutput(finished_sending=results.finished_sending or None,
+                                    finished_recving=results.finished_recving or None,
+                                    failed_recving=results.failed_recving,
+                                    invalid_block_ids=c.get_block_ids_with_load_errors())
+        else:
+            sending, recving = c.get_finished(scheduler_output.finished_req_ids)
+            out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
+                                    invalid_block_ids=c.get_block_ids_with_load_errors())
         c.clear_connector_metadata()
         return out
 
