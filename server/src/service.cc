@@ -59,6 +59,13 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   return service;
 }
 
+void Service::BeginShutdown() {
+  shutting_down_ = true;
+  transfers_->StopCopies();
+}
+
+uint64_t Service::copies_in_flight() const { return transfers_->copies_in_flight(); }
+
 std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data, size_t size) {
   const Clock::time_point received = Clock::now();
   Stats::Add(stats_.requests);
