@@ -124,8 +124,11 @@ std::future<Result<Registration>> Client::RegisterKV(const RegisterOptions& opti
   Impl* impl = impl_.get();
   // Without a fence (it could not be created) the registration's requests
   // are cut off by their deadlines alone (docs/protocol.md "The copy fence").
-  Result<std::shared_ptr<client::CopyFence>> created = client::CopyFence::Create();
-  std::shared_ptr<client::CopyFence> fence = created.ok() ? *created : nullptr;
+  std::shared_ptr<client::CopyFence> fence;
+  if (impl->transport().fences()) {
+    Result<std::shared_ptr<client::CopyFence>> created = client::CopyFence::Create();
+    if (created.ok()) fence = std::move(*created);
+  }
   return impl_->Call<Result<Registration>>(
       "RegisterKV", 0,
       [&](const client::Header& h) {

@@ -657,8 +657,11 @@ void IoLoop::RegisterAgain(const BootId& boot) {
   for (auto it = stale.rbegin(); it != stale.rend(); ++it) {
     const uint64_t engine_id = it->engine_id;
     const uint64_t session = session_;
-    Result<std::shared_ptr<CopyFence>> created = CopyFence::Create();
-    std::shared_ptr<CopyFence> fence = created.ok() ? *created : nullptr;
+    std::shared_ptr<CopyFence> fence;
+    if (options_.endpoint.rfind("ipc://", 0) == 0) {  // kvstashd checks it against our credentials
+      Result<std::shared_ptr<CopyFence>> created = CopyFence::Create();
+      if (created.ok()) fence = std::move(*created);
+    }
     Request again = OwnRequest(
         "RegisterKV (again: kvstashd restarted)",
         [this, engine_id, session, boot, fence](Result<Reply> reply) {

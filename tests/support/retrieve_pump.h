@@ -35,13 +35,18 @@ class RetrievePump {
   void Start() {
     thread_ = std::thread([this] { Run(); });
   }
-  // Stops sending and returns once every request sent was reported.
-  void Stop() {
+  // Sends no more retrieves: a region reported from now on stays reused,
+  // so that a late write into it is found.
+  void StopSending() {
     {
       std::lock_guard<std::mutex> guard(mutex_);
       stop_ = true;
     }
     changed_.notify_all();
+  }
+  // Stops sending and returns once every request sent was reported.
+  void Stop() {
+    StopSending();
     if (thread_.joinable()) thread_.join();
   }
   // Waits until `n` retrieves were answered with every chunk retrieved.
