@@ -731,7 +731,9 @@ void IoLoop::FailSent(const Status& why) {
 }
 
 void IoLoop::GiveUp(Request request, Status why) {
-  if (!request.copies_blocks || !request.sent) {
+  // A daemon says Goodbye only once its copies have stopped: an unfenced
+  // request may fail at once then too.
+  if (!request.copies_blocks || !request.sent || (goodbye_ && !request.fence)) {
     Complete(request, std::move(why));
     return;
   }

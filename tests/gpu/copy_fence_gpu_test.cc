@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine_kv.h"
 #include "gpu.h"
 #include "kvstash/client.h"
 #include "kvstash/cuda/buffers.h"
@@ -39,8 +40,8 @@ class CopyFenceGpu : public ::testing::TestWithParam<std::string> {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     // One block per chunk: a retrieve is many chunks, each a copy unit.
     auto daemon = DaemonProcess::Start({"--backend", "cuda", "--transfer-mode", GetParam(),
-                                        "--chunk-tokens", "16", "--l1-gb", "0.25",
-                                        "--l1-slice-mb", "32", "--staging-mb", "32"});
+                                        "--chunk-tokens", "16", "--l1-gb", "0.25", "--l1-slice-mb",
+                                        "32", "--staging-mb", "32"});
     ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
     daemon_ = std::move(*daemon);
     // vLLM flash-attn NHD, 16 tokens x 8 heads x 256 B: 32 KiB per block and kv.
@@ -70,7 +71,8 @@ class CopyFenceGpu : public ::testing::TestWithParam<std::string> {
     RegisterOptions reg_options;
     reg_options.model = "fence-model";
     std::vector<CudaLayer> layers;
-    for (uint32_t l = 0; l < kLayers; ++l) layers.push_back({memory_.data() + l * layer_bytes_, geometry_});
+    for (uint32_t l = 0; l < kLayers; ++l)
+      layers.push_back({memory_.data() + l * layer_bytes_, geometry_});
     ASSERT_TRUE(AddCudaLayers(layers, reg_options).ok());
     auto reg = client_->RegisterKV(reg_options).get();
     ASSERT_TRUE(reg.ok()) << reg.status().ToString();
@@ -153,10 +155,11 @@ TEST_P(CopyFenceGpu, NoBlockIsWrittenAfterAStoppingDaemonsRequestsAreReported) {
   EXPECT_EQ(daemon_->Wait(), 0);
   EXPECT_EQ(WrittenAfterReport(), 0u)
       << "kvstashd wrote GPU blocks the engine had been told it could reuse";
-  std::printf("%s SIGTERM: %llu failed, %llu with failed chunks; every block reusable %.2f ms "
-              "after the signal\n",
-              GetParam().c_str(), (unsigned long long)counts.failed,
-              (unsigned long long)counts.failed_chunks, Ms(counts.last_report - stopped));
+  std::printf(
+      "%s SIGTERM: %llu failed, %llu with failed chunks; every block reusable %.2f ms "
+      "after the signal\n",
+      GetParam().c_str(), (unsigned long long)counts.failed,
+      (unsigned long long)counts.failed_chunks, Ms(counts.last_report - stopped));
 }
 
 TEST_P(CopyFenceGpu, AFrozenDaemonsRequestsAreReportedOnlyOnceItCanWriteNoMore) {
@@ -173,10 +176,10 @@ TEST_P(CopyFenceGpu, AFrozenDaemonsRequestsAreReportedOnlyOnceItCanWriteNoMore) 
   EXPECT_EQ(daemon_->Wait(), 0);
   EXPECT_EQ(WrittenAfterReport(), 0u)
       << "kvstashd wrote, after SIGCONT, GPU blocks the engine had been told it could reuse";
-  std::printf("%s SIGSTOP: %llu held by a copy while frozen; every block reusable %.2f ms after "
-              "SIGCONT\n",
-              GetParam().c_str(), (unsigned long long)frozen.in_flight,
-              Ms(counts.last_report - resumed));
+  std::printf(
+      "%s SIGSTOP: %llu held by a copy while frozen; every block reusable %.2f ms after "
+      "SIGCONT\n",
+      GetParam().c_str(), (unsigned long long)frozen.in_flight, Ms(counts.last_report - resumed));
 }
 
 TEST_P(CopyFenceGpu, AKilledDaemonsRequestsAreReportedAtOnce) {
