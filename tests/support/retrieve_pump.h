@@ -5,6 +5,7 @@
 // after the report. Thread-safe; the reports run on the client's I/O thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -61,6 +62,9 @@ class RetrievePump {
     uint64_t failed_chunks = 0;  // replies with a chunk not retrieved
     uint64_t failed = 0;         // requests failed without a reply
     Clock::time_point last_report;
+    // Requests failed TimedOut: how long after they were sent, the longest.
+    uint64_t timed_out = 0;
+    Clock::duration longest_timed_out{0};
   };
   Counts counts() {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -69,7 +73,8 @@ class RetrievePump {
 
  private:
   Counts counts_locked() const {
-    return Counts{in_flight_, retrieved_, failed_chunks_, failed_, last_report_};
+    return Counts{in_flight_,   retrieved_, failed_chunks_,    failed_,
+                  last_report_, timed_out_, longest_timed_out_};
   }
   void Run() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -79,21 +84,28 @@ class RetrievePump {
         busy_[r] = true;
         ++in_flight_;
         lock.unlock();
-        client_.Retrieve(
-            registration_id_, chunks_(r), 0, 0,
-            [this, r](Result<std::vector<ChunkOutcome>> outcome) { Report(r, outcome); });
+        const Clock::time_point sent = Clock::now();
+        client_.Retrieve(registration_id_, chunks_(r), 0, 0,
+                         [this, r, sent](Result<std::vector<ChunkOutcome>> outcome) {
+                           Report(r, sent, outcome);
+                         });
         lock.lock();
       }
       changed_.wait_for(lock, std::chrono::milliseconds(5));
     }
     changed_.wait(lock, [this] { return in_flight_ == 0; });
   }
-  void Report(uint32_t r, const Result<std::vector<ChunkOutcome>>& outcome) {
+  void Report(uint32_t r, Clock::time_point sent,
+              const Result<std::vector<ChunkOutcome>>& outcome) {
     reuse_(r);  // the blocks are the engine's from now on
     std::lock_guard<std::mutex> guard(mutex_);
     busy_[r] = false;
     --in_flight_;
     last_report_ = Clock::now();
+    if (!outcome.ok() && outcome.status().code() == StatusCode::kTimedOut) {
+      ++timed_out_;
+      longest_timed_out_ = std::max(longest_timed_out_, last_report_ - sent);
+    }
     if (outcome.ok()) {
       bool all = true;
       for (const ChunkOutcome& o : *outcome) all = all && o.result == ChunkResult::kRetrieved;
@@ -117,6 +129,8 @@ class RetrievePump {
   uint64_t failed_chunks_ = 0;
   uint64_t failed_ = 0;
   Clock::time_point last_report_;
+  uint64_t timed_out_ = 0;
+  Clock::duration longest_timed_out_{0};
   std::thread thread_;
 };
 
