@@ -117,6 +117,7 @@ class CopyFenceGpu : public ::testing::TestWithParam<std::string> {
         [this](uint32_t r) { Reuse(r + 1); });
     pump_->Start();
     ASSERT_TRUE(pump_->WaitForRetrieved(4, std::chrono::seconds(20)));
+    ASSERT_TRUE(pump_->WaitForAllInFlight(std::chrono::seconds(5)));
   }
   // Bytes of the regions that are not what the engine wrote last.
   uint64_t WrittenAfterReport() const {

@@ -56,6 +56,20 @@ class RetrievePump {
     return changed_.wait_for(lock, limit, [&] { return retrieved_ >= n; });
   }
 
+  // Waits until every region has a retrieve in flight again, so that the
+  // daemon surely has copies queued when a test strikes.
+  bool WaitForAllInFlight(std::chrono::seconds limit) {
+    const auto until = Clock::now() + limit;
+    while (Clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        if (in_flight_ == busy_.size()) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return false;
+  }
+
   struct Counts {
     uint64_t in_flight = 0;
     uint64_t retrieved = 0;      // replies with every chunk retrieved
