@@ -31,8 +31,7 @@ Status StoppingCutOff() {
 
 Status GivenUpCutOff() {
   return Status::Cancelled(
-      "the engine gave this request up (its deadline passed, it lost kvstashd or it is "
-      "gone); "
+      "the engine gave this request up (its deadline passed, it lost kvstashd, or it is gone); "
       "this chunk was not copied");
 }
 
