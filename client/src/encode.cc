@@ -54,7 +54,8 @@ Bytes EncodeHello(const Header& header, const std::string& client_name) {
   return Envelope(fbb, header, body);
 }
 
-Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options) {
+Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options,
+                       const std::string& fence_name) {
   FlatBufferBuilder fbb(1024 + 128 * options.layers.size());
   std::vector<Offset<wire::Allocation>> allocations;
   for (const Allocation& allocation : options.allocations) {
@@ -70,9 +71,9 @@ Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options) {
     board =
         wire::CreateHostShmHandleDirect(fbb, options.board.name.c_str(), options.board.size_bytes);
   }
-  auto body = wire::CreateRegisterKVRequestDirect(fbb, options.model.c_str(),
-                                                  options.tenant_salt.c_str(), options.tp_rank,
-                                                  options.tp_size, &allocations, &layers, board);
+  auto body = wire::CreateRegisterKVRequestDirect(
+      fbb, options.model.c_str(), options.tenant_salt.c_str(), options.tp_rank, options.tp_size,
+      &allocations, &layers, board, fence_name.empty() ? nullptr : fence_name.c_str());
   return Envelope(fbb, header, body);
 }
 

@@ -182,6 +182,8 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
   });
   const int doorbell_fd = channels->doorbell_fd();
   bool stopping = false;
+  bool goodbye_due = false;  // stopping, and the copies have not ended yet
+  Clock::time_point stop_began;
   Clock::time_point drain_deadline;
   AdaptiveSpin spin(std::chrono::microseconds(config.busy_poll_us));
   Clock::time_point last_tick;
@@ -251,16 +253,28 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     }
     if ((items[2].revents & ZMQ_POLLIN) && !stopping) {
       Logger()->info("stopping: answering {} requests in flight", service->deferred_in_flight());
+      // No copy unit starts from now on: those in flight end at their next
+      // unit, and their chunks are answered Failed (Unavailable).
       service->BeginShutdown();
-      // Tell every client now, so that none waits out its timeout on
-      // requests this daemon will not answer (they fail with Unavailable).
+      stopping = true;
+      goodbye_due = true;
+      stop_began = Clock::now();
+      drain_deadline = stop_began + kDrainTimeout;
+    }
+    if (goodbye_due && service->copies_in_flight() == 0) {
+      // Only once no copy can write an engine's blocks any more (the fence
+      // of docs/protocol.md): a client told Goodbye fails its requests at
+      // once and its engine reuses their blocks. Sent now, so that none
+      // waits out its timeout on requests this daemon will not answer.
       const proto::Bytes goodbye = Service::GoodbyeMessage("kvstashd is stopping");
       for (const PeerId& peer : service->RecentPeers()) Send(router, peer, goodbye);
       router.set(zmq::sockopt::linger, 200);  // deliver them before the socket closes
-      stopping = true;
-      drain_deadline = Clock::now() + kDrainTimeout;
+      goodbye_due = false;
+      Logger()->info(
+          "copies stopped {} us after the stop signal; said goodbye",
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - stop_began).count());
     }
-    if (stopping && service->deferred_in_flight() == 0) break;
+    if (stopping && !goodbye_due && service->deferred_in_flight() == 0) break;
     if (stopping && Clock::now() > drain_deadline) {
       return Status::DeviceError(std::to_string(service->deferred_in_flight()) +
                                  " requests still in flight after the drain timeout");

@@ -44,6 +44,12 @@ Registrations::Reply Registrations::RegisterKV(const Request& r, RegisterRequest
   (*registered)->charge = std::move(*charged);
   Stats::Add(stats_.registrations);
   const Registration& reg = **registered;
+  if (!reg.fence_refused.ok()) {
+    Logger()->warn(
+        "registration {} has no copy fence ({}): its requests are cut off by their "
+        "deadlines alone",
+        reg.id, reg.fence_refused.message());
+  }
   tiers_.AddScope(reg.scope, reg.namespace_id, reg.layout.fingerprint());
   peers_.Own(r.peer.id, (*registered)->id, Clock::now());
   return std::optional<ReplyBody>(RegisterReply{*registered});

@@ -62,6 +62,13 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   return service;
 }
 
+void Service::BeginShutdown() {
+  shutting_down_ = true;
+  transfers_->StopCopies();
+}
+
+uint64_t Service::copies_in_flight() const { return transfers_->copies_in_flight(); }
+
 std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data, size_t size) {
   uint64_t request_id = 0;  // known once the envelope's structure verified
   try {

@@ -60,8 +60,11 @@ class Service {
   using ChannelAttacher = std::function<Result<std::string>(
       const Peer& peer, const wire::AttachChannelRequest& request)>;
   void SetChannelAttacher(ChannelAttacher attacher) { attach_channel_ = std::move(attacher); }
-  // Answers every request with Unavailable from now on.
-  void BeginShutdown() { shutting_down_ = true; }
+  // Answers every request with Unavailable from now on, and starts no copy
+  // unit any more (docs/protocol.md "The copy fence"): wait for
+  // copies_in_flight() to reach 0 before saying Goodbye.
+  void BeginShutdown();
+  uint64_t copies_in_flight() const;
   // Peers heard from lately, each with the Goodbye to send it (request_id 0)
   // when the daemon stops.
   std::vector<PeerId> RecentPeers() const { return registrations_->RecentPeers(); }
