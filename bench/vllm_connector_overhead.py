@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Per-step Python cost of KvstashConnector's worker hooks (vLLM 0.32), on
+"""Per-step Python cost of KvstashConnector's worker hooks (any vLLM from 0.26 to 0.33), on
 kvstashd's host backend: what the connector adds to a step on the engine's
 CPU thread, per request and per layer, in microseconds (median of rounds).
 
-Needs vllm==0.32.0 (the CI venv) and kvstashd from $KVSTASH_BIN_DIR:
+Needs vLLM 0.26 to 0.33 (one of the CI venvs) and kvstashd from $KVSTASH_BIN_DIR:
 
-    KVSTASH_BIN_DIR=build/bin PYTHONPATH=python /opt/kvstash-ci/venv/bin/python \\
+    KVSTASH_BIN_DIR=build/bin PYTHONPATH=python /opt/kvstash-ci/venv-vllm-0.33.0/bin/python \\
         bench/vllm_connector_overhead.py [--layers 32] [--rounds 30]
 
 Each round binds a step with n loads (2 chunks of 32 tokens per request),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Serve a model with vLLM and kvstash as its KV connector (vLLM 0.32.0).
+# Serve a model with vLLM and kvstash as its KV connector (vLLM 0.26.0 to 0.33.0).
 #
 #   kvstashd --socket ipc:///run/kvstash/kvstash.sock --l1-gb 64 &   # the sidecar, once per node
-#   pip install '.[vllm]'        # at the repository root: the kvstash package and vllm==0.32.0
+#   pip install '.[vllm]'        # at the repository root: the kvstash package and vLLM
 #   examples/vllm_serve.sh meta-llama/Llama-3.1-8B-Instruct
 #
 # Settings go in kv_connector_extra_config (docs/vllm.md): socket (default

@@ -47,6 +47,8 @@ class Client::Impl {
             std::function<void(R)> done) {
     client::Request request;
     request.unregisters = std::string_view(kind) == "UnregisterKV";
+    request.copies_blocks =
+        std::string_view(kind) == "Store" || std::string_view(kind) == "Retrieve";
     request.id = transport_->NextRequestId();
     request.kind = kind;
     request.timeout = transport_->timeout();
@@ -120,15 +122,26 @@ ServerInfo Client::server_info() const { return impl_->transport().server_info()
 
 std::future<Result<Registration>> Client::RegisterKV(const RegisterOptions& options) {
   Impl* impl = impl_.get();
+  // Without a fence (it could not be created) the registration's requests
+  // are cut off by their deadlines alone (docs/protocol.md "The copy fence").
+  std::shared_ptr<client::CopyFence> fence;
+  if (impl->transport().fences()) {
+    Result<std::shared_ptr<client::CopyFence>> created = client::CopyFence::Create();
+    if (created.ok()) fence = std::move(*created);
+  }
   return impl_->Call<Result<Registration>>(
       "RegisterKV", 0,
-      [&](const client::Header& h) { return client::EncodeRegisterKV(h, options); },
+      [&](const client::Header& h) {
+        return client::EncodeRegisterKV(h, options, fence ? fence->name() : std::string());
+      },
       // Kept for registering again after a restart of kvstashd.
-      [impl, options](const client::Reply& reply) -> Result<Registration> {
+      [impl, options, fence](const client::Reply& reply) -> Result<Registration> {
+        if (fence) fence->Unlink();  // opened by now, or never
         Result<Registration> registration = client::DecodeRegisterKV(*reply.envelope);
         if (!registration.ok()) return registration;
         return impl->registrations().Add(std::move(registration.value()), options,
-                                         impl->transport().server_info().boot_id);
+                                         impl->transport().server_info().boot_id,
+                                         client::DecodeFenced(*reply.envelope) ? fence : nullptr);
       });
 }
 
@@ -139,7 +152,7 @@ std::future<Status> Client::UnregisterKV(uint64_t registration_id) {
       [&](const client::Header& h) { return client::EncodeUnregisterKV(h, h.registration_id); },
       [impl, registration_id](const client::Reply& reply) {
         Status status = client::DecodeUnregisterKV(*reply.envelope);
-        if (status.ok()) impl->registrations().Remove(registration_id);
+        if (status.ok()) impl->registrations().Remove(registration_id, /*drained=*/true);
         return status;
       });
 }

@@ -128,6 +128,11 @@ Result<Registration> DecodeRegisterKV(const wire::Envelope& envelope) {
   return out;
 }
 
+bool DecodeFenced(const wire::Envelope& envelope) {
+  const wire::RegisterKVReply* reply = envelope.body_as_RegisterKVReply();
+  return reply != nullptr && reply->fenced();
+}
+
 Status DecodeUnregisterKV(const wire::Envelope& envelope) {
   auto reply = BodyAs<wire::UnregisterKVReply>(envelope);
   return reply.ok() ? Status::Ok() : reply.status();

@@ -54,7 +54,8 @@ Bytes EncodeHello(const Header& header, const std::string& client_name) {
   return Envelope(fbb, header, body);
 }
 
-Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options) {
+Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options,
+                       const std::string& fence_name) {
   FlatBufferBuilder fbb(1024 + 128 * options.layers.size());
   std::vector<Offset<wire::Allocation>> allocations;
   for (const Allocation& allocation : options.allocations) {
@@ -72,7 +73,8 @@ Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options) {
   }
   auto body = wire::CreateRegisterKVRequestDirect(
       fbb, options.model.c_str(), options.tenant_salt.c_str(), options.tp_rank, options.tp_size,
-      &allocations, &layers, board, options.replicated_across_ranks);
+      &allocations, &layers, board, fence_name.empty() ? nullptr : fence_name.c_str(),
+      options.replicated_across_ranks);
   return Envelope(fbb, header, body);
 }
 

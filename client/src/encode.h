@@ -23,7 +23,9 @@ struct Header {
 };
 
 Bytes EncodeHello(const Header& header, const std::string& client_name);
-Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options);
+// fence_name: the registration's copy fence (copy_fence.h); empty: none.
+Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options,
+                       const std::string& fence_name = std::string());
 Bytes EncodeUnregisterKV(const Header& header, uint64_t registration_id);
 Bytes EncodeStore(const Header& header, uint64_t registration_id,
                   const std::vector<ChunkBlocks>& chunks, const BoardSignal* signal = nullptr);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "decode.h"
@@ -31,6 +32,9 @@ constexpr char kMonitorEndpoint[] = "inproc://kvstash-client-monitor";
 constexpr int kHeartbeatIntervalMs = 250;
 constexpr int kHeartbeatTimeoutMs = 1000;
 constexpr int kReconnectIntervalMs = 100;
+// How often a request given up tries its copy fence again while kvstashd
+// still copies it (at most the rest of one copy call).
+constexpr std::chrono::milliseconds kGiveUpRetry{1};
 
 // Why nobody answers at `endpoint`, for an ipc socket with its file.
 std::string NobodyListens(const std::string& endpoint) {
@@ -161,6 +165,7 @@ bool IoLoop::Step() {
     }
   }
   ExpireDeadlines();
+  if (!giving_up_.empty()) RetryGiveUps();
   Poll();
   return true;
 }
@@ -259,6 +264,10 @@ void IoLoop::Poll() {
   if (wake) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*wake - Clock::now());
     timeout = std::max(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0));
+  }
+  // A request waiting for its fence is looked at again shortly.
+  if (!giving_up_.empty() && (timeout.count() < 0 || timeout > kGiveUpRetry)) {
+    timeout = kGiveUpRetry;
   }
   // Adaptive spinning (docs/deployment.md "Spinning"): while replies are
   // awaited and for a window after the last message, poll without sleeping,
@@ -368,8 +377,9 @@ void IoLoop::OnChannelClosed(const std::string& reason) {
   // What the daemon read from the ring before is answered over the socket;
   // what it did not will never be: fail them all now, not at their deadline.
   for (Request& request : pending_.TakeSentThroughRing()) {
-    Complete(request, Status::Unavailable(request.Name() + " was sent through the shared-memory " +
-                                          "channel, which kvstashd closed: " + reason));
+    const std::string name = request.Name();
+    GiveUp(std::move(request), Status::Unavailable(name + " was sent through the shared-memory " +
+                                                   "channel, which kvstashd closed: " + reason));
   }
 }
 
@@ -382,8 +392,10 @@ void IoLoop::ExpireDeadlines() {
   for (Request& request : pending_.TakeExpired(Clock::now())) {
     Status why;
     if (request.sent) {
-      why = Status::TimedOut(request.Name() + " got no reply from kvstashd at " +
-                             options_.endpoint + " within " + Millis(request.timeout));
+      Status timed_out = Status::TimedOut(request.Name() + " got no reply from kvstashd at " +
+                                          options_.endpoint + " within " + Millis(request.timeout));
+      GiveUp(std::move(request), std::move(timed_out));
+      continue;
     } else if (connected_) {
       why = Status::Unavailable(request.Name() + " waited " + Millis(request.timeout) +
                                 " for the Hello handshake with kvstashd at " + options_.endpoint);
@@ -539,7 +551,7 @@ bool IoLoop::ResolveRegistration(Request& request) {
   if (!where->ok()) {
     if (request.unregisters) {
       // Nothing on this daemon to unregister: forgetting it is the whole job.
-      registrations_.Remove(request.registration_id);
+      registrations_.Remove(request.registration_id, /*drained=*/false);
       flatbuffers::FlatBufferBuilder fbb(64);
       const proto::Bytes bytes = proto::Finish(fbb, request.id, wire::Body::UnregisterKVReply,
                                                wire::CreateUnregisterKVReply(fbb).Union());
@@ -557,6 +569,7 @@ bool IoLoop::ResolveRegistration(Request& request) {
     RewriteRegistrationId(request.bytes, **where);
     request.wire_registration_id = **where;
   }
+  if (request.copies_blocks) request.fence = registrations_.Fence(request.registration_id);
   return true;
 }
 
@@ -644,28 +657,37 @@ void IoLoop::RegisterAgain(const BootId& boot) {
   for (auto it = stale.rbegin(); it != stale.rend(); ++it) {
     const uint64_t engine_id = it->engine_id;
     const uint64_t session = session_;
-    Request again = OwnRequest("RegisterKV (again: kvstashd restarted)", [this, engine_id, session,
-                                                                          boot](
-                                                                             Result<Reply> reply) {
-      Result<Registration> registered =
-          reply.ok() ? DecodeRegisterKV(*reply->envelope) : Result<Registration>(reply.status());
-      if (!registered.ok()) {
-        Log(LogLevel::kWarn, "could not register registration " + std::to_string(engine_id) +
-                                 " again: " + registered.status().ToString());
-      }
-      if (std::optional<uint64_t> unused = registrations_.Rebound(engine_id, registered, boot)) {
-        Log(LogLevel::kError,
-            "registration " + std::to_string(engine_id) +
-                " is unusable on the restarted kvstashd: its configuration changed");
-        Request drop = OwnRequest("UnregisterKV (unusable after restart)", [](Result<Reply>) {});
-        drop.bytes = EncodeUnregisterKV(HeaderOf(drop), *unused);
-        drop.session = true;
-        outbox_.push_front(drop.id);
-        pending_.Add(std::move(drop));
-      }
-      if (session == session_ && registering_again_ > 0 && --registering_again_ == 0) Ready();
-    });
-    again.bytes = EncodeRegisterKV(HeaderOf(again), it->options);
+    std::shared_ptr<CopyFence> fence;
+    if (options_.endpoint.rfind("ipc://", 0) == 0) {  // kvstashd checks it against our credentials
+      Result<std::shared_ptr<CopyFence>> created = CopyFence::Create();
+      if (created.ok()) fence = std::move(*created);
+    }
+    Request again = OwnRequest(
+        "RegisterKV (again: kvstashd restarted)",
+        [this, engine_id, session, boot, fence](Result<Reply> reply) {
+          if (fence) fence->Unlink();  // opened by now, or never
+          Result<Registration> registered = reply.ok() ? DecodeRegisterKV(*reply->envelope)
+                                                       : Result<Registration>(reply.status());
+          const bool fenced = reply.ok() && DecodeFenced(*reply->envelope);
+          if (!registered.ok()) {
+            Log(LogLevel::kWarn, "could not register registration " + std::to_string(engine_id) +
+                                     " again: " + registered.status().ToString());
+          }
+          if (std::optional<uint64_t> unused =
+                  registrations_.Rebound(engine_id, registered, boot, fenced ? fence : nullptr)) {
+            Log(LogLevel::kError,
+                "registration " + std::to_string(engine_id) +
+                    " is unusable on the restarted kvstashd: its configuration changed");
+            Request drop =
+                OwnRequest("UnregisterKV (unusable after restart)", [](Result<Reply>) {});
+            drop.bytes = EncodeUnregisterKV(HeaderOf(drop), *unused);
+            drop.session = true;
+            outbox_.push_front(drop.id);
+            pending_.Add(std::move(drop));
+          }
+          if (session == session_ && registering_again_ > 0 && --registering_again_ == 0) Ready();
+        });
+    again.bytes = EncodeRegisterKV(HeaderOf(again), it->options, fence ? fence->name() : "");
     again.session = true;
     outbox_.push_front(again.id);
     pending_.Add(std::move(again));
@@ -703,7 +725,41 @@ void IoLoop::FailQueued(const Status& why) {
 
 void IoLoop::FailSent(const Status& why) {
   for (Request& request : pending_.TakeSent()) {
-    Complete(request, Status(why.code(), request.Name() + " failed: " + why.message()));
+    const std::string name = request.Name();
+    GiveUp(std::move(request), Status(why.code(), name + " failed: " + why.message()));
+  }
+}
+
+void IoLoop::GiveUp(Request request, Status why) {
+  // A daemon says Goodbye only once its copies have stopped: an unfenced
+  // request may fail at once then too.
+  if (!request.copies_blocks || !request.sent || (goodbye_ && !request.fence)) {
+    Complete(request, std::move(why));
+    return;
+  }
+  request.giving_up = std::move(why);
+  if (!TryGiveUp(request)) giving_up_.push_back(std::move(request));
+}
+
+bool IoLoop::TryGiveUp(Request& request) {
+  if (request.fence) {
+    switch (request.fence->TryGiveUp(request.id)) {
+      case CopyFence::GiveUp::kDone: Complete(request, *request.giving_up); return true;
+      case CopyFence::GiveUp::kBusy: return false;  // kvstashd is copying it
+      case CopyFence::GiveUp::kFailed: request.fence = nullptr; break;
+    }
+  }
+  // Unfenced: kvstashd starts no copy unit of it past its deadline.
+  if (Clock::now() < request.deadline) return false;
+  Complete(request, *request.giving_up);
+  return true;
+}
+
+void IoLoop::RetryGiveUps() {
+  std::vector<Request> trying;
+  trying.swap(giving_up_);
+  for (Request& request : trying) {
+    if (!TryGiveUp(request)) giving_up_.push_back(std::move(request));
   }
 }
 
@@ -712,7 +768,17 @@ void IoLoop::FailAll(StatusCode code, const std::string& why) {
   std::vector<Request> all = pending_.TakeAll();
   for (Request& request : queue_.Drain()) all.push_back(std::move(request));
   for (Request& request : all) {
-    Complete(request, Status(code, request.Name() + " did not complete: " + why));
+    const std::string name = request.Name();
+    GiveUp(std::move(request), Status(code, name + " did not complete: " + why));
+  }
+  // The loop ends here: wait for the fences now (until each request's
+  // deadline at most: the engine is tearing its client down).
+  while (!giving_up_.empty()) {
+    for (Request& request : giving_up_) {
+      if (Clock::now() >= request.deadline) request.fence = nullptr;
+    }
+    RetryGiveUps();
+    if (!giving_up_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (first_hello_) {
     first_hello_->set_value(Status(code, why));

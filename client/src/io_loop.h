@@ -10,8 +10,10 @@
 //  - A lost connection (the monitor's DISCONNECTED: a daemon that exits or
 //    dies closes its socket; ZeroMQ heartbeats turn a hung one into that
 //    within kHeartbeatTimeout) or a Goodbye from kvstashd fails every request
-//    sent or waiting with Unavailable at once. While no connection is up,
-//    new requests fail with Unavailable at once; ZeroMQ keeps reconnecting.
+//    sent or waiting with Unavailable: at once, except a sent Store or
+//    Retrieve, failed only once kvstashd can copy none of it any more (its
+//    copy fence, see GiveUp). While no connection is up, new requests fail
+//    with Unavailable at once; ZeroMQ keeps reconnecting.
 //  - Before the first Hello, a failed connect attempt (no socket file, or
 //    nothing listening: ZeroMQ's CONNECT_RETRIED) fails Connect at once.
 //  - A Hello whose boot id differs from the last one means kvstashd
@@ -29,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "encode.h"
@@ -119,6 +122,15 @@ class IoLoop {
   void KeepAlive();
 
   void Complete(Request& request, Result<Reply> outcome);
+  // Reports a request failed. One that kvstashd may still be copying (a
+  // sent Store or Retrieve) is reported only once kvstashd can copy none of
+  // it any more: once its copy fence is ours, or, without a fence, once its
+  // deadline passed (docs/protocol.md "The copy fence"); until then it
+  // waits in giving_up_.
+  void GiveUp(Request request, Status why);
+  // Completes it if it may be now; false: it still waits.
+  bool TryGiveUp(Request& request);
+  void RetryGiveUps();
   void FailQueued(const Status& why);
   void FailSent(const Status& why);
   void FailAll(StatusCode code, const std::string& why);
@@ -135,7 +147,8 @@ class IoLoop {
   std::optional<zmq::socket_t> dealer_;
   std::optional<zmq::socket_t> monitor_;
   PendingRequests pending_;
-  std::deque<uint64_t> outbox_;  // ids not yet sent, in order (may hold ended ids)
+  std::deque<uint64_t> outbox_;     // ids not yet sent, in order (may hold ended ids)
+  std::vector<Request> giving_up_;  // failed, waiting for their fence (GiveUp)
   bool connected_ = false;
   bool handshaken_ = false;       // the session is ready (see the session rules)
   bool goodbye_ = false;          // kvstashd said it is stopping; until the next connection

@@ -7,7 +7,7 @@
 namespace kvstash::client {
 
 Registration Registrations::Add(Registration registration, RegisterOptions options,
-                                const BootId& boot) {
+                                const BootId& boot, std::shared_ptr<CopyFence> fence) {
   MutexLock lock(mutex_);
   const uint64_t daemon_id = registration.id;
   // A later boot may hand out an id the engine already holds for another
@@ -15,13 +15,23 @@ Registration Registrations::Add(Registration registration, RegisterOptions optio
   uint64_t engine_id = daemon_id;
   while (engine_id == 0 || entries_.count(engine_id) != 0) engine_id = next_private_id_++;
   registration.id = engine_id;
-  entries_[engine_id] = Entry{registration, std::move(options), daemon_id, boot, Status::Ok()};
+  entries_[engine_id] = Entry{registration, std::move(options), daemon_id, boot, Status::Ok(),
+                              false,        std::move(fence)};
   return registration;
 }
 
-void Registrations::Remove(uint64_t engine_id) {
+void Registrations::Remove(uint64_t engine_id, bool drained) {
   MutexLock lock(mutex_);
-  entries_.erase(engine_id);
+  auto it = entries_.find(engine_id);
+  if (it == entries_.end()) return;
+  if (!drained && it->second.fence) earlier_fences_.push_back(std::move(it->second.fence));
+  entries_.erase(it);
+}
+
+std::shared_ptr<CopyFence> Registrations::Fence(uint64_t engine_id) const {
+  MutexLock lock(mutex_);
+  auto it = entries_.find(engine_id);
+  return it == entries_.end() ? nullptr : it->second.fence;
 }
 
 uint64_t Registrations::WireId(uint64_t engine_id) const {
@@ -54,11 +64,14 @@ std::vector<Registrations::Stale> Registrations::StaleFor(const BootId& boot) co
 
 std::optional<uint64_t> Registrations::Rebound(uint64_t engine_id,
                                                const Result<Registration>& again,
-                                               const BootId& boot) {
+                                               const BootId& boot,
+                                               std::shared_ptr<CopyFence> fence) {
   MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   if (it == entries_.end()) return again.ok() ? std::optional<uint64_t>(again->id) : std::nullopt;
   Entry& entry = it->second;
+  if (entry.fence) earlier_fences_.push_back(std::move(entry.fence));
+  entry.fence = nullptr;
   if (!again.ok()) {
     entry.last_error = again.status();
     return std::nullopt;
@@ -85,6 +98,7 @@ std::optional<uint64_t> Registrations::Rebound(uint64_t engine_id,
   }
   entry.daemon_id = again->id;
   entry.boot = boot;
+  entry.fence = std::move(fence);
   entry.last_error = Status::Ok();
   return std::nullopt;
 }

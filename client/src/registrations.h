@@ -6,11 +6,13 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "copy_fence.h"
 #include "kvstash/client_types.h"
 #include "kvstash/status.h"
 #include "kvstash/thread_annotations.h"
@@ -24,8 +26,16 @@ class Registrations {
  public:
   // A RegisterKV reply of daemon boot `boot`: remembers it and returns the
   // registration with the id the engine will use.
-  Registration Add(Registration registration, RegisterOptions options, const BootId& boot);
-  void Remove(uint64_t engine_id);
+  // `fence`: the registration's copy fence when the daemon holds it, else
+  // null.
+  Registration Add(Registration registration, RegisterOptions options, const BootId& boot,
+                   std::shared_ptr<CopyFence> fence);
+  // `drained`: its UnregisterKV was answered, so the daemon copies nothing
+  // of it any more and its fence may go; otherwise the fence is kept.
+  void Remove(uint64_t engine_id, bool drained);
+  // The copy fence of engine_id on the daemon it is registered with now
+  // (null: none, or not this client's).
+  std::shared_ptr<CopyFence> Fence(uint64_t engine_id) const;
 
   // The daemon id to encode for engine_id: itself when this client did not
   // register it (kvstashd judges such ids).
@@ -48,7 +58,7 @@ class Registrations {
   // keys and block math were computed for the old one; it is not tried
   // again, and the daemon id returned is to be unregistered.
   std::optional<uint64_t> Rebound(uint64_t engine_id, const Result<Registration>& again,
-                                  const BootId& boot);
+                                  const BootId& boot, std::shared_ptr<CopyFence> fence);
 
  private:
   struct Entry {
@@ -58,10 +68,14 @@ class Registrations {
     BootId boot{};
     Status last_error;     // why it is not registered on a later boot
     bool retired = false;  // never registered again (configuration changed)
+    std::shared_ptr<CopyFence> fence;
   };
   mutable Mutex mutex_;
   std::unordered_map<uint64_t, Entry> entries_ KVSTASH_GUARDED_BY(mutex_);  // by engine id
   uint64_t next_private_id_ KVSTASH_GUARDED_BY(mutex_) = 1ull << 63;
+  // Fences of earlier daemons: kept, with the requests they gave up, for the
+  // client's life, since such a daemon is not known to be gone.
+  std::vector<std::shared_ptr<CopyFence>> earlier_fences_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvstash::client

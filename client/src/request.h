@@ -4,8 +4,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 
+#include "copy_fence.h"
 #include "kvstash/proto/codec.h"
 #include "kvstash/status.h"
 
@@ -39,6 +42,13 @@ struct Request {
   // UnregisterKV: a registration that the restarted daemon does not hold is
   // forgotten here and the request succeeds without being sent.
   bool unregisters = false;
+  // Store and Retrieve: kvstashd reads or writes the engine's blocks for
+  // them, so a failure is reported only behind the registration's copy
+  // fence (`fence`, set when sent), or without one once the deadline passed.
+  bool copies_blocks = false;
+  std::shared_ptr<CopyFence> fence;
+  // The failure to report once the fence is ours (or the deadline passed).
+  std::optional<Status> giving_up;
   bool sent = false;
   bool via_ring = false;  // sent through the shared-memory channel
   ReplyHandler on_reply;

@@ -16,6 +16,7 @@ Result<std::unique_ptr<Transport>> Transport::Start(SessionOptions options,
     return Status::Unavailable(std::string("eventfd failed: ") + std::strerror(errno));
   }
   transport->timeout_ = options.timeout;
+  transport->ipc_ = options.endpoint.rfind("ipc://", 0) == 0;
   transport->trace_ = StageTrace::FromEnvironment("client");
   options.trace = transport->trace_.get();
   std::promise<Result<ServerInfo>> hello;

@@ -29,6 +29,9 @@ class Transport {
 
   uint64_t NextRequestId() { return next_id_.fetch_add(1); }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // Whether registrations get a copy fence: on ipc endpoints, where kvstashd
+  // knows the peer's credentials to open it with.
+  bool fences() const { return ipc_; }
   // Hands the request to the I/O thread (setting its timeout and deadline
   // unless the caller did); its handler runs exactly once.
   void Submit(Request request);
@@ -41,6 +44,7 @@ class Transport {
 
   std::unique_ptr<StageTrace> trace_;  // null unless KVSTASH_TRACE_FILE is set
   std::chrono::milliseconds timeout_{0};
+  bool ipc_ = false;
   std::atomic<uint64_t> next_id_{1};
   Registrations registrations_;
   zmq::context_t context_{1};

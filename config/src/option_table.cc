@@ -125,6 +125,23 @@ std::vector<OptionSpec> BuildTable() {
       UintOption("max-registrations-per-client", "KVSTASH_MAX_REGISTRATIONS_PER_CLIENT",
                  &C::max_registrations_per_client, 1, 1 << 20,
                  "Most registrations one connection may hold"),
+      UintOption("max-registrations-per-process", "KVSTASH_MAX_REGISTRATIONS_PER_PROCESS",
+                 &C::max_registrations_per_process, 1, 1 << 20,
+                 "Most registrations one client process (uid and pid on the ipc socket) may "
+                 "hold over all its connections"),
+      UintOption("max-channels-per-process", "KVSTASH_MAX_CHANNELS_PER_PROCESS",
+                 &C::max_channels_per_process, 1, 4096,
+                 "Most shared-memory channels one client process may have attached over all "
+                 "its connections; its further clients use the socket"),
+      UintOption("max-mappings-per-user", "KVSTASH_MAX_MAPPINGS_PER_USER",
+                 &C::max_mappings_per_user, 1, 1 << 24,
+                 "Most memory mappings (registered allocations, completion boards, channels) "
+                 "kvstashd holds for the processes of one uid; all users together get at most "
+                 "half of vm.max_map_count"),
+      UintOption("max-channel-mb-per-user", "KVSTASH_MAX_CHANNEL_MB_PER_USER",
+                 &C::max_channel_mb_per_user, 1, 1 << 24,
+                 "Most MiB of shared-memory channel segments kvstashd maps for the processes "
+                 "of one uid"),
       UintOption("max-in-flight-per-client", "KVSTASH_MAX_IN_FLIGHT_PER_CLIENT",
                  &C::max_in_flight_per_client, 1, 1 << 20,
                  "Most Store, Retrieve and UnregisterKV requests of one connection awaiting "

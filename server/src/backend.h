@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -57,18 +58,24 @@ class MappedAllocation {
 
 enum class Direction { kStore, kRetrieve };
 
-// The deadlines of one Copy call's chunks, and which chunks it did not copy
-// because theirs had passed. A backend checks a chunk's deadline before each
-// copy unit of it (host: each (layer, chunk) task; CUDA: each sub-batch it
-// enqueues) and starts no unit past it: no engine block of that chunk is
-// written after the deadline, but for a unit already running.
+// When one Copy call's chunks are cut off, and which chunks it did not copy
+// because of it: a chunk's deadline passed, or the daemon is stopping. A
+// backend checks before each copy unit of a chunk (host: each (layer,
+// chunk) task; CUDA: each sub-batch it enqueues) and starts no unit past
+// the cut-off: no engine block of that chunk is written after it, but for a
+// unit already running (the copy fence covers those: copy_fence.h).
 struct CopyDeadlines {
   using Clock = std::chrono::steady_clock;
   std::vector<Clock::time_point> at;  // per chunk; empty: no deadlines
   std::vector<uint8_t> missed;        // per chunk, set by the backend
+  // Set once the daemon stops copying (before it says Goodbye); may be null.
+  const std::atomic<bool>* stopping = nullptr;
 
-  bool any() const { return !at.empty(); }
-  bool Passed(size_t chunk, Clock::time_point now) const { return any() && now >= at[chunk]; }
+  bool any() const { return !at.empty() || stopping != nullptr; }
+  bool Passed(size_t chunk, Clock::time_point now) const {
+    if (stopping != nullptr && stopping->load(std::memory_order_relaxed)) return true;
+    return !at.empty() && now >= at[chunk];
+  }
 };
 
 // GPU-side completion of one Copy call (one request's job): the board slots
@@ -93,10 +100,11 @@ struct CopySignal {
   // engine's blocks are read.
   std::optional<uint32_t> gate_slot;
   std::optional<uint32_t> done_slot;
-  // Whether to stop waiting for the gate: the request's deadline passed or
-  // the registration went away. The worker then copies nothing, marks every
-  // chunk missed and releases done_slot with TimedOut.
-  std::function<bool()> give_up;
+  // Why to stop waiting for the gate (Ok: keep waiting): the request's
+  // deadline passed (TimedOut) or the registration went away (Cancelled).
+  // The worker then copies nothing, cuts off every chunk and releases
+  // done_slot with that status.
+  std::function<Status()> give_up;
 };
 
 // One group's layers of one registration, as the copy engine addresses them.

@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "backend_factory.h"
 #include "daemon_logger.h"
 #include "doorbell.h"
+#include "frontend_channels.h"
 #include "ipc_path.h"
 #include "kvstash/adaptive_spin.h"
 #include "kvstash/endpoint.h"
@@ -28,7 +31,6 @@
 #include "prometheus_text.h"
 #include "reply_queue.h"
 #include "service.h"
-#include "shm_channel.h"
 
 namespace kvstash::server {
 
@@ -40,10 +42,6 @@ constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr int kMaxRequestsPerWake = 256;  // then send replies, so none starve
 constexpr auto kStallSlack =
     std::chrono::milliseconds(50);  // a turn longer than poll + this stalled
-// Shared-memory channels attached at once: one per client connection; a
-// bound on what local peers can make the daemon map.
-constexpr size_t kMaxChannels = 4096;
-
 // Fixes the pool size (l1_share of MemAvailable, or l1_gb) and refuses one
 // that does not fit the machine, before any of it is touched.
 Status SizePool(config::ServerConfig& config, const std::string& backend) {
@@ -66,8 +64,9 @@ struct Daemon::Impl {
   int stop_fd = -1;
 
   ~Impl() {
-    metrics.reset();  // its threads read the service
-    service.reset();  // joins workers before the queue goes
+    metrics.reset();   // its threads read the service
+    channels.reset();  // their charges go back to the service's budget
+    service.reset();   // joins workers before the queue goes
     if (stop_fd >= 0) close(stop_fd);
   }
   Status Serve(zmq::socket_t& router);
@@ -78,29 +77,9 @@ struct Daemon::Impl {
   bool ipc = false;
   static void Send(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
 
-  // ---- Shared-memory channels (docs/protocol.md "Shared-memory channel") ----
-  // Frontend thread only, like the socket.
-  // Returns the doorbell's path for the reply ("" when there is none).
-  Result<std::string> AttachChannel(const Peer& peer, const wire::AttachChannelRequest& request);
-  // Ends a peer's channel; `tell` sends it ChannelClosed naming `why`.
-  void DetachChannel(zmq::socket_t& router, const PeerId& peer, const std::string& why, bool tell);
-  // Reads and handles what waits in the peer's request ring; returns
-  // whether it is drained (false: more may wait).
-  bool DrainChannel(zmq::socket_t& router, const PeerId& peer, bool* handled);
-  bool DrainChannels(zmq::socket_t& router, bool* handled);
-  // Before a blocking poll (sleeping) or while polling: writes the awake
-  // words; returns whether a ring holds a request (then do not block).
-  bool ChannelsSleeping(zmq::socket_t& router, bool sleeping);
-  // Detaches the channels whose client closed them or exited.
-  void CheckChannels(zmq::socket_t& router);
-  // A reply to `peer`: through its reply ring when it has one and polls it,
-  // otherwise over ZeroMQ.
-  void Route(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes);
-  std::unordered_map<PeerId, std::unique_ptr<ShmChannel>> channels;
-  bool reading_ring = false;  // handling a request read from a ring
-  // Shared by all channels; null without channels or when it could not be
-  // bound (then clients ring over the socket, as before).
-  std::unique_ptr<Doorbell> doorbell;
+  // The clients' shared-memory channels and the doorbell, while serving;
+  // every reply is routed through it.
+  std::unique_ptr<FrontendChannels> channels;
 };
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& config) {
@@ -141,7 +120,14 @@ void Daemon::RequestStop() {
 Status Daemon::Run() {
   const std::string path = IpcPath(impl_->config.socket);
   impl_->ipc = !path.empty();
-  if (!path.empty()) KVSTASH_RETURN_IF_ERROR(PrepareIpcPath(path));
+  // Held until this daemon's files are gone: no second daemon binds the
+  // path meanwhile, and what a dead one left is removed.
+  std::unique_ptr<IpcPathClaim> claim;
+  if (!path.empty()) {
+    Result<std::unique_ptr<IpcPathClaim>> claimed = ClaimIpcPath(path, path + ".doorbell");
+    if (!claimed.ok()) return claimed.status();
+    claim = std::move(*claimed);
+  }
   Status status;
   try {
     zmq::context_t context(1);
@@ -161,32 +147,43 @@ Status Daemon::Run() {
     if (!path.empty() && chmod(path.c_str(), impl_->config.socket_mode) != 0) {
       Logger()->warn("cannot set mode {:o} on {}", impl_->config.socket_mode, path);
     }
+    std::unique_ptr<Doorbell> doorbell;
     if (!path.empty() && impl_->config.shm_channel == "on") {
       Result<std::unique_ptr<Doorbell>> bell =
           Doorbell::Create(path + ".doorbell", impl_->config.socket_mode);
       if (bell.ok()) {
-        impl_->doorbell = std::move(*bell);
+        doorbell = std::move(*bell);
       } else {
         Logger()->warn("no doorbell ({}): clients wake this daemon over the socket",
                        bell.status().message());
       }
     }
+    impl_->channels = std::make_unique<FrontendChannels>(
+        impl_->config, *impl_->service, std::move(doorbell),
+        [&router](const PeerId& peer, const proto::Bytes& bytes) {
+          Impl::Send(router, peer, bytes);
+        });
     Logger()->info("kvstashd serving at {} ({} backend, L1 {:.2f} GiB)", impl_->config.socket,
                    impl_->backend_name, impl_->config.l1_gb);
     status = impl_->Serve(router);
+    impl_->channels.reset();  // unmaps them, removes the doorbell's path
   } catch (const zmq::error_t& e) {
     status = Status::Unavailable("ZeroMQ error on " + impl_->config.socket + ": " + e.what());
   }
-  impl_->doorbell.reset();  // removes its path
+  impl_->channels.reset();
   if (!path.empty()) unlink(path.c_str());
+  claim.reset();  // last: the path is free for the next daemon
   return status;
 }
 
 Status Daemon::Impl::Serve(zmq::socket_t& router) {
   service->SetChannelAttacher([this](const Peer& peer, const wire::AttachChannelRequest& request) {
-    return AttachChannel(peer, request);
+    return channels->Attach(peer, request);
   });
+  const int doorbell_fd = channels->doorbell_fd();
   bool stopping = false;
+  bool goodbye_due = false;  // stopping, and the copies have not ended yet
+  Clock::time_point stop_began;
   Clock::time_point drain_deadline;
   AdaptiveSpin spin(std::chrono::microseconds(config.busy_poll_us));
   Clock::time_point last_tick;
@@ -206,7 +203,7 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, replies.wake_fd(), ZMQ_POLLIN, 0},
                                {nullptr, stop_fd, ZMQ_POLLIN, 0},
-                               {nullptr, doorbell ? doorbell->fd() : -1, ZMQ_POLLIN, 0}};
+                               {nullptr, doorbell_fd, ZMQ_POLLIN, 0}};
     // Adaptive spinning (docs/deployment.md "Spinning"): no sleep for a
     // window after the last message, nor while copies are in flight (then up
     // to AdaptiveSpin::kInFlightWindows windows), so that neither the next
@@ -218,10 +215,10 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     const bool replies_waiting = replies.Sleeping(!busy);
     // Attached rings are polled like the socket: their awake words say
     // whether clients may write to them without ringing a doorbell.
-    const bool ring_waiting = !channels.empty() && ChannelsSleeping(router, !busy);
+    const bool ring_waiting = channels->any_awake() && channels->Sleeping(!busy);
     const bool block = !busy && !replies_waiting && !ring_waiting;
-    if (zmq::poll(items, doorbell ? 4 : 3, block ? kPollInterval : std::chrono::milliseconds(0)) >
-        0) {
+    if (zmq::poll(items, doorbell_fd >= 0 ? 4 : 3,
+                  block ? kPollInterval : std::chrono::milliseconds(0)) > 0) {
       spin.Activity(Clock::now());
     } else if (!block && !ring_waiting) {
       // Nothing yet: give the core to any thread waiting for it (the
@@ -230,41 +227,54 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     }
     if (block) replies.Sleeping(false);
     mark();
-    // A doorbell says only "look at the rings", which this turn does next.
-    if ((items[3].revents & ZMQ_POLLIN) && doorbell->Drain() > 0) {
-      service->stats().channel_doorbells.fetch_add(1);
-    }
     if (items[0].revents & ZMQ_POLLIN) drained = ReceiveRequests(router);
-    if (!channels.empty()) {
+    if (items[3].revents & ZMQ_POLLIN) {
       bool handled = false;
-      if (!DrainChannels(router, &handled)) drained = false;
+      if (!channels->Rang(&handled)) drained = false;
+      if (handled) spin.Activity(Clock::now());
+    }
+    if (channels->any_awake()) {
+      bool handled = false;
+      if (!channels->DrainAwake(&handled)) drained = false;
       if (handled) spin.Activity(Clock::now());
     }
     if ((items[1].revents & ZMQ_POLLIN) || replies.pending()) {
       for (const OutgoingReply& reply : replies.TakeAll()) {
         MarkStage(service->trace(), reply.request_id, TraceStage::kReplySent);
-        Route(router, reply.peer, reply.bytes);
+        channels->Route(reply.peer, reply.bytes);
       }
       spin.Activity(Clock::now());
     }
     if (const Clock::time_point now = Clock::now(); now - last_tick >= kTickInterval) {
       mark();
       service->Tick(drained);
-      if (!channels.empty()) CheckChannels(router);
+      if (!channels->empty()) channels->Tick(now);
       last_tick = now;
     }
     if ((items[2].revents & ZMQ_POLLIN) && !stopping) {
       Logger()->info("stopping: answering {} requests in flight", service->deferred_in_flight());
+      // No copy unit starts from now on: those in flight end at their next
+      // unit, and their chunks are answered Failed (Unavailable).
       service->BeginShutdown();
-      // Tell every client now, so that none waits out its timeout on
-      // requests this daemon will not answer (they fail with Unavailable).
+      stopping = true;
+      goodbye_due = true;
+      stop_began = Clock::now();
+      drain_deadline = stop_began + kDrainTimeout;
+    }
+    if (goodbye_due && service->copies_in_flight() == 0) {
+      // Only once no copy can write an engine's blocks any more (the fence
+      // of docs/protocol.md): a client told Goodbye fails its requests at
+      // once and its engine reuses their blocks. Sent now, so that none
+      // waits out its timeout on requests this daemon will not answer.
       const proto::Bytes goodbye = Service::GoodbyeMessage("kvstashd is stopping");
       for (const PeerId& peer : service->RecentPeers()) Send(router, peer, goodbye);
       router.set(zmq::sockopt::linger, 200);  // deliver them before the socket closes
-      stopping = true;
-      drain_deadline = Clock::now() + kDrainTimeout;
+      goodbye_due = false;
+      Logger()->info(
+          "copies stopped {} us after the stop signal; said goodbye",
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - stop_began).count());
     }
-    if (stopping && service->deferred_in_flight() == 0) break;
+    if (stopping && !goodbye_due && service->deferred_in_flight() == 0) break;
     if (stopping && Clock::now() > drain_deadline) {
       return Status::DeviceError(std::to_string(service->deferred_in_flight()) +
                                  " requests still in flight after the drain timeout");
@@ -285,9 +295,8 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
     // What the peer wrote to its ring before this message comes first; an
     // empty message is its doorbell, nothing more (from a peer without a
     // channel it is malformed, as ever).
-    if (!channels.empty() && channels.count(peer) != 0) {
-      bool handled = false;
-      DrainChannel(router, peer, &handled);
+    if (!channels->empty() && channels->Has(peer)) {
+      channels->FromSocket(peer);
       if (frames.size() == 2 && frames[1].size() == 0) continue;
     }
     if (frames.size() != 2) {
@@ -315,131 +324,10 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
         MarkStage(service->trace(), wire::GetEnvelope(reply->data())->request_id(),
                   TraceStage::kReplySent);
       }
-      Route(router, peer, *reply);
+      channels->Route(peer, *reply);
     }
   }
   return false;  // more may be waiting
-}
-
-Result<std::string> Daemon::Impl::AttachChannel(const Peer& peer,
-                                                const wire::AttachChannelRequest& request) {
-  if (config.shm_channel != "on") {
-    return Status::Unavailable("kvstashd runs with --shm-channel " + config.shm_channel +
-                               ": requests travel over the socket only");
-  }
-  if (reading_ring) {
-    return Status::InvalidArgument("AttachChannel must come over the socket, not through a ring");
-  }
-  if (channels.size() >= kMaxChannels && channels.count(peer.id) == 0) {
-    return Status::Exhausted("kvstashd holds " + std::to_string(channels.size()) +
-                             " shared-memory channels, its limit; this client uses the socket");
-  }
-  const std::string name = request.shm_name() ? request.shm_name()->str() : std::string();
-  Result<std::unique_ptr<ShmChannel>> opened =
-      ShmChannel::Open(peer, name, request.request_ring_bytes(), request.reply_ring_bytes());
-  if (!opened.ok()) return opened.status();
-  const pid_t pid = peer.credentials ? peer.credentials->pid : 0;
-  Logger()->debug("shared-memory channel {} attached for client pid {}", name, pid);
-  channels[peer.id] = std::move(*opened);  // a channel attached before is replaced
-  return doorbell ? doorbell->path() : std::string();
-}
-
-void Daemon::Impl::DetachChannel(zmq::socket_t& router, const PeerId& peer, const std::string& why,
-                                 bool tell) {
-  auto found = channels.find(peer);
-  if (found == channels.end()) return;
-  const std::string name = found->second->name();
-  channels.erase(found);
-  if (!tell) {
-    Logger()->debug("shared-memory channel {} detached: {}", name, why);
-    return;
-  }
-  Logger()->error(
-      "shared-memory channel {} detached: {}; this client's requests travel over the "
-      "socket from now on",
-      name, why);
-  flatbuffers::FlatBufferBuilder fbb(64 + why.size());
-  auto body = wire::CreateChannelClosedDirect(fbb, why.c_str());
-  Send(router, peer, proto::Finish(fbb, 0, wire::Body::ChannelClosed, body.Union()));
-}
-
-bool Daemon::Impl::DrainChannel(zmq::socket_t& router, const PeerId& peer, bool* handled) {
-  for (int n = 0; n < kMaxRequestsPerWake; ++n) {
-    auto found = channels.find(peer);
-    if (found == channels.end()) return true;
-    const uint8_t* data = nullptr;
-    uint32_t size = 0;
-    std::string why;
-    const channel::RingResult popped = found->second->PopRequest(&data, &size, &why);
-    if (popped == channel::RingResult::kEmpty) return true;
-    if (popped != channel::RingResult::kOk) {
-      DetachChannel(router, peer, why, true);
-      return true;
-    }
-    *handled = true;
-    service->stats().channel_requests.fetch_add(1);
-    const Peer sender = found->second->peer();  // a copy: handling may end the channel
-    reading_ring = true;
-    std::optional<proto::Bytes> reply = service->Handle(sender, data, size);
-    reading_ring = false;
-    if (reply) {
-      if (service->trace() != nullptr) {
-        MarkStage(service->trace(), wire::GetEnvelope(reply->data())->request_id(),
-                  TraceStage::kReplySent);
-      }
-      Route(router, peer, *reply);
-    }
-  }
-  return false;
-}
-
-bool Daemon::Impl::DrainChannels(zmq::socket_t& router, bool* handled) {
-  bool drained = true;
-  std::vector<PeerId> peers;
-  peers.reserve(channels.size());
-  for (const auto& [peer, ch] : channels) peers.push_back(peer);
-  for (const PeerId& peer : peers) drained = DrainChannel(router, peer, handled) && drained;
-  return drained;
-}
-
-bool Daemon::Impl::ChannelsSleeping(zmq::socket_t& router, bool sleeping) {
-  bool waiting = false;
-  std::vector<std::pair<PeerId, std::string>> broken;
-  for (const auto& [peer, ch] : channels) {
-    Result<bool> ready = ch->SetAwake(!sleeping);
-    if (!ready.ok()) {
-      broken.emplace_back(peer, ready.status().message());
-    } else if (sleeping && *ready) {
-      waiting = true;
-    }
-  }
-  for (const auto& [peer, why] : broken) DetachChannel(router, peer, why, true);
-  return waiting;
-}
-
-void Daemon::Impl::CheckChannels(zmq::socket_t& router) {
-  std::vector<std::pair<PeerId, std::string>> ended;
-  for (const auto& [peer, ch] : channels) {
-    std::string why = ch->Ended();
-    if (!why.empty()) ended.emplace_back(peer, std::move(why));
-  }
-  for (const auto& [peer, why] : ended) DetachChannel(router, peer, why, false);
-}
-
-void Daemon::Impl::Route(zmq::socket_t& router, const PeerId& peer, const proto::Bytes& bytes) {
-  if (!channels.empty()) {
-    auto found = channels.find(peer);
-    if (found != channels.end()) {
-      std::string why;
-      switch (found->second->PushReply(bytes.data(), bytes.size(), &why)) {
-        case ShmChannel::Sent::kRing: return;
-        case ShmChannel::Sent::kRingDoorbell: Send(router, peer, proto::Bytes()); return;
-        case ShmChannel::Sent::kNotSent: break;
-        case ShmChannel::Sent::kCorrupt: DetachChannel(router, peer, why, true); break;
-      }
-    }
-  }
-  Send(router, peer, bytes);
 }
 
 std::optional<PeerCredentials> Daemon::Impl::Credentials(zmq::message_t& frame) const {

@@ -169,12 +169,12 @@ StatsSnapshot Introspection::ReadStats() const {
   s.tiers = tiers_->ReadStats();
   for (const auto& reg : registrations) {
     s.registrations.push_back(
-        {reg->id, reg->request.model, reg->request.tp_rank, reg->stats.ReadCounters()});
+        {reg->id, reg->request.model, reg->request.tp_rank, reg->stats.ReadCounters(), reg->owner});
   }
   return s;
 }
 
-std::string Introspection::StatsJson() const {
+std::string Introspection::StatsJson(const PeerId& viewer, bool admin) const {
   const StatsSnapshot snapshot = ReadStats();
   json counters = json::object();
   for (const Stats::Counter& c : snapshot.counters) counters[c.name] = c.value;
@@ -193,8 +193,15 @@ std::string Introspection::StatsJson() const {
                                                     {"p50_us", s.Percentile(0.50)},
                                                     {"p99_us", s.Percentile(0.99)}};
   }
+  // As in Describe: a non-admin sees its own registrations' counters and
+  // counts the others' (their ids and models are theirs).
   json registrations = json::array();
+  uint64_t others = 0;
   for (const StatsSnapshot::Registration& reg : snapshot.registrations) {
+    if (!admin && reg.owner != viewer) {
+      ++others;
+      continue;
+    }
     json reg_counters = json::object();
     for (const Stats::Counter& c : reg.counters) reg_counters[c.name] = c.value;
     registrations.push_back(json{{"id", reg.id},
@@ -209,8 +216,14 @@ std::string Introspection::StatsJson() const {
   const uint64_t capacity = gauges["l1_capacity_bytes"];
   json derived{{"lookup_hit_rate", keys ? double(hits) / double(keys) : 0.0},
                {"l1_used_fraction", capacity ? double(used) / double(capacity) : 0.0}};
-  return json{{"gauges", gauges},     {"tiers", tiers},     {"per_registration", registrations},
-              {"counters", counters}, {"derived", derived}, {"latency", latency}}
+  return json{{"gauges", gauges},
+              {"tiers", tiers},
+              {"per_registration", registrations},
+              {"other_registrations", others},
+              {"viewer_is_admin", admin},
+              {"counters", counters},
+              {"derived", derived},
+              {"latency", latency}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -6,8 +6,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 namespace kvstash::server {
 
@@ -39,6 +41,12 @@ Result<std::unique_ptr<Doorbell>> Doorbell::Create(const std::string& path, mode
     return Status::Internal(std::string("cannot create the doorbell socket: ") +
                             std::strerror(errno));
   }
+  // Every datagram then carries its sender's pid, whoever sent it.
+  const int on = 1;
+  if (setsockopt(bell->fd_, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0) {
+    return Status::Internal(std::string("cannot ask for the doorbell's sender credentials: ") +
+                            std::strerror(errno));
+  }
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.data(), path.size());
   // bind never follows or replaces what is at the path (EADDRINUSE).
@@ -46,6 +54,11 @@ Result<std::unique_ptr<Doorbell>> Doorbell::Create(const std::string& path, mode
     return Status::Unavailable("cannot bind the doorbell " + path + ": " + std::strerror(errno));
   }
   bell->path_ = path;
+  {
+    std::ifstream qlen("/proc/sys/net/unix/max_dgram_qlen");
+    int length = 0;
+    if (qlen >> length && length > 0) bell->queue_length_ = std::min(length, kMaxPerWake);
+  }
   if (chmod(path.c_str(), mode) != 0) {
     return Status::Internal("cannot set mode on the doorbell " + path + ": " +
                             std::strerror(errno));
@@ -58,10 +71,28 @@ Doorbell::~Doorbell() {
   if (!path_.empty()) unlink(path_.c_str());
 }
 
-int Doorbell::Drain() {
+int Doorbell::Drain(std::vector<pid_t>* senders) {
   int read = 0;
   char byte[8];
-  while (read < kMaxPerWake && recv(fd_, byte, sizeof(byte), MSG_DONTWAIT) >= 0) ++read;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
+  for (; read < kMaxPerWake; ++read) {
+    iovec data{byte, sizeof(byte)};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    if (recvmsg(fd_, &message, MSG_DONTWAIT) < 0) break;
+    pid_t pid = 0;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
+        ucred credentials{};
+        std::memcpy(&credentials, CMSG_DATA(c), sizeof(credentials));
+        pid = credentials.pid;
+      }
+    }
+    if (std::find(senders->begin(), senders->end(), pid) == senders->end()) senders->push_back(pid);
+  }
   return read;
 }
 

@@ -52,9 +52,10 @@ Status FaultInjectionBackend::Copy(Direction direction, int device, const CopyLa
                                                       chunks.begin() + long(before));
         const std::vector<uint32_t> partial_slabs(slabs.begin(), slabs.begin() + long(before));
         CopyDeadlines partial_deadlines;
-        if (deadlines.any()) {
+        if (!deadlines.at.empty()) {
           partial_deadlines.at.assign(deadlines.at.begin(), deadlines.at.begin() + long(before));
         }
+        partial_deadlines.stopping = deadlines.stopping;
         // No signal: the transfer worker releases the slots of a failed copy.
         KVSTASH_RETURN_IF_ERROR(real_->Copy(direction, device, layout, partial, partial_slabs,
                                             partial_deadlines, nullptr));

@@ -1,7 +1,8 @@
 // Store and Retrieve: validate everything, reserve or pin slots in the chunk
 // store, hand the copies to the device's transfer worker, answer per chunk.
-// A chunk whose copy the request's deadline cut off comes back Failed with
-// TimedOut; a stored one is not published.
+// A chunk whose copy was cut off (the request's deadline, the engine giving
+// it up, the daemon stopping, an unreadable board) comes back Failed with
+// the cause; a stored one is not published.
 #include <algorithm>
 #include <string>
 
@@ -51,7 +52,13 @@ Result<CopySignal> MakeSignal(const Registration& reg, const BoardSignal& asked,
     std::weak_ptr<CompletionBoard> board = reg.board;
     signal.give_up = [board, deadline] {
       auto held = board.lock();
-      return !held || held->abandoned() || (deadline && Clock::now() >= *deadline);
+      if (!held || held->abandoned()) {
+        return Status::Cancelled("the registration ended before the store's gate was opened");
+      }
+      if (deadline && Clock::now() >= *deadline) {
+        return Status::TimedOut("the request's deadline passed before the store's gate was opened");
+      }
+      return Status::Ok();
     };
     return signal;
   }
@@ -88,12 +95,6 @@ void PresetStatus(const CopySignal& signal, uint32_t code) {
   if (signal.done_slot) signal.board->WriteStatus(*signal.done_slot, code);
 }
 
-Status TimedOutChunk() {
-  return Status::TimedOut(
-      "the request's deadline passed before this chunk was copied; "
-      "none of its blocks was written after it");
-}
-
 }  // namespace
 
 Transfers::Transfers(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
@@ -105,8 +106,9 @@ Transfers::Transfers(const config::ServerConfig& config, Stats& stats, DeferredR
       tiers_(tiers),
       registrations_(registrations) {
   for (int d = 0; d < backend.num_devices(); ++d) {
-    workers_.push_back(std::make_unique<TransferWorker>(
-        backend, d, std::chrono::microseconds(config.busy_poll_us), deferred.trace()));
+    workers_.push_back(
+        std::make_unique<TransferWorker>(backend, d, std::chrono::microseconds(config.busy_poll_us),
+                                         stopping_copies_, deferred.trace()));
   }
 }
 
@@ -157,8 +159,19 @@ Status Transfers::CheckChunks(const Registration& reg, const std::vector<ChunkRe
   return Status::Ok();
 }
 
+void Transfers::StopCopies() {
+  stopping_copies_.store(true);
+  for (const auto& worker : workers_) worker->Wake();
+}
+
 Transfers::Reply Transfers::SubmitTransfer(Direction direction, TransferJob job, bool begun) {
   job.Seal();  // block_ids is complete: point the copies at it
+  copies_in_flight_.fetch_add(1);
+  job.complete = [this, complete = std::move(job.complete)](
+                     const Status& copied, const std::vector<uint8_t>& cut, const Status& cut_why) {
+    complete(copied, cut, cut_why);
+    copies_in_flight_.fetch_sub(1);
+  };
   if (!begun) deferred_.Begin(job.owner);
   MarkStage(deferred_.trace(), job.request_id, TraceStage::kDaemonHandled);
   const size_t device = size_t(job.registration->device);
@@ -221,19 +234,21 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
   }
   if (signal) PresetStatus(*signal, 0);
   job.signal = std::move(signal);
-  job.complete = [this, r, reg, reply, reserved, chunk_bytes](const Status& copied,
-                                                              const std::vector<uint8_t>& missed) {
+  job.complete = [this, r, reg, reply, reserved, chunk_bytes](
+                     const Status& copied, const std::vector<uint8_t>& cut, const Status& cut_why) {
     for (size_t k = 0; k < reserved->size(); ++k) {
       auto [index, entry] = (*reserved)[k];
       ChunkOutcome& outcome = reply->chunks[index];
-      if (copied.ok() && !missed[k]) {
+      if (copied.ok() && !cut[k]) {
         store_->CommitStore(entry, outcome.num_tokens);
         outcome.result = ChunkResult::kStored;
         stats_.ChunkStored(reg->stats, outcome.num_tokens, chunk_bytes);
       } else {
         store_->AbortStore(entry);  // a partly written slot is never published
-        outcome = ChunkOutcome{ChunkResult::kFailed, 0, missed[k] ? TimedOutChunk() : copied};
-        Stats::Add(missed[k] ? stats_.chunks_timed_out : stats_.store_chunks_failed);
+        const Status& why = copied.ok() ? cut_why : copied;
+        outcome = ChunkOutcome{ChunkResult::kFailed, 0, why};
+        Stats::Add(why.code() == StatusCode::kTimedOut ? stats_.chunks_timed_out
+                                                       : stats_.store_chunks_failed);
       }
     }
     deferred_.Finish(r, std::move(*reply));
@@ -354,17 +369,19 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
   job.signal = std::move(signal);
   const uint64_t chunk_bytes = layout.chunk_bytes();
   job.complete = [this, r, reg, reply, reading, lease_id, chunk_bytes](
-                     const Status& copied, const std::vector<uint8_t>& missed) {
+                     const Status& copied, const std::vector<uint8_t>& cut, const Status& cut_why) {
     for (size_t k = 0; k < reading->size(); ++k) {
       auto [index, entry] = (*reading)[k];
       store_->EndRead(entry);
       ChunkOutcome& outcome = reply->chunks[index];
-      if (copied.ok() && !missed[k]) {
+      if (copied.ok() && !cut[k]) {
         outcome.result = ChunkResult::kRetrieved;
         stats_.ChunkRetrieved(reg->stats, outcome.num_tokens, chunk_bytes);
       } else {
-        outcome = ChunkOutcome{ChunkResult::kFailed, 0, missed[k] ? TimedOutChunk() : copied};
-        Stats::Add(missed[k] ? stats_.chunks_timed_out : stats_.retrieve_chunks_failed);
+        const Status& why = copied.ok() ? cut_why : copied;
+        outcome = ChunkOutcome{ChunkResult::kFailed, 0, why};
+        Stats::Add(why.code() == StatusCode::kTimedOut ? stats_.chunks_timed_out
+                                                       : stats_.retrieve_chunks_failed);
       }
     }
     // An expired or unknown lease is no error here: the retrieve is done.

@@ -1,6 +1,7 @@
 // Hello, Ping, and Clear, Describe and Stats on the background worker.
 #include "introspection.h"
 
+#include <new>
 #include <random>
 
 #include "kvstash/version.h"
@@ -62,13 +63,15 @@ Introspection::Reply Introspection::Clear(const Request& r, const ClearRequest& 
   deferred_.Begin(r.peer.id);
   introspecting_.fetch_add(1);
   background_->Post([this, r, m] {
-    // Across tenants only for admins; anyone else clears the scopes of the
-    // registrations its own connection holds.
-    const uint64_t cleared = store_->Clear(
-        access_.IsAdmin(r.peer) ? registry_->ScopeMatcher(m.model, m.tenant_salt)
-                                : registry_->OwnedScopeMatcher(r.peer.id, m.model, m.tenant_salt));
-    introspecting_.fetch_sub(1);
-    deferred_.Finish(r, ClearReply{cleared});
+    Answer(r, [&] {
+      // Across tenants only for admins; anyone else clears the scopes of the
+      // registrations its own connection holds.
+      const uint64_t cleared =
+          store_->Clear(access_.IsAdmin(r.peer)
+                            ? registry_->ScopeMatcher(m.model, m.tenant_salt)
+                            : registry_->OwnedScopeMatcher(r.peer.id, m.model, m.tenant_salt));
+      return ReplyBody(ClearReply{cleared});
+    });
   });
   return std::optional<ReplyBody>();
 }
@@ -81,9 +84,9 @@ Introspection::Reply Introspection::Describe(const Request& r) {
   deferred_.Begin(r.peer.id);
   introspecting_.fetch_add(1);
   background_->Post([this, r] {
-    DescribeReply reply{DescribeJson(r.peer.id, access_.IsAdmin(r.peer))};
-    introspecting_.fetch_sub(1);
-    deferred_.Finish(r, reply);
+    Answer(r, [&] {
+      return ReplyBody(DescribeReply{DescribeJson(r.peer.id, access_.IsAdmin(r.peer))});
+    });
   });
   return std::optional<ReplyBody>();
 }
@@ -93,11 +96,33 @@ Introspection::Reply Introspection::StatsReply(const Request& r) {
   deferred_.Begin(r.peer.id);
   introspecting_.fetch_add(1);
   background_->Post([this, r] {
-    server::StatsReply reply{stats_.ReadCounters(), StatsJson()};
-    introspecting_.fetch_sub(1);
-    deferred_.Finish(r, reply);
+    Answer(r, [&] {
+      return ReplyBody(
+          server::StatsReply{stats_.ReadCounters(), StatsJson(r.peer.id, access_.IsAdmin(r.peer))});
+    });
   });
   return std::optional<ReplyBody>();
+}
+
+void Introspection::Answer(const Request& r, const std::function<ReplyBody()>& build) {
+  std::optional<ReplyBody> reply;
+  try {
+    reply = build();
+  } catch (const std::bad_alloc&) {
+    Stats::Add(stats_.requests_out_of_memory);
+  }
+  introspecting_.fetch_sub(1);
+  if (reply) {
+    try {
+      deferred_.Finish(r, *reply);
+      return;
+    } catch (const std::bad_alloc&) {
+      // Finish throws only while encoding, before it counts anything.
+      Stats::Add(stats_.requests_out_of_memory);
+    }
+  }
+  deferred_.Fail(r, Status::Exhausted("kvstashd ran out of memory building this reply (a limit "
+                                      "of the machine or of its mappings); try again"));
 }
 
 Introspection::Reply Introspection::Ping(const Request&) {

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,12 +42,18 @@ class Introspection {
   // in detail and the others' count only. Tenant salts and namespace ids
   // never appear.
   std::string DescribeJson(const PeerId& viewer, bool admin) const;
-  std::string StatsJson() const;
+  // The same rule for the per-registration counters.
+  std::string StatsJson(const PeerId& viewer, bool admin) const;
   // Counters, gauges, histograms and per-registration counters: what
   // StatsJson and the metrics endpoint render. Thread-safe.
   StatsSnapshot ReadStats() const;
 
  private:
+  // On the background worker: answers `r` with what `build` makes, or with
+  // ResourceExhausted when memory runs out meanwhile (std::bad_alloc), which
+  // must never end the daemon.
+  void Answer(const Request& r, const std::function<ReplyBody()>& build);
+
   const config::ServerConfig& config_;
   const std::array<uint8_t, 16> boot_id_;
   const Clock::time_point started_;

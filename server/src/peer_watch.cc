@@ -48,6 +48,12 @@ std::vector<PeerWatch::Gone> PeerWatch::TakeGone(Clock::time_point now) {
   return gone;
 }
 
+std::optional<PeerWatch::Clock::time_point> PeerWatch::LastHeard(const PeerId& peer) const {
+  auto found = recent_.find(peer);
+  if (found == recent_.end()) return std::nullopt;
+  return found->second;
+}
+
 std::vector<PeerWatch::PeerId> PeerWatch::RecentPeers() const {
   std::vector<PeerId> peers;
   peers.reserve(recent_.size());
@@ -61,6 +67,7 @@ namespace kvstash::server {
 
 void PeerWatch::Forgive(Clock::duration stall) {
   for (auto& [peer, owner] : owners_) owner.last_heard += stall;
+  for (auto& [peer, last_heard] : recent_) last_heard += stall;
 }
 
 }  // namespace kvstash::server

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -50,6 +51,9 @@ class PeerWatch {
   // Every peer heard from within kPeerMemory (registered or not): whom the
   // daemon tells Goodbye when it stops.
   std::vector<PeerId> RecentPeers() const;
+  // When `peer` was last heard from (stalls forgiven), if within kPeerMemory.
+  std::optional<Clock::time_point> LastHeard(const PeerId& peer) const;
+  std::chrono::milliseconds timeout() const { return timeout_; }
   static constexpr std::chrono::minutes kPeerMemory{10};
 
  private:

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend.h"
@@ -22,7 +23,7 @@ class Registrations {
   using Reply = HandlerReply;
 
   Registrations(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
-                Backend& backend, uint64_t max_chunk_bytes, TierChain& tiers);
+                Backend& backend, uint64_t max_chunk_bytes, TierChain& tiers, PeerBudget& budget);
 
   Reply RegisterKV(const Request& r, RegisterRequest& m);
   Reply UnregisterKV(const Request& r, const UnregisterRequest& m);
@@ -33,6 +34,10 @@ class Registrations {
 
   // Any message from `peer`.
   void Heard(const PeerId& peer, Clock::time_point now) { peers_.Heard(peer, now); }
+  // When `peer` was last heard from (frontend thread), if lately.
+  std::optional<Clock::time_point> LastHeard(const PeerId& peer) const {
+    return peers_.LastHeard(peer);
+  }
   // Drops the registrations of engines gone silent.
   void DropSilent(Clock::time_point now);
   // The frontend loop did not run for `stall`: nobody's silence.
@@ -48,7 +53,8 @@ class Registrations {
   DeferredReplies& deferred_;
   std::unique_ptr<Registry> registry_;
   TierChain& tiers_;  // told each registration's scope
-  PeerWatch peers_;   // frontend thread only
+  PeerBudget& budget_;
+  PeerWatch peers_;  // frontend thread only
 };
 
 }  // namespace kvstash::server

@@ -137,6 +137,15 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
     if (!board.ok()) return board.status();
     registration->board = std::move(*board);
   }
+  if (!request.fence_name.empty()) {
+    Result<std::shared_ptr<CopyFence>> fence =
+        CopyFence::Open(request.fence_name, request.allocations[0].opener);
+    if (fence.ok()) {
+      registration->fence = std::move(*fence);
+    } else {
+      registration->fence_refused = fence.status();  // registered all the same, unfenced
+    }
+  }
 
   KeyNamespace ns{request.model,   request.tenant_salt, layout->fingerprint(),
                   request.tp_rank, request.tp_size,     request.replicated_across_ranks};

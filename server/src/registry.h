@@ -22,9 +22,11 @@
 #include "backend.h"
 #include "chunk_store.h"
 #include "completion_board.h"
+#include "copy_fence.h"
 #include "kvstash/chunk_layout.h"
 #include "kvstash/keys.h"
 #include "kvstash/thread_annotations.h"
+#include "peer_budget.h"
 #include "stats.h"
 
 namespace kvstash::server {
@@ -50,6 +52,7 @@ struct RegistrationRequest {
   std::vector<AllocationSpec> allocations;
   std::vector<LayerSpec> layers;
   std::optional<BoardSpec> board;
+  std::string fence_name;  // the engine's copy fence; empty: none
 };
 
 class Registration {
@@ -64,7 +67,12 @@ class Registration {
   std::vector<std::shared_ptr<MappedAllocation>> allocations;
   std::vector<GroupAddresses> groups;      // per layout group, for the copy engine
   std::shared_ptr<CompletionBoard> board;  // null: no GPU-side completion
-  RegistrationStats stats;                 // its share of the traffic
+  // Null: no fence (none named, or it could not be opened: fence_refused
+  // says why); its requests are then cut off by their deadlines alone.
+  std::shared_ptr<CopyFence> fence;
+  Status fence_refused;
+  RegistrationStats stats;  // its share of the traffic
+  PeerBudget::Hold charge;  // what it costs its peer; given back when the last holder lets go
 
   // Work in flight: Unregister answers only once it has drained.
   void BeginWork();

@@ -12,10 +12,21 @@ void DeferredReplies::RecordLatency(const Request& request) {
 }
 
 void DeferredReplies::Finish(const Request& request, const ReplyBody& reply) {
+  // Encoded first: running out of memory here leaves nothing counted.
+  proto::Bytes bytes = EncodeReply(request.id, reply);
   RecordLatency(request);
   End(request.peer.id);
   MarkStage(trace_, request.id, TraceStage::kReplyPushed);
-  replies_.Push(request.peer.id, EncodeReply(request.id, reply), request.id);
+  replies_.Push(request.peer.id, std::move(bytes), request.id);
+  deferred_.fetch_sub(1);
+}
+
+void DeferredReplies::Fail(const Request& request, const Status& status) {
+  Stats::Add(stats_.request_errors);
+  RecordLatency(request);
+  End(request.peer.id);
+  MarkStage(trace_, request.id, TraceStage::kReplyPushed);
+  replies_.Push(request.peer.id, proto::ErrorMessage(request.id, status), request.id);
   deferred_.fetch_sub(1);
 }
 

@@ -49,6 +49,8 @@ class DeferredReplies {
   void Begin(const PeerId& peer);
   // Finishes a request answered later: records latency, pushes the reply.
   void Finish(const Request& request, const ReplyBody& reply);
+  // Finishes it with an error reply instead.
+  void Fail(const Request& request, const Status& status);
   void RecordLatency(const Request& request);
   // Requests whose reply is still to come.
   uint64_t count() const { return deferred_.load(); }

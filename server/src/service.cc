@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <new>
 #include <thread>
 
 namespace kvstash::server {
@@ -44,9 +45,11 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
       TierChain::Create(c, *service->store_, service->stats_);
   if (!tiers.ok()) return tiers.status();
   service->tiers_ = std::move(*tiers);
-  service->registrations_ =
-      std::make_unique<Registrations>(c, service->stats_, service->deferred_, *service->backend_,
-                                      service->pool_->slab_bytes(), *service->tiers_);
+  service->budget_ =
+      std::make_unique<PeerBudget>(PeerBudget::LimitsFrom(c, PeerBudget::ReadMaxMapCount()));
+  service->registrations_ = std::make_unique<Registrations>(
+      c, service->stats_, service->deferred_, *service->backend_, service->pool_->slab_bytes(),
+      *service->tiers_, *service->budget_);
   service->leases_ =
       std::make_unique<Leases>(c, service->stats_, service->deferred_, *service->store_,
                                *service->tiers_, *service->registrations_);
@@ -59,10 +62,35 @@ Result<std::unique_ptr<Service>> Service::Create(const config::ServerConfig& con
   return service;
 }
 
+void Service::BeginShutdown() {
+  shutting_down_ = true;
+  transfers_->StopCopies();
+}
+
+uint64_t Service::copies_in_flight() const { return transfers_->copies_in_flight(); }
+
 std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data, size_t size) {
+  uint64_t request_id = 0;  // known once the envelope's structure verified
+  try {
+    return HandleMessage(peer, data, size, &request_id);
+  } catch (const std::bad_alloc&) {
+    Stats::Add(stats_.request_errors);
+    Stats::Add(stats_.requests_out_of_memory);
+    try {
+      return proto::ErrorMessage(
+          request_id, Status::Exhausted("kvstashd ran out of memory handling this request (a "
+                                        "limit of the machine or of its mappings); try again"));
+    } catch (const std::bad_alloc&) {
+      return std::nullopt;  // not even a reply fits: the client's deadline answers it
+    }
+  }
+}
+
+std::optional<proto::Bytes> Service::HandleMessage(const Peer& peer, const uint8_t* data,
+                                                   size_t size, uint64_t* id) {
   const Clock::time_point received = Clock::now();
   Stats::Add(stats_.requests);
-  uint64_t request_id = 0;  // known once the envelope's structure verified
+  uint64_t& request_id = *id;
   Result<const wire::Envelope*> envelope =
       proto::VerifyEnvelope(data, size, uint64_t(config_.max_message_mb) << 20, &request_id);
   if (!envelope.ok()) {

@@ -30,6 +30,7 @@
 #include "l1_pool.h"
 #include "leases.h"
 #include "peer.h"
+#include "peer_budget.h"
 #include "registrations.h"
 #include "reply_queue.h"
 #include "requests.h"
@@ -48,7 +49,9 @@ class Service {
   ~Service();
 
   // Verifies and handles one message; returns the reply now, or nullopt when
-  // it will come through the reply queue.
+  // it will come through the reply queue. Memory running out while handling
+  // it (std::bad_alloc) is answered ResourceExhausted: the request edge is
+  // where a limit is met, never the daemon's end.
   std::optional<proto::Bytes> Handle(const Peer& peer, const uint8_t* data, size_t size);
   // AttachChannel (docs/protocol.md "Shared-memory channel") is the
   // frontend's: it owns the channels. Set before serving; absent, the
@@ -57,8 +60,11 @@ class Service {
   using ChannelAttacher = std::function<Result<std::string>(
       const Peer& peer, const wire::AttachChannelRequest& request)>;
   void SetChannelAttacher(ChannelAttacher attacher) { attach_channel_ = std::move(attacher); }
-  // Answers every request with Unavailable from now on.
-  void BeginShutdown() { shutting_down_ = true; }
+  // Answers every request with Unavailable from now on, and starts no copy
+  // unit any more (docs/protocol.md "The copy fence"): wait for
+  // copies_in_flight() to reach 0 before saying Goodbye.
+  void BeginShutdown();
+  uint64_t copies_in_flight() const;
   // Peers heard from lately, each with the Goodbye to send it (request_id 0)
   // when the daemon stops.
   std::vector<PeerId> RecentPeers() const { return registrations_->RecentPeers(); }
@@ -72,17 +78,29 @@ class Service {
   // drops the registrations of engines gone silent; called from the
   // frontend's poll loop.
   void Tick(bool socket_drained);
+  // How long `peer` has been silent (frontend thread); nullopt when it was
+  // not heard from lately or silence is never judged (--peer-timeout-ms 0).
+  std::optional<Clock::duration> SilentFor(const PeerId& peer, Clock::time_point now) const {
+    if (config_.peer_timeout_ms == 0) return std::nullopt;
+    const std::optional<Clock::time_point> heard = registrations_->LastHeard(peer);
+    if (!heard) return Clock::duration::max();  // forgotten: silent past kPeerMemory
+    return now - *heard;
+  }
   // The frontend loop did not run for `stall`: nobody's silence.
   void ForgiveStall(Clock::duration stall) { registrations_->ForgiveStall(stall); }
 
   Stats& stats() { return stats_; }
+  // What each peer holds (registrations here, channels in the frontend).
+  PeerBudget& budget() { return *budget_; }
   // Every registration in detail for an admin; otherwise the viewer's own
   // in detail and the others' count only. Tenant salts and namespace ids
   // never appear.
   std::string DescribeJson(const PeerId& viewer, bool admin) const {
     return introspection_->DescribeJson(viewer, admin);
   }
-  std::string StatsJson() const { return introspection_->StatsJson(); }
+  std::string StatsJson(const PeerId& viewer, bool admin) const {
+    return introspection_->StatsJson(viewer, admin);
+  }
   // Counters, gauges, histograms and per-registration counters: what
   // StatsJson and the metrics endpoint render. Thread-safe.
   StatsSnapshot ReadStats() const { return introspection_->ReadStats(); }
@@ -93,6 +111,8 @@ class Service {
   Service(const config::ServerConfig& config, std::unique_ptr<Backend> backend,
           ReplyQueue& replies);
   Reply Dispatch(const Request& r, RequestBody& body);
+  std::optional<proto::Bytes> HandleMessage(const Peer& peer, const uint8_t* data, size_t size,
+                                            uint64_t* request_id);
 
   const config::ServerConfig config_;
   Stats stats_;
@@ -104,6 +124,9 @@ class Service {
   // and the parts its callbacks reach still stand.
   std::unique_ptr<TierChain> tiers_;
   DeferredReplies deferred_;
+  // Before the parts: registrations give their charge back when the last
+  // holder (a worker, a lease) lets them go.
+  std::unique_ptr<PeerBudget> budget_;
   // The parts, declared after what they share so they go first (their
   // workers join while the pool and store still stand).
   std::unique_ptr<Registrations> registrations_;

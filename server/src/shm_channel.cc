@@ -170,7 +170,6 @@ Result<std::unique_ptr<ShmChannel>> ShmChannel::Open(const Peer& peer, const std
           &start)) {
     return Status::OutOfRange("channel " + shm_name + " shrank while it was being attached");
   }
-  ch->frame_.resize(channel::MaxFrame(request_ring_bytes) / 8 + 1);
   ch->pidfd_ = int(syscall(SYS_pidfd_open, peer.credentials->pid, 0));
   return ch;
 }
@@ -185,8 +184,11 @@ bool ShmChannel::Guarded(void (*body)(void*), void* arg) {
   return MemoryFaultGuard::RunGuarded(base_, bytes_, body, arg, &fault);
 }
 
-channel::RingResult ShmChannel::PopRequest(const uint8_t** data, uint32_t* size, std::string* why) {
-  PopCall call{&requests_, frame_.data(), frame_.size() * 8, 0, RingResult::kEmpty};
+channel::RingResult ShmChannel::PopRequest(std::vector<uint64_t>* frame, const uint8_t** data,
+                                           uint32_t* size, std::string* why) {
+  const size_t words = channel::MaxFrame(requests_.bytes) / 8 + 1;
+  if (frame->size() < words) frame->resize(words);
+  PopCall call{&requests_, frame->data(), frame->size() * 8, 0, RingResult::kEmpty};
   if (!Guarded(DoPop, &call)) {
     *why = "its segment " + name_ + " shrank under the daemon (SIGBUS on the request ring)";
     return RingResult::kCorrupt;
@@ -195,7 +197,7 @@ channel::RingResult ShmChannel::PopRequest(const uint8_t** data, uint32_t* size,
     *why = "its request ring holds an impossible frame or position (request ring head " +
            std::to_string(requests_.position) + ")";
   }
-  *data = reinterpret_cast<const uint8_t*>(frame_.data());
+  *data = reinterpret_cast<const uint8_t*>(frame->data());
   *size = call.size;
   return call.result;
 }

@@ -39,10 +39,16 @@ class ShmChannel {
 
   const Peer& peer() const { return peer_; }
   const std::string& name() const { return name_; }
+  // Bytes of the client's segment mapped here.
+  uint64_t segment_bytes() const { return bytes_; }
+  pid_t pid() const { return peer_.credentials ? peer_.credentials->pid : 0; }
 
-  // The next request frame, copied out into this channel's own aligned
-  // buffer (valid until the next call): kOk, kEmpty, or kCorrupt with *why.
-  channel::RingResult PopRequest(const uint8_t** data, uint32_t* size, std::string* why);
+  // The next request frame, copied out into `frame` (the frontend's one
+  // buffer for all channels, grown to this ring's largest frame at first
+  // use: an idle channel holds no buffer of its own): kOk, kEmpty, or
+  // kCorrupt with *why. *data stays valid until `frame` is used again.
+  channel::RingResult PopRequest(std::vector<uint64_t>* frame, const uint8_t** data, uint32_t* size,
+                                 std::string* why);
 
   // How a reply went.
   enum class Sent {
@@ -70,9 +76,8 @@ class ShmChannel {
   uint64_t bytes_ = 0;
   channel::Ring requests_;
   channel::Ring replies_;
-  bool awake_ = false;           // what this side last wrote into the request ring's awake word
-  int pidfd_ = -1;               // the client process; readable once it exited (-1: use kill)
-  std::vector<uint64_t> frame_;  // one request frame, copied out, 8-aligned
+  bool awake_ = false;  // what this side last wrote into the request ring's awake word
+  int pidfd_ = -1;      // the client process; readable once it exited (-1: use kill)
 };
 
 }  // namespace kvstash::server

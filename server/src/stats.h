@@ -58,7 +58,17 @@ namespace kvstash::server {
   X(write_behind_chunks, "chunks sent to be written below L1")                         \
   X(write_behind_failed, "chunks that no tier below L1 took")                          \
   X(channel_requests, "requests read from shared-memory channels (not the socket)")    \
-  X(channel_doorbells, "wake-ups of the frontend by the channels' doorbell")
+  X(channel_doorbells, "wake-ups of the frontend by the channels' doorbell")           \
+  X(channels_attached, "shared-memory channels attached")                              \
+  X(channels_detached,                                                                 \
+    "shared-memory channels detached (closed, broken, or their "                       \
+    "client gone)")                                                                    \
+  X(peer_budget_refusals,                                                              \
+    "registrations and channels refused: their process or user "                       \
+    "held its limit")                                                                  \
+  X(requests_out_of_memory,                                                            \
+    "requests answered ResourceExhausted: memory ran out while "                       \
+    "handling them")
 
 // X(name, help): one registration's share of the traffic. Lookup misses are
 // counted in chunks only: a Lookup sends keys, not the prompt's length, so the
@@ -158,6 +168,7 @@ struct StatsSnapshot {
     std::string model;
     uint32_t tp_rank = 0;
     std::vector<Stats::Counter> counters;  // KVSTASH_REGISTRATION_COUNTERS
+    std::string owner;                     // the connection that holds it; never rendered
   };
   std::vector<Stats::Counter> counters;  // KVSTASH_COUNTERS
   std::vector<Gauge> gauges;

@@ -53,9 +53,13 @@ struct TransferJob {
       next += c.num_block_ids;
     }
   }
-  // Called once, with the copy's status and, per chunk of this job, whether
-  // it was left out because the deadline had passed.
-  std::function<void(const Status&, const std::vector<uint8_t>& missed)> complete;
+  // Called once, with the copy's status, per chunk of this job whether it
+  // was cut off (left out, nothing of it trusted), and why those were: the
+  // deadline passed (TimedOut), the engine gave the request up (Cancelled),
+  // the daemon is stopping (Unavailable), the board could not be read
+  // (DeviceError)...
+  std::function<void(const Status& copied, const std::vector<uint8_t>& cut, const Status& cut_why)>
+      complete;
   // GPU-side completion of this job (copied alone, never batched with
   // others). After the copy, a failed or partly missed job has every slot
   // released by the CPU with its error, before `complete` runs.
@@ -67,45 +71,61 @@ struct TransferJob {
 
 class TransferWorker {
  public:
-  // trace: may be null; outlives the worker.
+  // trace: may be null; outlives the worker. `stopping`: set once the
+  // daemon stops copying (it outlives the worker): from then on every job
+  // is cut off, queued or gated, and copies stop at their next unit.
   TransferWorker(Backend& backend, int device, std::chrono::microseconds busy_poll,
-                 StageTrace* trace = nullptr);
+                 const std::atomic<bool>& stopping, StageTrace* trace = nullptr);
   ~TransferWorker();  // finishes queued jobs, then joins
   TransferWorker(const TransferWorker&) = delete;
   TransferWorker& operator=(const TransferWorker&) = delete;
 
   void Submit(Direction direction, TransferJob job);
+  // Makes the lanes look at `stopping` now (stores waiting for a gate end).
+  void Wake();
 
  private:
   class Lane {
    public:
     Lane(Backend& backend, int device, Direction direction, std::chrono::microseconds busy_poll,
-         StageTrace* trace);
+         const std::atomic<bool>& stopping, StageTrace* trace);
     ~Lane();
     void Submit(TransferJob job);
+    void Wake();
 
    private:
     void Loop();
     // Polls on the core until a job is queued or busy_poll_ has passed.
     void PollForJob() const;
     void RunBatch(std::vector<TransferJob>& jobs);
+    // Holds every job's fence byte (copy_fence.h) and keeps those it holds
+    // (and those without a fence); the others (given up by their engine,
+    // or the daemon stopping) are finished, nothing copied.
+    void HoldFences(std::vector<TransferJob>& jobs);
     // Moves the gated stores whose gate the engine's stream opened into
     // `ready`; a store whose gate can no longer open (deadline passed,
-    // engine gone, board unreadable, the daemon stopping) is finished:
-    // nothing stored, every chunk missed, its "blocks reusable" slot
-    // released with TimedOut.
-    void TakeOpenGates(std::vector<TransferJob>& ready, bool stopping);
+    // engine gone or gave it up, board unreadable, the daemon stopping) is
+    // finished: nothing stored, every chunk cut off, its "blocks reusable"
+    // slot released with the cause.
+    void TakeOpenGates(std::vector<TransferJob>& ready, bool destroying);
+    // How long the lane may sleep before it looks at the gates again: short
+    // for a gate just asked for, up to kGateCheckMax for one long closed.
+    Clock::duration NextGateCheck(Clock::time_point now) const;
+    // Finishes a job that copies nothing: every chunk cut off for `why`.
+    static void CutOff(TransferJob& job, const Status& why);
     // The job leaves this lane's link queue (it completed or was dropped).
     void Dequeue(const TransferJob& job);
-    // Releases every slot of a failed or partly missed job, with its error.
+    // Releases every slot of a failed or partly cut-off job, with the
+    // copy's error, else why its chunks were cut off.
     static void ReleaseOnFailure(const CopySignal& signal, const Status& status,
-                                 const std::vector<uint8_t>& missed);
+                                 const std::vector<uint8_t>& cut, const Status& cut_why);
     Backend& backend_;
     LinkLoads* const loads_;  // null: the backend decides nothing from them
     const int device_;
     const Direction direction_;
     const std::chrono::microseconds busy_poll_;
     StageTrace* const trace_;
+    const std::atomic<bool>& stopping_copies_;
     std::atomic<uint64_t> submitted_{0};  // jobs ever queued: polling reads it without the lock
     uint64_t taken_ = 0;                  // jobs ever taken; lane thread only
     Mutex mutex_;
@@ -116,8 +136,13 @@ class TransferWorker {
     // the copy once it is open: no stream of the daemon ever waits on a
     // value an engine controls, so a gate never opened can stall nothing
     // but its own store.
-    std::vector<TransferJob> gated_;
-    bool stopping_ KVSTASH_GUARDED_BY(mutex_) = false;
+    struct Gated {
+      TransferJob job;
+      Clock::time_point since;  // when the lane took it
+    };
+    std::vector<Gated> gated_;
+    bool woken_ KVSTASH_GUARDED_BY(mutex_) = false;     // Wake() since the last look
+    bool stopping_ KVSTASH_GUARDED_BY(mutex_) = false;  // the worker is being destroyed
     std::thread thread_;
   };
   Lane store_;

@@ -9,6 +9,7 @@
 // transfer worker threads and touch only thread-safe state.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,13 @@ class Transfers {
   Reply Store(const Request& r, StoreRequest& m);
   Reply Retrieve(const Request& r, RetrieveRequest& m);
 
+  // The daemon is stopping: no copy unit starts from now on (queued and
+  // gated jobs are cut off, running copies stop at their next unit).
+  void StopCopies();
+  // Jobs handed to the workers whose copies have not ended: once 0 after
+  // StopCopies, the daemon writes no engine block any more.
+  uint64_t copies_in_flight() const { return copies_in_flight_.load(); }
+
  private:
   // Checks every chunk's blocks and tokens before any copy.
   Status CheckChunks(const Registration& registration, const std::vector<ChunkRequest>& chunks,
@@ -52,6 +60,8 @@ class Transfers {
   ChunkStore* store_;
   TierChain& tiers_;
   const Registrations& registrations_;
+  std::atomic<bool> stopping_copies_{false};  // read by the lanes before each copy unit
+  std::atomic<uint64_t> copies_in_flight_{0};
   std::vector<std::unique_ptr<TransferWorker>> workers_;  // one per device
 };
 

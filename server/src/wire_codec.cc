@@ -92,6 +92,7 @@ Result<RequestBody> DecodeRegister(const wire::RegisterKVRequest& m) {
   if (const wire::HostShmHandle* board = m.board()) {
     r.board = BoardSpec{Text(board->name()), board->size_bytes()};
   }
+  r.fence_name = Text(m.fence());
   return RequestBody(std::move(out));
 }
 
@@ -268,9 +269,9 @@ struct Encoder {
     auto fingerprint =
         fbb.CreateVector(reg.layout.fingerprint().data(), reg.layout.fingerprint().size());
     auto namespace_id = fbb.CreateVector(reg.namespace_id.data(), reg.namespace_id.size());
-    auto body = wire::CreateRegisterKVReply(fbb, reg.id, reg.layout.chunk_tokens(),
-                                            reg.layout.chunk_bytes(), reg.layout.block_tokens(),
-                                            groups_offset, fingerprint, namespace_id);
+    auto body = wire::CreateRegisterKVReply(
+        fbb, reg.id, reg.layout.chunk_tokens(), reg.layout.chunk_bytes(), reg.layout.block_tokens(),
+        groups_offset, fingerprint, namespace_id, reg.fence != nullptr);
     return proto::Finish(fbb, id, wire::Body::RegisterKVReply, body.Union());
   }
   proto::Bytes operator()(const UnregisterReply&) const {

@@ -287,6 +287,32 @@ TEST(Client, DestructionCancelsPendingRequests) {
   EXPECT_EQ(ping.get().status().code(), StatusCode::kCancelled);
 }
 
+// Without a copy fence the client cannot know when a lost daemon stops
+// writing: a sent Store is failed only at its deadline, after which kvstashd
+// starts no copy unit of it (docs/protocol.md "The copy fence").
+TEST(Client, WithoutACopyFenceALostDaemonsStoreFailsAtItsDeadline) {
+  auto router = std::make_unique<FakeRouter>();
+  auto client = ConnectTo(*router, milliseconds(1500));
+  ASSERT_NE(client, nullptr);
+  RegisterOptions options;
+  options.model = "m";
+  options.allocations.push_back(HostShm{"/kvstash-fake", 4096});
+  options.layers.push_back(LayerDesc{});
+  auto registering = client->RegisterKV(options);
+  auto request = router->Receive();
+  ASSERT_TRUE(request);
+  router->Reply(*request, RegisterKVReply(request->request_id(), 7, /*fenced=*/false));
+  ASSERT_TRUE(registering.get().ok());
+  const auto sent = Clock::now();
+  auto in_flight = client->Store(7, DummyChunks(1));
+  ASSERT_TRUE(router->Receive());
+  router.reset();  // the connection is lost, the daemon maybe not
+  EXPECT_FALSE(ReadyWithin(in_flight, milliseconds(700))) << "failed before kvstashd could stop";
+  ASSERT_TRUE(ReadyWithin(in_flight, milliseconds(3000)));
+  EXPECT_GE(Clock::now() - sent, milliseconds(1500));
+  EXPECT_EQ(in_flight.get().status().code(), StatusCode::kUnavailable);
+}
+
 TEST(Client, LostConnectionFailsRequestsAndRestartRegistersAgainUnderTheSameId) {
   std::mutex log_mutex;
   std::vector<std::string> warnings;

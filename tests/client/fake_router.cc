@@ -79,7 +79,7 @@ proto::Bytes HelloReply(uint64_t request_id, const std::array<uint8_t, 16>& boot
   return proto::Finish(fbb, request_id, wire::Body::HelloReply, body.Union());
 }
 
-proto::Bytes RegisterKVReply(uint64_t request_id, uint64_t registration_id) {
+proto::Bytes RegisterKVReply(uint64_t request_id, uint64_t registration_id, bool fenced) {
   flatbuffers::FlatBufferBuilder fbb;
   LayerGeometry g;
   g.num_blocks = 8;
@@ -96,7 +96,7 @@ proto::Bytes RegisterKVReply(uint64_t request_id, uint64_t registration_id) {
       wire::CreateGroupInfoDirect(fbb, proto::ToWire(fbb, g), &layers, 0, uint64_t{2} * 256 * 16)};
   const std::vector<uint8_t> fingerprint(32, 1), namespace_id(32, 2);
   auto body = wire::CreateRegisterKVReplyDirect(fbb, registration_id, 256, 8192, 16, &groups,
-                                                &fingerprint, &namespace_id);
+                                                &fingerprint, &namespace_id, fenced);
   return proto::Finish(fbb, request_id, wire::Body::RegisterKVReply, body.Union());
 }
 

@@ -55,7 +55,9 @@ class FakeRouter {
 proto::Bytes HelloReply(uint64_t request_id, const std::array<uint8_t, 16>& boot_id,
                         uint32_t protocol_version = proto::kProtocolVersion,
                         uint32_t max_chunks = 1024);
-proto::Bytes RegisterKVReply(uint64_t request_id, uint64_t registration_id);
+// fenced: the daemon holds the registration's copy fence, as kvstashd does
+// on ipc (this one never copies, so it never holds a request's byte).
+proto::Bytes RegisterKVReply(uint64_t request_id, uint64_t registration_id, bool fenced = true);
 // One outcome per entry: (result, num_tokens).
 proto::Bytes StoreReply(uint64_t request_id,
                         const std::vector<std::pair<ChunkResult, uint32_t>>& outcomes);

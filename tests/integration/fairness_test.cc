@@ -26,7 +26,8 @@ class Fairness : public DaemonTest {
     std::vector<std::string> args = {"--chunk-tokens", "64", "--l1-gb", "0.0625",
                                      "--l1-slice-mb",  "4"};
     if (std::getenv("KVSTASH_FLOOD_BASELINE") == nullptr) {
-      args.insert(args.end(), {"--max-registrations-per-client", "20000"});
+      args.insert(args.end(), {"--max-registrations-per-client", "20000",
+                               "--max-registrations-per-process", "20000"});
     }
     return args;
   }

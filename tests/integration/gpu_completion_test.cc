@@ -4,7 +4,15 @@
 // tested without a GPU. tests/gpu checks the same on CUDA streams.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "harness.h"
@@ -249,6 +257,135 @@ TEST_F(GpuCompletion, AGateNeverOpenedIsReleasedAtTheDeadlineAndNothingIsStored)
   auto hit = (*client)->Lookup(reg->id, {(*chunks)[0].key}).get();
   ASSERT_TRUE(hit.ok()) << hit.status().ToString();
   EXPECT_EQ(hit->hit_chunks, 0u);
+}
+
+// CPU seconds kvstashd used so far (/proc/<pid>/stat utime + stime).
+double DaemonCpuSeconds(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));  // past "pid (comm) "
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
+}
+
+TEST_F(GpuCompletion, AGateNeverOpenedWithoutADeadlineCostsNoCpuAndEndsWithShutdown) {
+  // As good as no deadline: the gate alone would keep the store waiting.
+  ClientOptions options;
+  options.socket = daemon_->socket();
+  options.request_timeout = std::chrono::hours(1);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  RegisterOptions reg_options = engine_->Registration("gate-model");
+  reg_options.board = board_->shm();
+  auto reg = (*client)->RegisterKV(reg_options).get();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const auto tokens = PromptTokens(12, 64, 0);
+  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
+  ASSERT_TRUE(chunks.ok());
+  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  ASSERT_TRUE(save.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double before = DaemonCpuSeconds(daemon_->pid());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double used = DaemonCpuSeconds(daemon_->pid()) - before;
+  EXPECT_LT(used, 0.1) << "kvstashd used " << used << " s of CPU in 1 s waiting for a closed gate";
+  std::printf("a closed gate: kvstashd used %.3f s of CPU in 1 s\n", used);
+  EXPECT_EQ(save->outcomes.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  // SIGTERM ends the wait at once: no 30 s drain, a clean exit.
+  const auto stopping = Clock::now();
+  daemon_->Signal(SIGTERM);
+  EXPECT_EQ(daemon_->Wait(), 0);
+  EXPECT_LT(Clock::now() - stopping, std::chrono::seconds(5));
+  ASSERT_EQ(save->outcomes.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto outcomes = save->outcomes.get();
+  if (outcomes.ok()) {
+    EXPECT_EQ((*outcomes)[0].result, ChunkResult::kFailed);
+    EXPECT_EQ((*outcomes)[0].error.code(), StatusCode::kUnavailable)
+        << (*outcomes)[0].error.ToString();
+  } else {
+    EXPECT_EQ(outcomes.status().code(), StatusCode::kUnavailable) << outcomes.status().ToString();
+  }
+}
+
+TEST_F(GpuCompletion, AGateNeverOpenedEndsWithItsConnection) {
+  ClientOptions options;
+  options.socket = daemon_->socket();
+  options.request_timeout = std::chrono::hours(1);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  RegisterOptions reg_options = engine_->Registration("gate-model");
+  reg_options.board = board_->shm();
+  auto reg = (*client)->RegisterKV(reg_options).get();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const auto tokens = PromptTokens(13, 64, 0);
+  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
+  ASSERT_TRUE(chunks.ok());
+  const uint64_t failed_before = Counter("store_chunks_failed");
+  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  ASSERT_TRUE(save.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  client->reset();  // the engine's connection ends, its store with it
+  auto outcomes = save->outcomes.get();
+  ASSERT_FALSE(outcomes.ok());
+  EXPECT_EQ(outcomes.status().code(), StatusCode::kCancelled) << outcomes.status().ToString();
+  // Well before the daemon would take the silent engine for dead.
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < until && Counter("store_chunks_failed") == failed_before) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Counter("store_chunks_failed"), failed_before + 1)
+      << "the daemon still waits for the gate of a store whose engine is gone";
+}
+
+TEST_F(GpuCompletion, AGateNeverOpenedEndsWithItsRegistration) {
+  ClientOptions options;
+  options.socket = daemon_->socket();
+  options.request_timeout = std::chrono::hours(1);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  RegisterOptions reg_options = engine_->Registration("gate-model");
+  reg_options.board = board_->shm();
+  auto reg = (*client)->RegisterKV(reg_options).get();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const auto tokens = PromptTokens(15, 64, 0);
+  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
+  ASSERT_TRUE(chunks.ok());
+  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  ASSERT_TRUE(save.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto unregistered = (*client)->UnregisterKV(reg->id);
+  ASSERT_EQ(unregistered.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  EXPECT_TRUE(unregistered.get().ok());
+  auto outcomes = save->outcomes.get();
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  EXPECT_EQ((*outcomes)[0].result, ChunkResult::kFailed);
+  EXPECT_EQ((*outcomes)[0].error.code(), StatusCode::kCancelled) << (*outcomes)[0].error.ToString();
+}
+
+TEST_F(GpuCompletion, AGateOnATruncatedBoardIsReportedAsADeviceError) {
+  const auto tokens = PromptTokens(14, 64, 0);
+  auto save = client_->StoreOnStream(breg_.id, BoardChunks(tokens, Blocks(0, 4)), *board_, nullptr);
+  ASSERT_TRUE(save.ok()) << save.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The engine shrinks its board under the daemon (the test no longer
+  // touches its own mapping of it).
+  const int fd = shm_open(board_->shm().name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+  ASSERT_EQ(save->outcomes.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto outcomes = save->outcomes.get();
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  EXPECT_EQ((*outcomes)[0].result, ChunkResult::kFailed);
+  EXPECT_EQ((*outcomes)[0].error.code(), StatusCode::kDeviceError)
+      << (*outcomes)[0].error.ToString();
+  EXPECT_EQ((*outcomes)[0].error.message().find("deadline"), std::string::npos)
+      << "the store had no deadline to pass: " << (*outcomes)[0].error.message();
 }
 
 }  // namespace

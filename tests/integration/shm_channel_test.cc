@@ -274,7 +274,10 @@ TEST_F(ShmChannel, AKilledClientsChannelIsUnmappedWithoutLeaks) {
   waitpid(victim, nullptr, 0);
   EXPECT_TRUE(Eventually([&] { return ChannelMappings(daemon_pid).size() == 1; }))
       << "the dead client's segment is still mapped in kvstashd";
-  EXPECT_TRUE(Eventually([&] { return OpenFds(daemon_->pid()) == fds_before; }))
+  // The dead engine's registration keeps its copy fence (one descriptor)
+  // until the daemon takes the engine for dead (--peer-timeout-ms, 10 s).
+  EXPECT_TRUE(
+      Eventually([&] { return OpenFds(daemon_->pid()) == fds_before; }, std::chrono::seconds(15)))
       << OpenFds(daemon_->pid()) << " descriptors open, " << fds_before << " before";
   EXPECT_EQ(ChannelNames(), 0u);
   EXPECT_TRUE(client_->Ping().get().ok());

@@ -2,6 +2,7 @@
 // anything: a pool larger than the memory available, something other than a
 // stale socket at the socket path, a live daemon's socket. Folders it creates
 // are 0750 whatever the umask; a plain path is an ipc socket.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -13,9 +14,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "daemon_process.h"
@@ -62,6 +65,9 @@ class StartupChecks : public ::testing::Test {
     result.exit_code = WIFEXITED(status) && WEXITSTATUS(status) != 137 ? WEXITSTATUS(status) : -1;
     return result;
   }
+  // Starts four kvstashd on `path` at once; checks that exactly one serves
+  // and the others refused, then stops it.
+  void StartTogether(const std::string& path);
   // Starts kvstashd under `umask_bits` and waits until `endpoint` answers a
   // ping; false if it exits first or never answers.
   bool StartDaemon(const std::string& socket_arg, const std::string& endpoint,
@@ -191,6 +197,171 @@ TEST_F(StartupChecks, LiveDaemonsSocketIsRefused) {
   auto client = Client::Connect(options);
   ASSERT_TRUE(client.ok());
   EXPECT_TRUE((*client)->Ping().get().ok());
+}
+
+TEST_F(StartupChecks, DaemonsStartedTogetherOnOneSocketLeaveExactlyOneServing) {
+  // Checking for a live daemon and binding are two steps: daemons started
+  // at once must not all pass the check and each take the socket over.
+  const std::string path = dir_ + "/k.sock";
+  // Each round is a race; a few make the losing order likely to show.
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    StartTogether(path);
+    if (HasFailure()) return;
+  }
+}
+
+void StartupChecks::StartTogether(const std::string& path) {
+  constexpr int kDaemons = 4;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kDaemons; ++i) {
+    const std::string log = dir_ + "/d" + std::to_string(i) + ".log";
+    std::vector<std::string> args = {BinaryPath("kvstashd"),
+                                     "--socket",
+                                     "ipc://" + path,
+                                     "--backend",
+                                     "host",
+                                     "--l1-gb",
+                                     "0.03125",
+                                     "--l1-slice-mb",
+                                     "4",
+                                     "--log-level",
+                                     "warn"};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  // All but one refuse at once; give them time to, then count.
+  std::vector<int> exit_codes(kDaemons, -1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int running = kDaemons;
+  while (std::chrono::steady_clock::now() < deadline && running > 1) {
+    running = 0;
+    for (int i = 0; i < kDaemons; ++i) {
+      int status = 0;
+      if (exit_codes[i] == -1 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        exit_codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+      }
+      running += exit_codes[i] == -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // none more exits later
+  running = 0;
+  for (int i = 0; i < kDaemons; ++i) {
+    int status = 0;
+    if (exit_codes[i] == -1 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+      exit_codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    }
+    if (exit_codes[i] == -1) {
+      ++running;
+      continue;
+    }
+    std::ifstream in(dir_ + "/d" + std::to_string(i) + ".log");
+    const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(exit_codes[i], 1) << log;
+    EXPECT_NE(log.find("another kvstashd is serving at " + path), std::string::npos) << log;
+  }
+  EXPECT_EQ(running, 1) << running << " daemons serve on one socket";
+  ClientOptions options;
+  options.socket = "ipc://" + path;
+  options.request_timeout = std::chrono::milliseconds(2000);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Ping().get().ok());
+  client->reset();
+  for (int i = 0; i < kDaemons; ++i) {
+    if (exit_codes[i] != -1) continue;
+    kill(pids[i], SIGTERM);
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  // The one that served removed what it kept beside the socket.
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".lock"));
+  EXPECT_FALSE(fs::exists(path + ".doorbell"));
+}
+
+TEST_F(StartupChecks, ADaemonStartedWhileAnotherIsBetweenItsCheckAndItsBindIsRefused) {
+  // strace holds the first daemon's bind for 2 s, after it looked at the
+  // path: a second daemon then finds no socket there.
+  if (std::system("command -v strace >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs strace to hold a daemon between its check and its bind";
+  }
+  const std::string path = dir_ + "/k.sock";
+  const std::string pid_file = dir_ + "/first.pid";
+  const pid_t tracer = fork();
+  if (tracer == 0) {
+    const std::string daemon = "echo $$ > '" + pid_file + "'; exec '" + BinaryPath("kvstashd") +
+                               "' --socket 'ipc://" + path +
+                               "' --backend host --l1-gb 0.03125 --l1-slice-mb 4 "
+                               "--log-level warn";
+    execlp("strace", "strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=bind", "-e",
+           "inject=bind:delay_enter=2000000", "sh", "-c", daemon.c_str(), nullptr);
+    _exit(127);
+  }
+  pid_t first = 0;
+  for (int i = 0; i < 200 && first == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in(pid_file);
+    in >> first;
+  }
+  ASSERT_GT(first, 0) << "the first daemon did not start";
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // it has looked, and waits
+  const ProcessResult second = RunDaemon({"--socket", "ipc://" + path});
+  EXPECT_EQ(second.exit_code, 1) << "a second daemon served on the first one's path\n"
+                                 << second.output;
+  EXPECT_NE(second.output.find("another kvstashd is serving at " + path), std::string::npos)
+      << second.output;
+  // The first one binds (its doorbell's bind is held too) and serves.
+  for (int i = 0; i < 1000 && !fs::is_socket(path + ".doorbell"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ClientOptions options;
+  options.socket = "ipc://" + path;
+  options.request_timeout = std::chrono::milliseconds(5000);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Ping().get().ok());
+  client->reset();
+  kill(first, SIGTERM);
+  int status = 0;
+  waitpid(tracer, &status, 0);
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".lock"));
+}
+
+TEST_F(StartupChecks, WhatAKilledDaemonLeftIsReplacedWithChannelsOnOrOff) {
+  const std::string path = dir_ + "/k.sock";
+  ASSERT_TRUE(StartDaemon("ipc://" + path, "ipc://" + path));
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  ASSERT_TRUE(fs::is_socket(path));
+  ASSERT_TRUE(fs::is_socket(path + ".doorbell"));
+  // Without channels there is no doorbell: the dead daemon's goes too.
+  ASSERT_TRUE(StartDaemon("ipc://" + path, "ipc://" + path, 022, {"--shm-channel", "off"}));
+  EXPECT_FALSE(fs::exists(path + ".doorbell")) << "the dead daemon's doorbell was left";
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  // With channels, a fresh doorbell takes the place of a stale one.
+  ASSERT_TRUE(StartDaemon("ipc://" + path, "ipc://" + path));
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  ASSERT_TRUE(StartDaemon("ipc://" + path, "ipc://" + path));
+  EXPECT_TRUE(fs::is_socket(path + ".doorbell"));
 }
 
 TEST_F(StartupChecks, CreatedFoldersAre0750WhateverTheUmask) {

@@ -5,6 +5,7 @@
 //   store-own:MODEL         registers its own memory and stores two chunks
 //   clear                   Clear of every scope it may clear
 //   describe                the Describe JSON
+//   stats                   the Stats JSON
 // Lines read "<action> <status code> <detail>".
 #include <grp.h>
 #include <unistd.h>
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
       auto text = (*client)->Describe().get();
       std::printf("%s %s %s\n", verb.c_str(), NameOf(text.status().code()),
                   text.ok() ? text->c_str() : text.status().message().c_str());
+    } else if (verb == "stats") {
+      auto stats = (*client)->Stats().get();
+      std::printf("%s %s %s\n", verb.c_str(), NameOf(stats.status().code()),
+                  stats.ok() ? stats->json.c_str() : stats.status().message().c_str());
     } else {
       std::printf("%s Unknown action\n", action.c_str());
     }

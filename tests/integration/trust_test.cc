@@ -112,6 +112,24 @@ TEST_F(Trust, ANonAdminSeesOnlyItsOwnRegistrationsInDetail) {
   EXPECT_EQ(lines[1].find("test-model"), std::string::npos) << "root's registration leaked";
 }
 
+TEST_F(Trust, ANonAdminSeesOnlyItsOwnRegistrationsInStats) {
+  const auto lines = Tenant({"store-own:tenant-model", "stats"});
+  ASSERT_EQ(lines[1].rfind("stats Ok ", 0), 0u) << lines[1];
+  const auto doc = nlohmann::json::parse(lines[1].substr(9));
+  ASSERT_EQ(doc["per_registration"].size(), 1u) << lines[1];
+  EXPECT_EQ(doc["per_registration"][0]["model"], "tenant-model");
+  EXPECT_EQ(doc["other_registrations"], 1u);
+  EXPECT_EQ(doc["viewer_is_admin"], false);
+  EXPECT_EQ(lines[1].find("test-model"), std::string::npos) << "root's registration leaked";
+  EXPECT_EQ(lines[1].find(std::to_string(reg_.id)), std::string::npos)
+      << "root's registration id leaked";
+  // The daemon's own user is an admin: it sees every registration.
+  auto mine = client_->Stats().get();
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  EXPECT_EQ(nlohmann::json::parse(mine->json)["viewer_is_admin"], true);
+  EXPECT_NE(mine->json.find("test-model"), std::string::npos);
+}
+
 TEST_F(Trust, MembersOfTheAdminGroupSeeAndClearEverything) {
   daemon_.reset();  // again, with the tenant's group as the admin group
   extra_args_ = {"--admin-group", std::to_string(gid_)};

@@ -11,6 +11,10 @@
 // (also the request's deadline on the wire), Unavailable when kvstashd said
 // Goodbye, died, hung for about a second, or is not reachable (then new
 // requests fail at once), or Cancelled when the Client is destroyed first.
+// Whatever the outcome, once a Store or Retrieve is completed kvstashd
+// touches none of its blocks: the engine may reuse them at once (a hung
+// daemon's copy in progress holds its request until it resumes or dies;
+// docs/protocol.md, "The copy fence").
 // After kvstashd restarts, the client registers its registrations again by
 // itself, under the same ids (docs/protocol.md, "Client behaviour").
 #pragma once

@@ -1,4 +1,5 @@
-"""KvstashConnector against the real vLLM 0.32 v1 Scheduler and a real kvstashd."""
+"""KvstashConnector against the real vLLM v1 Scheduler (the vLLM installed,
+0.26 to 0.33) and a real kvstashd."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import torch  # noqa: E402
 import kvstash  # noqa: E402
 from vllm_harness import (  # noqa: E402
     BLOCK_SIZE,
+    ONE_BACKING_BUFFER,
+    VLLM_VERSION,
     Engine,
+    layout_unsupported,
     make_kv_cache_config,
     make_request,
     make_vllm_config,
@@ -35,18 +39,19 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
 
 
-def llama_specs(heads: int = 2, head_size: int = 16):
-    spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=heads, head_size=head_size,
+def llama_specs(heads: int = 2, head_size: int = 16, block_size: int = BLOCK_SIZE):
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=heads, head_size=head_size,
                              dtype=torch.float16)
     return {name: spec for name in LAYERS}
 
 
 def engine(model_dir, daemon, specs=None, tp_size=1, num_blocks=64, extra=None, layout="LBNHC",
-           groups=None, failure_policy="recompute", kernel_block_size=None):
+           groups=None, failure_policy="recompute", kernel_block_size=None,
+           block_size=BLOCK_SIZE):
     config = make_vllm_config(model_dir, daemon.socket, extra=extra, tp_size=tp_size,
-                              failure_policy=failure_policy)
-    config.cache_config.kv_cache_layout = layout
-    kv_cache_config = make_kv_cache_config(config, specs or llama_specs(), num_blocks, groups)
+                              failure_policy=failure_policy, layout=layout, block_size=block_size)
+    kv_cache_config = make_kv_cache_config(config, specs or llama_specs(block_size=block_size),
+                                           num_blocks, groups)
     return Engine(config, kv_cache_config, layout, kernel_block_size)
 
 
@@ -55,7 +60,7 @@ def prompt(n: int, salt: int = 0):
 
 
 def run_and_store(e: Engine, request_id: str, tokens) -> None:
-    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2))
+    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2, block_size=e.block_size))
     e.run_until_idle()
     e.settle_stores()
 
@@ -69,7 +74,7 @@ def prefix_hit(e: Engine, request_id: str, tokens):
     assert e.scheduler.reset_prefix_cache()
     for w in e.workers:
         w.wipe()
-    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2))
+    e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2, block_size=e.block_size))
 
 
 def clear_chunks(daemon, expected):
@@ -82,6 +87,16 @@ def clear_chunks(daemon, expected):
             cleared += client.clear()
             time.sleep(0.02)
     assert cleared == expected
+
+
+def test_the_worker_hands_the_connector_kv_tensors_as_this_vllm_allocates_them(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    views = list(e.workers[0].kv_caches.values())
+    for view in views:  # [B, H, N, C]: K then V of a head and token in C
+        assert tuple(view.shape) == (64, 2, BLOCK_SIZE, 2 * 16)
+    storages = {view.untyped_storage().data_ptr() for view in views}
+    # Before vLLM 0.29 one allocation per layer; from 0.29 one for all.
+    assert len(storages) == (1 if ONE_BACKING_BUFFER else len(LAYERS))
 
 
 def test_first_request_stores_and_a_shared_prefix_loads_its_bytes(model_dir, daemon):
@@ -133,16 +148,22 @@ def test_a_local_prefix_hit_loads_only_the_tokens_past_it(model_dir, daemon):
     e.run_until_idle()
 
 
-@pytest.mark.parametrize("layout, kernel_block_size", [
-    ("LBHNC", None),   # HND
-    ("BLNHC", None),   # block-outermost: all layers of a block together
-    ("LBNHC", 8),      # vLLM's 16-token blocks split into 8-token kernel blocks
+@pytest.mark.parametrize("layout, kernel_block_size, block_size", [
+    ("LBHNC", None, 16),   # HND
+    ("BLNHC", None, 16),   # block-outermost: all layers of a block together
+    ("LBNHC", 8, 16),      # vLLM's 16-token blocks split into 8-token kernel blocks
+    ("LBNHC", 16, 32),     # 32-token blocks split into 16-token kernel blocks
 ])
-def test_other_kv_cache_layouts_round_trip(model_dir, daemon, layout, kernel_block_size):
-    e = engine(model_dir, daemon, layout=layout, kernel_block_size=kernel_block_size)
+def test_other_kv_cache_layouts_round_trip(model_dir, daemon, layout, kernel_block_size,
+                                           block_size):
+    reason = layout_unsupported(layout, kernel_block_size)
+    if reason is not None:
+        pytest.skip(reason)
+    e = engine(model_dir, daemon, layout=layout, kernel_block_size=kernel_block_size,
+               block_size=block_size)
     (registered,) = e.workers[0].connector.worker_side._registered
-    assert registered.tensors.blocks_per_block == BLOCK_SIZE // (kernel_block_size or BLOCK_SIZE)
-    assert registered.reg.block_tokens == (kernel_block_size or BLOCK_SIZE)
+    assert registered.tensors.blocks_per_block == block_size // (kernel_block_size or block_size)
+    assert registered.reg.block_tokens == (kernel_block_size or block_size)
     a = prompt(100)
     run_and_store(e, "a", a)
     b = a[:96] + [8, 8]
@@ -157,6 +178,19 @@ def test_a_request_without_a_stored_prefix_loads_nothing(model_dir, daemon):
     e = engine(model_dir, daemon)
     run_and_store(e, "a", prompt(100))
     prefix_hit(e, "b", prompt(100, salt=3))
+    so = e.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0
+    assert so.kv_connector_metadata.loads == []
+    e.run_until_idle()
+
+
+def test_resetting_the_prefix_cache_with_the_connector_clears_the_models_chunks(model_dir, daemon):
+    e = engine(model_dir, daemon)
+    a = prompt(100)
+    run_and_store(e, "a", a)
+    # llm.reset_prefix_cache(reset_connector=True): vLLM's cache and kvstash's.
+    assert e.scheduler.reset_prefix_cache(reset_connector=True)
+    prefix_hit(e, "b", a[:96] + [1])
     so = e.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == 0
     assert so.kv_connector_metadata.loads == []
@@ -289,10 +323,46 @@ def test_tensor_parallel_ranks_store_and_load_their_own_kv(model_dir, daemon):
     e.run_until_idle()
 
 
+def test_sleep_mode_drops_kvstashds_mappings_and_wake_up_registers_again(model_dir, daemon):
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
+    if not hasattr(KVConnectorBase_V1, "unregister_kv_caches"):
+        pytest.skip(f"vLLM {VLLM_VERSION} has no sleep-mode hooks for connectors (0.33 added them)")
+    e = engine(model_dir, daemon)
+    a = prompt(100)
+    run_and_store(e, "a", a)
+
+    def registrations() -> int:
+        with daemon.client() as client:
+            return len(client.describe()["registrations"])
+
+    awake = registrations()
+    # vLLM's worker: sleep() (and discard) before the KV memory is released;
+    # the hooks are idempotent.
+    for w in e.workers:
+        w.connector.unregister_kv_caches()
+        w.connector.unregister_kv_caches()
+    assert registrations() == awake - len(e.workers)
+    # wake_up(): the same tensors are mapped again.
+    for w in e.workers:
+        w.connector.restore_kv_caches()
+        w.connector.restore_kv_caches()
+    assert registrations() == awake
+    b = a[:96] + [3]
+    prefix_hit(e, "b", b)
+    so = e.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 96
+    assert e.workers[0].matches(e.scheduler.kv_cache_manager.get_block_ids("b"), b, 0, 96)
+    assert e.last_outputs[0].invalid_block_ids == set()
+    e.run_until_idle()
+
+
 def test_mla_is_stored_once_and_loaded_on_every_rank(model_dir, daemon):
     spec = MLAAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=1, head_size=72,
                             dtype=torch.float16)
     e = engine(model_dir, daemon, specs={name: spec for name in LAYERS}, tp_size=2)
+    # The latent per token: [B, N, C] before vLLM 0.29, [B, H=1, N, C] from it.
+    for view in e.workers[0].kv_caches.values():
+        assert view.dim() == (4 if ONE_BACKING_BUFFER else 3) and view.shape[-1] == 72
     # MLA is the same on every rank: make the 'model' write identical bytes.
     for w in e.workers:
         w.rank = 0

@@ -1,6 +1,6 @@
 """KvstashConnector's loads and stores on the forward pass's stream (here,
 on host tensors: the same slots, waited for by the CPU) against the real
-vLLM 0.32 Scheduler and a real kvstashd. kvstashd is paused (SIGSTOP) to
+vLLM Scheduler and a real kvstashd. kvstashd is paused (SIGSTOP) to
 hold a load or store in flight, and killed to lose one."""
 
 from __future__ import annotations
@@ -95,8 +95,11 @@ def test_layerwise_loads_off_uses_one_slot_waited_before_the_first_layer(model_d
 
     e.step(after_start=after_start, skip_waits=set(e.workers[0].kv_caches))
     assert e.last_outputs[0].invalid_block_ids == set()
-    assert not KvstashConnector.requires_piecewise_for_cudagraph({"layerwise_loads": False})
-    assert KvstashConnector.requires_piecewise_for_cudagraph({})
+    assert not KvstashConnector.requires_piecewise_for_cudagraph(
+        {"async_loads": False, "layerwise_loads": False})
+    assert KvstashConnector.requires_piecewise_for_cudagraph({"async_loads": False})
+    # Loads between steps (the default) wait for nothing in the forward pass.
+    assert not KvstashConnector.requires_piecewise_for_cudagraph({})
     e.run_until_idle()
 
 
@@ -257,11 +260,14 @@ def test_bad_stream_settings_are_refused(model_dir, daemon, extra, message):
 
 
 def test_a_full_board_falls_back_to_a_cpu_wait_and_still_loads(model_dir, daemon):
+    # Stored by an engine with the default board: with two slots a store
+    # still holding both when the next step stores would be skipped.
+    a1, a2 = prompt(100, salt=1), prompt(100, salt=2)
+    storer = engine(model_dir, daemon)
+    run_and_store(storer, "a1", a1)
+    run_and_store(storer, "a2", a2)
     # Two slots: the step's first load takes both, the second finds none.
     e = engine(model_dir, daemon, extra={"board_slots": 2})
-    a1, a2 = prompt(100, salt=1), prompt(100, salt=2)
-    run_and_store(e, "a1", a1)
-    run_and_store(e, "a2", a2)
     b1, b2 = a1[:96] + [2], a2[:96] + [3]
     prefix_hit(e, "b1", b1)
     e.scheduler.add_request(make_request("b2", b2, max_tokens=2))

@@ -1,15 +1,17 @@
-"""Drives vLLM 0.32's real v1 Scheduler with KvstashConnector loaded by module
-path, and the connector's worker side by direct calls on host tensors laid out
-by vLLM's own KV cache code (the model's forward pass, which needs a GPU
-engine, is replaced by writing a known byte pattern into the scheduled
-tokens' KV slots).
+"""Drives vLLM's real v1 Scheduler (any vLLM from 0.26 to 0.33) with
+KvstashConnector loaded by module path, and the connector's worker side by
+direct calls on host tensors laid out as that vLLM's GPU worker lays them out
+(the model's forward pass, which needs a GPU engine, is replaced by writing a
+known byte pattern into the scheduled tokens' KV slots).
+
+What differs between vLLM versions is in the compat section below, detected
+by feature rather than by version number.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -17,6 +19,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 import kvstash
+import vllm
 from vllm import SamplingParams
 from vllm.config import (
     CacheConfig,
@@ -30,15 +33,10 @@ from vllm.config import (
 from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.utils.hashing import sha256
-from vllm.v1.core.kv_cache_utils import (
-    get_kv_cache_config_from_groups,
-    get_kv_cache_groups,
-    get_request_block_hasher,
-    init_none_hash,
-)
+from vllm.v1 import kv_cache_interface
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import KVCacheConfig, UniformTypeKVCacheSpecs, create_kv_cache_views
-from vllm.v1.kv_cache_layout import KVCacheLayout
+from vllm.v1.kv_cache_interface import KVCacheConfig, MLAAttentionSpec, UniformTypeKVCacheSpecs
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
@@ -46,9 +44,163 @@ from vllm.v1.structured_output import StructuredOutputManager
 from kvstash.integrations.vllm import KvstashConnector
 
 BLOCK_SIZE = 16
+
+TRANSFER_RESULTS = hasattr(
+    __import__("vllm.distributed.kv_transfer.kv_connector.v1.base",
+               fromlist=["KVConnectorBase_V1"]).KVConnectorBase_V1, "get_transfer_results")
+"""vLLM 0.30 on: failed receives are reported as whole requests (failed_recving)."""
 EOS = 2
 
 init_none_hash(sha256)
+
+
+# ---- compat: what differs between the vLLM versions ----
+
+try:  # 0.33 moved KV cache grouping and placement out of kv_cache_utils
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups, get_kv_cache_groups
+except ImportError:
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups
+
+ONE_BACKING_BUFFER = hasattr(kv_cache_interface, "create_kv_cache_views")
+"""From 0.29 the worker allocates one buffer for every layer and hands the
+connector a strided [B, H, N, C] view of it per layer, laid out by a resolved
+KVCacheLayout. Before, it allocates each layer's KV on its own and reshapes it
+with the attention backend's get_kv_cache_shape and get_kv_cache_stride_order
+(FlashAttention: [B, H, N, 2*D]; MLA: [B, N, D]) under the process-wide NHD
+or HND layout."""
+
+_PER_LAYER_LAYOUTS = {"LBNHC": "NHD", "LBHNC": "HND"}
+"""The 0.29+ layouts that the per-layer allocation of older versions builds."""
+
+VLLM_VERSION = vllm.__version__
+
+
+def layout_unsupported(layout: str, kernel_block_size: Optional[int] = None) -> Optional[str]:
+    """Why this vLLM's GPU worker never lays the KV cache out as `layout`
+    (with kernel blocks of `kernel_block_size` tokens), or None if it may."""
+    if ONE_BACKING_BUFFER:
+        from vllm.v1.kv_cache_layout import KVCacheLayout
+        if layout not in KVCacheLayout.__members__:
+            return f"vLLM {VLLM_VERSION} has no KV cache layout {layout}"
+        return None
+    if layout not in _PER_LAYER_LAYOUTS:
+        return (f"vLLM {VLLM_VERSION} allocates each layer's KV on its own (NHD or HND layout); "
+                f"it builds no {layout} buffer for a connector that does not prefer cross-layer "
+                "blocks")
+    if kernel_block_size is not None and kernel_block_size % 16:
+        return (f"vLLM {VLLM_VERSION}'s attention backends take kernel blocks of a multiple of 16 "
+                f"tokens, not {kernel_block_size}")
+    return None
+
+
+def _set_layout(vllm_config: VllmConfig, layout: str) -> None:
+    reason = layout_unsupported(layout)
+    if reason is not None:
+        raise ValueError(reason)
+    if hasattr(vllm_config.cache_config, "kv_cache_layout"):
+        # 0.29+: the engine core resolves it before it creates connectors.
+        vllm_config.cache_config.kv_cache_layout = layout
+    else:
+        # Before 0.29: one layout for the whole process (VLLM_KV_CACHE_LAYOUT,
+        # or what the attention backend requires), read while reshaping.
+        from vllm.v1.attention.backends.utils import set_kv_cache_layout
+        set_kv_cache_layout(_PER_LAYER_LAYOUTS[layout])
+
+
+def _backing_kv_caches(kv_cache_config: KVCacheConfig, layout: str,
+                       kernel_block_size: Optional[int]) -> Dict[str, torch.Tensor]:
+    """0.29+: vllm/v1/worker/utils.py's KV cache allocation, one buffer
+    viewed per layer by create_kv_cache_views, the buffer in kvstash shared
+    memory instead of on a GPU."""
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+
+    sizes = {tensor.size for tensor in kv_cache_config.kv_cache_tensors}
+    assert len(sizes) == 1, "KV cache tensors must share one backing allocation"
+    raw = kvstash.host_tensor((sizes.pop(),), torch.int8)
+    views: Dict[str, torch.Tensor] = {}
+    for tensor in kv_cache_config.kv_cache_tensors:
+        group = next(g for g in kv_cache_config.kv_cache_groups if tensor.layers[0] in g.layer_names)
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            spec = spec.kv_cache_specs[tensor.layers[0]]
+        num_blocks = (kv_cache_config.num_blocks_of(tensor)
+                      if hasattr(kv_cache_config, "num_blocks_of") else kv_cache_config.num_blocks)
+        views.update(zip(tensor.layers, kv_cache_interface.create_kv_cache_views(
+            raw, spec, num_blocks, KVCacheLayout[layout], tensor,
+            kernel_block_size=kernel_block_size)))
+    return views
+
+
+def _attention_backend(spec) -> type:
+    """The backend an H100 worker picks: FlashAttention, or FlashMLA (whose
+    module, unlike FlashAttention MLA's, imports without vLLM's CUDA kernels)."""
+    if isinstance(spec, MLAAttentionSpec):
+        from vllm.v1.attention.backends.mla.flashmla import FlashMLABackend
+        return FlashMLABackend
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+    return FlashAttentionBackend
+
+
+def _per_layer_kv_caches(kv_cache_config: KVCacheConfig,
+                         kernel_block_size: Optional[int]) -> Dict[str, torch.Tensor]:
+    """Before 0.29: gpu_model_runner.py's _allocate_kv_cache_tensors and
+    _reshape_kv_cache_tensors, each allocation in kvstash shared memory
+    instead of on a GPU."""
+    from vllm.v1.worker.gpu.attn_utils import _reshape_attention_kv_cache
+
+    raw: Dict[str, torch.Tensor] = {}
+    packing: Dict[str, tuple] = {}
+    packed_backing = None
+    for tensor in kv_cache_config.kv_cache_tensors:
+        if tensor.block_stride > 0:
+            # Packed layers alias one backing allocation.
+            if packed_backing is None:
+                packed_backing = kvstash.host_tensor((tensor.size,), torch.int8)
+            buffer = packed_backing
+            packing.update((name, (tensor.offset, tensor.block_stride)) for name in tensor.shared_by)
+        else:
+            buffer = kvstash.host_tensor((tensor.size,), torch.int8)
+        raw.update((name, buffer) for name in tensor.shared_by)
+
+    kv_caches: Dict[str, torch.Tensor] = {}
+    for group in kv_cache_config.kv_cache_groups:
+        for name in group.layer_names:
+            spec = group.kv_cache_spec
+            if isinstance(spec, UniformTypeKVCacheSpecs):
+                spec = spec.kv_cache_specs[name]
+            backend = _attention_backend(spec)
+            buffer = raw[name]
+            if name in packing:
+                num_blocks = buffer.numel() // packing[name][1]
+            else:
+                num_blocks = buffer.numel() // spec.page_size_bytes
+            kernel = kernel_block_size or spec.block_size
+            kernel_num_blocks = num_blocks * (spec.block_size // kernel)
+            storage_block_size = getattr(spec, "storage_block_size", spec.block_size)
+            shape_block_size = storage_block_size if storage_block_size != spec.block_size else kernel
+            shape = backend.get_kv_cache_shape(kernel_num_blocks, shape_block_size,
+                                               spec.num_kv_heads, spec.head_size,
+                                               cache_dtype_str="auto")
+            try:
+                stride_order = backend.get_kv_cache_stride_order()
+                assert len(stride_order) == len(shape)
+            except (AttributeError, NotImplementedError):
+                stride_order = tuple(range(len(shape)))
+            kv_caches[name] = _reshape_attention_kv_cache(buffer, spec, shape, stride_order,
+                                                          kernel_num_blocks, packing.get(name))
+    return kv_caches
+
+
+def worker_kv_caches(kv_cache_config: KVCacheConfig, layout: str = "LBNHC",
+                     kernel_block_size: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """The per-layer KV tensors this vLLM's GPU worker hands
+    register_kv_caches, over kvstash shared memory, zero-filled."""
+    if ONE_BACKING_BUFFER:
+        return _backing_kv_caches(kv_cache_config, layout, kernel_block_size)
+    return _per_layer_kv_caches(kv_cache_config, kernel_block_size)
+
+
+# ---- configuration ----
 
 
 def write_tiny_llama(directory: Path) -> Path:
@@ -74,16 +226,18 @@ def write_tiny_llama(directory: Path) -> Path:
 
 def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
                      tp_size: int = 1, max_num_batched_tokens: int = 64,
-                     failure_policy: str = "recompute") -> VllmConfig:
+                     failure_policy: str = "recompute", layout: str = "LBNHC",
+                     block_size: int = BLOCK_SIZE) -> VllmConfig:
     model_config = ModelConfig(model=str(model_dir), dtype="float16", seed=0,
                                skip_tokenizer_init=True, max_model_len=2048)
     scheduler_config = SchedulerConfig(
         max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens, max_model_len=2048,
         enable_chunked_prefill=True, is_encoder_decoder=False)
-    cache_config = CacheConfig(block_size=BLOCK_SIZE, gpu_memory_utilization=0.9,
+    cache_config = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9,
                                enable_prefix_caching=True)
-    cache_config.kv_cache_layout = "LBNHC"  # the engine core resolves it before connectors
-    settings = {"socket": socket, "model": "tiny-llama"}
+    # Loads in the step unless a test asks for async_loads (the connector's
+    # default): most tests check the bytes in the step that loads them.
+    settings = {"socket": socket, "model": "tiny-llama", "async_loads": False}
     settings.update(extra or {})
     kv_transfer_config = KVTransferConfig(
         kv_connector="KvstashConnector",
@@ -92,7 +246,7 @@ def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
         kv_connector_extra_config=settings,
         kv_load_failure_policy=failure_policy,
     )
-    return VllmConfig(
+    config = VllmConfig(
         model_config=model_config,
         scheduler_config=scheduler_config,
         cache_config=cache_config,
@@ -100,47 +254,29 @@ def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
         parallel_config=ParallelConfig(tensor_parallel_size=tp_size),
         device_config=DeviceConfig("cpu"),
     )
+    _set_layout(config, layout)
+    return config
 
 
 def make_kv_cache_config(vllm_config: VllmConfig, layer_specs: Dict[str, object],
                          num_blocks: int, groups=None) -> KVCacheConfig:
     """vLLM's own grouping (unless `groups` are given) and placement of the
-    layers' KV, as the engine core does."""
+    layers' KV for `num_blocks` blocks, as the engine core does."""
     if groups is None:
         groups = get_kv_cache_groups(vllm_config, dict(layer_specs))
-    # Size the pool for num_blocks blocks.
-    probe = get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
-    bytes_per_block = probe.kv_cache_tensors[0].size // probe.num_blocks
-    config = get_kv_cache_config_from_groups(vllm_config, groups, bytes_per_block * num_blocks)
+    # vLLM's --num-gpu-blocks-override: exactly num_blocks, whatever the memory.
+    vllm_config.cache_config.num_gpu_blocks_override = num_blocks
+    config = get_kv_cache_config_from_groups(vllm_config, groups, 1 << 40)
     vllm_config.cache_config.num_gpu_blocks = config.num_blocks
     return config
 
 
-def host_kv_caches(kv_cache_config: KVCacheConfig, layout: str = "LBNHC",
-                   kernel_block_size: Optional[int] = None) -> Dict[str, torch.Tensor]:
-    """The per-layer [B, H, N, C] views vLLM's worker builds, over kvstash
-    shared memory instead of a GPU allocation (vllm/v1/worker/utils.py's
-    allocate_kv_cache with the buffer swapped)."""
-    size = kv_cache_config.kv_cache_tensors[0].size
-    raw = kvstash.host_tensor((size,), torch.int8)
-    raw.zero_()
-    views: Dict[str, torch.Tensor] = {}
-    for tensor in kv_cache_config.kv_cache_tensors:
-        group = next(g for g in kv_cache_config.kv_cache_groups if tensor.layers[0] in g.layer_names)
-        spec = group.kv_cache_spec
-        if isinstance(spec, UniformTypeKVCacheSpecs):
-            spec = spec.kv_cache_specs[tensor.layers[0]]
-        views.update(zip(tensor.layers, create_kv_cache_views(
-            raw, spec, kv_cache_config.num_blocks, KVCacheLayout[layout], tensor,
-            kernel_block_size=kernel_block_size)))
-    return views
-
-
-def make_request(request_id: str, prompt: Sequence[int], max_tokens: int = 4) -> Request:
+def make_request(request_id: str, prompt: Sequence[int], max_tokens: int = 4,
+                 block_size: int = BLOCK_SIZE) -> Request:
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     params.update_from_generation_config({}, EOS)
     return Request(request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
-                   pooling_params=None, block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256))
+                   pooling_params=None, block_hasher=get_request_block_hasher(block_size, sha256))
 
 
 def pattern(rank: int, layer: int, token: int, position: int, shape) -> torch.Tensor:
@@ -160,18 +296,24 @@ class WorkerRank:
         config = copy.deepcopy(vllm_config)
         config.parallel_config.rank = rank
         self.rank = rank
+        self.block_size = vllm_config.cache_config.block_size
         self.kv_cache_config = kv_cache_config
         self.connector = KvstashConnector(config, KVConnectorRole.WORKER, kv_cache_config)
-        self.kv_caches = host_kv_caches(kv_cache_config, layout, kernel_block_size)
+        self.kv_caches = worker_kv_caches(kv_cache_config, layout, kernel_block_size)
         self.connector.register_kv_caches(self.kv_caches)
         self.layer_index = {name: i for i, name in enumerate(self.kv_caches)}
 
     def _slot(self, name: str, block: int, slot: int) -> torch.Tensor:
+        """The bytes of one token of one layer: [H, C] of a [B, H, N, C]
+        view, or [C] of an MLA [B, N, C] view (vLLM before 0.29)."""
         view = self.kv_caches[name]
         # vLLM may split its blocks into smaller kernel blocks (dim 0 grows).
         ratio = view.shape[0] // self.kv_cache_config.num_blocks
-        kernel_tokens = BLOCK_SIZE // ratio
-        return view[block * ratio + slot // kernel_tokens, :, slot % kernel_tokens, :].view(torch.uint8)
+        kernel_tokens = self.block_size // ratio
+        kernel_block, token = block * ratio + slot // kernel_tokens, slot % kernel_tokens
+        if view.dim() == 3:
+            return view[kernel_block, token, :].view(torch.uint8)
+        return view[kernel_block, :, token, :].view(torch.uint8)
 
     def group_of(self, name: str) -> int:
         return next(i for i, g in enumerate(self.kv_cache_config.kv_cache_groups) if name in g.layer_names)
@@ -182,7 +324,7 @@ class WorkerRank:
         for name in layers or self.kv_caches:
             ids = block_ids[self.group_of(name)]
             for p in range(begin, end):
-                slot = self._slot(name, ids[p // BLOCK_SIZE], p % BLOCK_SIZE)
+                slot = self._slot(name, ids[p // self.block_size], p % self.block_size)
                 slot.copy_(pattern(self.rank, self.layer_index[name], tokens[p], p, slot.shape))
 
     def matches(self, block_ids, tokens: Sequence[int], begin: int, end: int,
@@ -190,7 +332,7 @@ class WorkerRank:
         for name in layers or self.kv_caches:
             ids = block_ids[self.group_of(name)]
             for p in range(begin, end):
-                slot = self._slot(name, ids[p // BLOCK_SIZE], p % BLOCK_SIZE)
+                slot = self._slot(name, ids[p // self.block_size], p % self.block_size)
                 if not torch.equal(slot, pattern(self.rank, self.layer_index[name], tokens[p], p, slot.shape)):
                     return False
         return True
@@ -201,7 +343,7 @@ class WorkerRank:
 
     def block_is(self, block: int, value: int) -> bool:
         return all(bool((self._slot(name, block, slot) == value).all())
-                   for name in self.kv_caches for slot in range(BLOCK_SIZE))
+                   for name in self.kv_caches for slot in range(self.block_size))
 
     def execute(self, scheduler_output, scheduler: Scheduler, computed: Dict[str, int],
                 before_load=None, after_layer_wait=None, after_start=None,
@@ -232,9 +374,17 @@ class WorkerRank:
             if after_save is not None:
                 after_save(self, name)
         c.wait_for_save()
-        sending, recving = c.get_finished(scheduler_output.finished_req_ids)
-        out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
-                                invalid_block_ids=c.get_block_ids_with_load_errors())
+        if TRANSFER_RESULTS:
+            # vLLM 0.30 on: the model runner asks for the transfer results.
+            results = c.get_transfer_results(scheduler_output.finished_req_ids)
+            out = KVConnectorOutput(finished_sending=results.finished_sending or None,
+                                    finished_recving=results.finished_recving or None,
+                                    failed_recving=results.failed_recving,
+                                    invalid_block_ids=c.get_block_ids_with_load_errors())
+        else:
+            sending, recving = c.get_finished(scheduler_output.finished_req_ids)
+            out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
+                                    invalid_block_ids=c.get_block_ids_with_load_errors())
         c.clear_connector_metadata()
         return out
 
@@ -245,10 +395,11 @@ class Engine:
     def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig,
                  layout: str = "LBNHC", kernel_block_size: Optional[int] = None) -> None:
         tp = vllm_config.parallel_config.tensor_parallel_size
+        self.block_size = vllm_config.cache_config.block_size
         self.scheduler = Scheduler(
             vllm_config=vllm_config, kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=BLOCK_SIZE, log_stats=True)
+            block_size=self.block_size, log_stats=True)
         self.workers = [WorkerRank(vllm_config, kv_cache_config, r, layout, kernel_block_size)
                         for r in range(tp)]
         self.aggregator = KVOutputAggregator(expected_finished_count=tp)

@@ -22,7 +22,8 @@ def vllm_or_skip():
     try:
         import vllm  # noqa: F401
     except Exception as error:  # ImportError, or a broken install
-        reason = f"vllm is not importable ({type(error).__name__}: {error}); pip install vllm==0.32.0"
+        reason = (f"vllm is not importable ({type(error).__name__}: {error}); install a vLLM "
+                  "from 0.26.0 to 0.33.0 (scripts/test_python.sh makes a venv per tested one)")
         if os.environ.get("CI", "").lower() == "true" or os.environ.get("KVSTASH_REQUIRE_VLLM") == "1":
             raise RuntimeError(
                 "CI=true or KVSTASH_REQUIRE_VLLM=1: the vLLM connector tests must run, but "

@@ -46,6 +46,12 @@ struct ServerConfig {
   std::string admin_group =
       "none";  // group (name or gid) whose members are admins; none = no group
   uint32_t max_registrations_per_client = 64;
+  // Per peer, not per connection (server/src/peer_budget.h): a process is
+  // (uid, pid), a user its uid.
+  uint32_t max_registrations_per_process = 256;
+  uint32_t max_channels_per_process = 64;
+  uint32_t max_mappings_per_user = 16384;  // allocations, boards and channels mapped
+  uint32_t max_channel_mb_per_user = 2048;
   uint32_t max_in_flight_per_client = 256;  // Store/Retrieve/UnregisterKV awaiting their reply
   uint32_t max_leases_per_client = 4096;
   uint32_t max_leases = 65536;     // leases held by all clients together

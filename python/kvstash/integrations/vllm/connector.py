@@ -90,6 +90,12 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
                                                 vllm_config.cache_config.block_size, tp_size)
         else:
             self.worker_side = WorkerSide(self.settings, groups, tp_rank, tp_size)
+            # Several KV cache groups: vLLM refuses block-level load errors,
+            # and from 0.30 takes a failed asynchronous load as a whole.
+            # Before 0.30 it has no such channel: such a failure stops the
+            # engine, loudly, never with wrong KV.
+            self.worker_side.report_failed_requests = (
+                len(groups) > 1 and hasattr(KVConnectorBase_V1, "get_transfer_results"))
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]) -> bool:
@@ -164,6 +170,14 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         return self._worker.get_finished(finished_req_ids)
+
+    def get_transfer_results(self, finished_req_ids: Set[str]) -> Any:
+        # vLLM 0.30 on; older releases call get_finished.
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+
+        sending, received, failed = self._worker.transfer_results(finished_req_ids)
+        return KVConnectorTransferResults(finished_sending=sending, finished_recving=received,
+                                          failed_recving=failed)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         return self._worker.take_load_errors()

@@ -171,6 +171,11 @@ class WorkerSide:
         self._async_loads: Dict[str, _AsyncLoad] = {}
         self._recv_unreported: Set[str] = set()  # done, failed blocks not handed out yet
         self._recv_ready: Set[str] = set()       # done, may be reported finished_recving
+        self._recv_failed: Set[str] = set()      # done, reported whole as failed_recving
+        self.report_failed_requests = False
+        """Set by the connector where vLLM takes failed_recving (0.30 on) and
+        there are several KV cache groups: vLLM refuses block-level load
+        errors then, so a failed asynchronous load is reported whole."""
         self._kv_caches: Optional[Dict[str, Any]] = None
         """What register_kv_caches got: registered again after sleep mode."""
         self._asleep = False
@@ -491,8 +496,12 @@ class WorkerSide:
                 continue
             for load in pending.loads:
                 pending.errors |= self._failed_blocks(load, load.future, self._cpu_deadline())
-            self._load_errors |= pending.errors
             del self._async_loads[req_id]
+            if pending.errors and self.report_failed_requests:
+                self._recv_failed.add(req_id)
+                self._recv_ready.add(req_id)
+                continue
+            self._load_errors |= pending.errors
             self._recv_unreported.add(req_id)
 
     def take_load_errors(self) -> Set[int]:
@@ -678,6 +687,15 @@ class WorkerSide:
         received = {r for r in self._recv_ready if r not in self._finishing}
         self._recv_ready -= received
         return (sending or None), (received or None)
+
+    def transfer_results(self, finished_req_ids: Set[str]) -> Tuple[Set[str], Set[str], Set[str]]:
+        """get_finished's two sets, and the received requests whose load
+        failed as a whole (failed_recving; they are in the received set too)."""
+        sending, received = self.get_finished(finished_req_ids)
+        received = received or set()
+        failed = received & self._recv_failed
+        self._recv_failed -= failed
+        return sending or set(), received, failed
 
     def wait_for_stores(self) -> None:
         """Waits for every store in flight (tests, shutdown)."""

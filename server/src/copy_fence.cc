@@ -1,0 +1,92 @@
+// Opening an engine's copy fence and holding its bytes.
+#include "copy_fence.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+namespace kvstash::server {
+
+namespace {
+
+// Request ids are the engine's; byte offsets must fit off_t.
+off_t ByteOf(uint64_t request_id) {
+  return off_t(request_id & uint64_t(std::numeric_limits<off_t>::max()));
+}
+
+struct flock OneByte(short type, uint64_t request_id) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = ByteOf(request_id);
+  lock.l_len = 1;
+  return lock;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<CopyFence>> CopyFence::Open(const std::string& shm_name,
+                                                   const std::optional<PeerCredentials>& opener) {
+  if (shm_name.size() < 2 || shm_name.size() > 255 || shm_name[0] != '/' ||
+      shm_name.find('/', 1) != std::string::npos) {
+    return Status::InvalidArgument("copy fence name \"" + shm_name +
+                                   "\" must be \"/name\" with no other '/' and under 256 bytes");
+  }
+  // Read-only: a read lock needs no more, and the daemon never writes it.
+  const int fd = shm_open(shm_name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) {
+    return Status::NotFound("cannot open copy fence " + shm_name + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Status::InvalidArgument("copy fence " + shm_name + " is not a shared memory object");
+  }
+  if (Status allowed = MayReadWrite(opener, st.st_uid, st.st_gid, st.st_mode, shm_name);
+      !allowed.ok()) {
+    close(fd);
+    return allowed;
+  }
+  return std::shared_ptr<CopyFence>(new CopyFence(fd, shm_name));
+}
+
+CopyFence::~CopyFence() { close(fd_); }
+
+Result<bool> CopyFence::Hold(uint64_t request_id) {
+  struct flock lock = OneByte(F_RDLCK, request_id);
+  if (fcntl(fd_, F_OFD_SETLK, &lock) == 0) {
+    // Held first, then looked at: a client that closes its fence after this
+    // look waits for the hold (or its deadline) before it does.
+    if (EngineAlive()) return true;
+    Release(request_id);
+    return false;
+  }
+  if (errno == EAGAIN || errno == EACCES) return false;  // the engine's write lock
+  return Status::Unavailable("cannot hold request " + std::to_string(request_id) +
+                             " on copy fence " + name_ + ": " + std::strerror(errno));
+}
+
+void CopyFence::Release(uint64_t request_id) {
+  struct flock lock = OneByte(F_UNLCK, request_id);
+  (void)fcntl(fd_, F_OFD_SETLK, &lock);
+}
+
+bool CopyFence::GivenUp(uint64_t request_id) const {
+  struct flock lock = OneByte(F_RDLCK, request_id);
+  if (fcntl(fd_, F_OFD_GETLK, &lock) != 0) return false;
+  if (lock.l_type != F_UNLCK) return true;  // a write lock conflicts with our read lock
+  return !EngineAlive();
+}
+
+bool CopyFence::EngineAlive() const {
+  struct flock lock = OneByte(F_WRLCK, 0);  // a write lock would conflict with its read lock
+  if (fcntl(fd_, F_OFD_GETLK, &lock) != 0) return true;  // cannot tell: assume alive
+  return lock.l_type != F_UNLCK;
+}
+
+}  // namespace kvstash::server
