@@ -2,6 +2,7 @@
 // job's bytes count on its device and direction from the moment it is
 // queued until it has completed, and not at all where the backend decides
 // nothing from them.
+#include <atomic>
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -73,7 +74,8 @@ std::shared_ptr<Registration> SmallRegistration() {
 
 TEST(LinkLoads, AJobCountsOnItsLinkFromQueuedUntilCompleted) {
   GatedBackend backend(true);
-  TransferWorker worker(backend, 1, std::chrono::microseconds(0));
+  const std::atomic<bool> stopping{false};
+  TransferWorker worker(backend, 1, std::chrono::microseconds(0), stopping);
   std::shared_ptr<Registration> registration = SmallRegistration();
   const uint64_t chunk_bytes = registration->layout.chunk_bytes();
   ASSERT_GT(chunk_bytes, 0u);
@@ -83,7 +85,9 @@ TEST(LinkLoads, AJobCountsOnItsLinkFromQueuedUntilCompleted) {
   const std::vector<uint32_t> ids = {0, 1, 2, 3};
   for (int c = 0; c < 3; ++c) job.Add(kernels::ChunkCopy{}, 0, ids);
   job.Seal();
-  job.complete = [&](const Status&, const std::vector<uint8_t>&) { completed.set_value(); };
+  job.complete = [&](const Status&, const std::vector<uint8_t>&, const Status&) {
+    completed.set_value();
+  };
   worker.Submit(Direction::kRetrieve, std::move(job));
   // Queued or in flight, either way on device 1's retrieve link.
   EXPECT_EQ(backend.loads_.Bytes(1, Direction::kRetrieve), 3 * chunk_bytes);
@@ -98,13 +102,16 @@ TEST(LinkLoads, AJobCountsOnItsLinkFromQueuedUntilCompleted) {
 
 TEST(LinkLoads, NothingIsCountedWhereTheBackendKeepsNoLoads) {
   GatedBackend backend(false);
-  TransferWorker worker(backend, 0, std::chrono::microseconds(0));
+  const std::atomic<bool> stopping{false};
+  TransferWorker worker(backend, 0, std::chrono::microseconds(0), stopping);
   std::promise<void> completed;
   TransferJob job;
   job.registration = SmallRegistration();
   job.Add(kernels::ChunkCopy{}, 0, {0, 1, 2, 3});
   job.Seal();
-  job.complete = [&](const Status&, const std::vector<uint8_t>&) { completed.set_value(); };
+  job.complete = [&](const Status&, const std::vector<uint8_t>&, const Status&) {
+    completed.set_value();
+  };
   worker.Submit(Direction::kRetrieve, std::move(job));
   backend.WaitEntered();
   EXPECT_EQ(backend.loads_.Bytes(0, Direction::kRetrieve), 0u);
