@@ -217,7 +217,8 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
         return Status::DeviceError("cannot map the board");
       return BoardMapping{static_cast<uint8_t*>(mapped), [base] { cudaHostUnregister(base); }};
     };
-    auto board = CompletionBoard::Open(board_name_, kLayers * kBoardSlotBytes, std::nullopt, map);
+    auto board = CompletionBoard::Open(board_name_, kLayers * kBoardSlotBytes,
+                                       PeerCredentials{::getuid(), ::getgid(), ::getpid()}, map);
     ASSERT_TRUE(board.ok()) << board.status().ToString();
     board_ = *board;
   }

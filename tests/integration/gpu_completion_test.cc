@@ -257,6 +257,11 @@ TEST_F(GpuCompletion, AGateNeverOpenedIsReleasedAtTheDeadlineAndNothingIsStored)
   auto hit = (*client)->Lookup(reg->id, {(*chunks)[0].key}).get();
   ASSERT_TRUE(hit.ok()) << hit.status().ToString();
   EXPECT_EQ(hit->hit_chunks, 0u);
+  // Nor does the abandoned store's reservation linger: the same chunks store
+  // now, ungated.
+  auto again = (*client)->Store(reg->id, *chunks).get();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  for (const auto& o : *again) EXPECT_EQ(o.result, ChunkResult::kStored) << o.error.ToString();
 }
 
 // CPU seconds kvstashd used so far (/proc/<pid>/stat utime + stime).
