@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kvstash inside a real vLLM on a GPU machine (vLLM importable, torch with
+# kvstash inside a real vLLM on a host with a GPU (vLLM importable, torch with
 # CUDA): correctness with dense and MLA models, layer-wise loads with
 # piecewise CUDA graphs and whole-request loads with full graphs, kvstashd
 # killed / restarted / chunks evicted under a live engine, and with two GPUs

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Time to first token in a real vLLM on a GPU machine: the same model and
+# Time to first token in a real vLLM on a host with GPUs: the same model and
 # prompts with no offloading (recompute, vLLM's GPU prefix cache), with
 # vLLM's native CPU offloading and with kvstash, loading between scheduler
 # steps (its default) and in the step layer by layer (bench/vllm_ttft.py),
