@@ -20,7 +20,7 @@ FOREIGN_FLAGS = {
     "--rm", "--shm-size", "--test-dir", "--ulimit", "--dry-run", "--prefix", "--install",
     "--target", "--label-regex", "--runtime", "--isolation", "--volume", "--user",
     "--cflags", "--libs", "--now",
-    "--kv-transfer-config", "--block-size",  # vllm serve
+    "--kv-transfer-config", "--block-size", "--no-async-scheduling",  # vllm serve
     "--port", "--bind", "--protected-mode", "--maxmemory", "--maxmemory-policy", "--save",
     "--appendonly", "--proto-max-bulk-len",  # redis-server
     "--check",  # scripts/format.sh
