@@ -5,10 +5,10 @@
 // when the blocks may be reused; and failures (a bad block, a gate never
 // opened, a killed daemon) release the stream, never leave it waiting.
 // Skips without a GPU.
-#include <algorithm>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <algorithm>
 
 #include <chrono>
 #include <thread>

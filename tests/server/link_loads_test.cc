@@ -2,8 +2,8 @@
 // job's bytes count on its device and direction from the moment it is
 // queued until it has completed, and not at all where the backend decides
 // nothing from them.
-#include <atomic>
 #include <gtest/gtest.h>
+#include <atomic>
 
 #include <condition_variable>
 #include <future>
