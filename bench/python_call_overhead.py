@@ -70,7 +70,7 @@ def python_run(socket: str, samples: int) -> dict:
 
         out = {}
         # The floor under the package: the C API through bare ctypes.
-        lib, handle = client._lib, client._handle
+        lib, handle = client._lib, client._connection.handle
         uptime = ctypes.c_uint64()
         result = kvstash._lib.CLookupResult()
         out["raw_ping"] = timed(samples, lambda: lib.kvstash_ping(handle, ctypes.byref(uptime)))

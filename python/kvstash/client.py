@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import json
-import threading
 from ctypes import byref, c_uint64, c_void_p
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from . import _lib
-from ._dispatch import Dispatcher
-from .errors import Cancelled, Error, error_for, invalid
+from ._connection import Connection
+from .errors import error_for, invalid
 from .layouts import LayerSpec, layer_specs
 from .registration import stream_handle
 from .shm import find_region
@@ -43,10 +42,12 @@ class CompletionBoard:
     Pass it to Client.register(board=...)."""
 
     def __init__(self, client: "Client", slots: int = 256, gpu: int = -1) -> None:
-        self._client = client
-        self._lib = client._lib
+        self._client = client  # kept alive while the board is
+        self._connection = client._connection
+        self._lib = self._connection.lib
         handle = c_void_p()
-        client._call(self._lib.kvstash_board_create, _uint(slots, "slots"), int(gpu), byref(handle))
+        self._connection.call(self._lib.kvstash_board_create, _uint(slots, "slots"), int(gpu),
+                              byref(handle))
         self._handle = handle
         self.slots: int = slots
         self.gpu: int = int(gpu)
@@ -66,8 +67,8 @@ class CompletionBoard:
         """Makes a CUDA stream (torch.cuda.current_stream().cuda_stream, or a
         torch.cuda.Stream) wait until slot `slot + k` is released."""
         signal = _lib.CBoardSignal(slot, count, sequence)
-        self._client._call(self._lib.kvstash_board_wait, self._handle,
-                           c_void_p(stream_handle(stream)), byref(signal), _uint(k, "k"))
+        self._connection.call(self._lib.kvstash_board_wait, self._handle,
+                              c_void_p(stream_handle(stream)), byref(signal), _uint(k, "k"))
 
     def release(self, slot: int, sequence: int, status: int = 0) -> None:
         """Writes the slot's status word, then its value `sequence`: releases
@@ -107,11 +108,6 @@ class Client:
     def __init__(self, socket: Optional[str] = None, timeout_ms: int = 5000,
                  name: Optional[str] = None, busy_poll_us: int = 0) -> None:
         self._lib = _lib.lib()
-        self._state = threading.Condition()
-        self._closed = False
-        self._active = 0  # GUARDED_BY(_state): blocking calls inside the library
-        self._dispatcher: Optional[Dispatcher] = None  # GUARDED_BY(_state), started on first use
-        self._name = name or "python"
         options = _lib.Options(
             socket=_text(socket, "socket"),
             timeout_ms=_uint(timeout_ms, "timeout_ms"),
@@ -124,52 +120,9 @@ class Client:
             message = self._lib.kvstash_last_error(handle) if handle.value else None
             text = message.decode(errors="replace") if message else "kvstash_connect failed"
             self._lib.kvstash_close(handle)
-            self._handle: Optional[c_void_p] = None
             raise error_for(status, text)
-        self._handle = handle
-
-    # ---- plumbing ----
-
-    def _enter(self) -> c_void_p:
-        with self._state:
-            if self._closed or self._handle is None:
-                raise Cancelled(12, "the kvstash client is closed")
-            self._active += 1
-            return self._handle
-
-    def _leave(self) -> None:
-        with self._state:
-            self._active -= 1
-            if self._active == 0 and self._closed:
-                self._state.notify_all()
-
-    def _error(self, status: int) -> Error:
-        """The exception for `status`, with this thread's last message."""
-        message = self._lib.kvstash_last_error(self._handle)
-        text = message.decode(errors="replace") if message else ""
-        return error_for(status, text or _lib.status_name(status))
-
-    def _call(self, fn: Any, *args: Any) -> None:
-        """fn(handle, *args); raises on a non-OK status."""
-        handle = self._enter()
-        try:
-            status = fn(handle, *args)
-            if status != 0:
-                raise self._error(status)
-        finally:
-            self._leave()
-
-    def _dispatch(self) -> Dispatcher:
-        dispatcher = self._dispatcher
-        if dispatcher is not None:
-            return dispatcher
-        with self._state:
-            if self._closed:
-                raise Cancelled(12, "the kvstash client is closed")
-            if self._dispatcher is None:
-                assert self._handle is not None
-                self._dispatcher = Dispatcher(self._lib, self._handle, self._name)
-            return self._dispatcher
+        # What this client's Registrations and CompletionBoards call through.
+        self._connection = Connection(self._lib, handle, name or "python")
 
     # ---- lifetime ----
 
@@ -177,23 +130,11 @@ class Client:
         """Cancels pending asynchronous calls (their futures fail with
         Cancelled) and disconnects. The daemon drops this connection's
         registrations. Idempotent."""
-        with self._state:
-            if self._closed or self._handle is None:
-                self._closed = True
-                return
-            self._closed = True
-            while self._active > 0:
-                self._state.wait()
-            dispatcher = self._dispatcher
-        if dispatcher is not None:
-            dispatcher.stop()
-        self._lib.kvstash_close(self._handle)
-        if dispatcher is not None:
-            dispatcher.drain()
+        self._connection.close()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._connection.closed
 
     def __enter__(self) -> "Client":
         return self
@@ -203,8 +144,9 @@ class Client:
 
     def __del__(self) -> None:
         try:
-            if not self._closed and self._handle is not None:
-                self.close()
+            connection = self.__dict__.get("_connection")  # absent when connecting failed
+            if connection is not None and not connection.closed:
+                connection.close()
         except Exception:
             pass
 
@@ -213,12 +155,12 @@ class Client:
     def ping(self) -> int:
         """The daemon's uptime in milliseconds."""
         uptime = c_uint64()
-        self._call(self._lib.kvstash_ping, byref(uptime))
+        self._connection.call(self._lib.kvstash_ping, byref(uptime))
         return uptime.value
 
     def _json(self, fn: Any) -> Dict[str, Any]:
         buffer = c_void_p()
-        self._call(fn, byref(buffer))
+        self._connection.call(fn, byref(buffer))
         try:
             if not buffer.value:
                 raise error_for(11, "the library returned no JSON")
@@ -238,15 +180,15 @@ class Client:
         """Drops stored chunks of one model (and tenant), or of every scope
         this client may clear when model is None. Returns how many."""
         cleared = c_uint64()
-        self._call(self._lib.kvstash_clear, _text(model, "model"), _text(tenant, "tenant"),
-                   byref(cleared))
+        self._connection.call(self._lib.kvstash_clear, _text(model, "model"),
+                              _text(tenant, "tenant"), byref(cleared))
         return cleared.value
 
     def pool_ready(self) -> Tuple[int, int]:
         """(ready_bytes, capacity_bytes) of the daemon's L1 pool: it pins its
         pool in the background, and stores find room as it grows."""
         ready, capacity = c_uint64(), c_uint64()
-        self._call(self._lib.kvstash_pool_ready, byref(ready), byref(capacity))
+        self._connection.call(self._lib.kvstash_pool_ready, byref(ready), byref(capacity))
         return ready.value, capacity.value
 
     @property
@@ -254,7 +196,7 @@ class Client:
         """What the daemon said in its latest Hello (chunk_tokens, backend,
         boot id) and how many daemon restarts this client lived through."""
         info = _lib.CServerInfo()
-        self._call(self._lib.kvstash_get_server_info, byref(info))
+        self._connection.call(self._lib.kvstash_get_server_info, byref(info))
         return ServerInfo(
             protocol_version=info.protocol_version,
             server_version=info.server_version.decode(errors="replace"),
@@ -341,8 +283,8 @@ class Client:
             options.board = board._handle
             keep.append(board)
         registration = _lib.CRegistration()
-        self._call(self._lib.kvstash_register, byref(options), byref(registration))
-        return Registration(self, registration, specs, layers, board)
+        self._connection.call(self._lib.kvstash_register, byref(options), byref(registration))
+        return Registration(self, self._connection, registration, specs, layers, board)
 
 
 def _c_geometry(g: Geometry) -> _lib.CGeometry:

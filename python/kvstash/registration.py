@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 from . import _lib
 from ._arrays import int32_buffer
+from ._connection import Connection
 from ._dispatch import KIND_LOOKUP, KIND_OUTCOMES, KIND_RELEASE, outcomes_from
-from .errors import Error, invalid
+from .errors import invalid
 from .layouts import LayerSpec
 from .types import BoardSignal, ChunkOutcome, Geometry, LookupResult
 
@@ -219,9 +220,11 @@ class Registration:
     was registered with alive.
     """
 
-    def __init__(self, client: "Client", c: _lib.CRegistration, specs: List[LayerSpec],
-                 layers: Any, board: Optional["CompletionBoard"] = None) -> None:
-        self._client = client
+    def __init__(self, client: "Client", connection: Connection, c: _lib.CRegistration,
+                 specs: List[LayerSpec], layers: Any,
+                 board: Optional["CompletionBoard"] = None) -> None:
+        self._client = client  # kept alive while the registration is
+        self._connection = connection  # the client's: what the data calls go through
         self._c = c
         self._specs = specs
         self._layers = layers  # keeps the engine's tensors alive
@@ -354,7 +357,8 @@ class Registration:
         _sync_stream(stream)
         n = len(chunks)
         outcomes = (_lib.COutcome * max(n, 1))()
-        self._client._call(_lib.lib().kvstash_store, self.id, c_void_p(chunks._address), n, outcomes)
+        self._connection.call(_lib.lib().kvstash_store, self.id, c_void_p(chunks._address), n,
+                              outcomes)
         return outcomes_from(outcomes, n)
 
     def retrieve(self, chunks: Chunks, *, skip_tokens: int = 0,
@@ -367,8 +371,9 @@ class Registration:
         chunks = self._chunks_arg(chunks)
         n = len(chunks)
         outcomes = (_lib.COutcome * max(n, 1))()
-        self._client._call(_lib.lib().kvstash_retrieve, self.id, c_void_p(chunks._address), n,
-                           _u32(skip_tokens, "skip_tokens"), _u64(lease_id, "lease_id"), outcomes)
+        self._connection.call(_lib.lib().kvstash_retrieve, self.id, c_void_p(chunks._address), n,
+                              _u32(skip_tokens, "skip_tokens"), _u64(lease_id, "lease_id"),
+                              outcomes)
         return outcomes_from(outcomes, n)
 
     def lookup(self, keys: Keys, *, lease_ms: int = 0, prefetch: bool = False) -> LookupResult:
@@ -381,9 +386,9 @@ class Registration:
         (result.prefetch_done)."""
         blob = _key_blob(keys)
         result = _lib.CLookupResult()
-        self._client._call(_lib.lib().kvstash_lookup_ex, self.id, blob, len(blob) // _KEY,
-                           _u32(lease_ms, "lease_ms"),
-                           _lib.LOOKUP_PREFETCH if prefetch else 0, byref(result))
+        self._connection.call(_lib.lib().kvstash_lookup_ex, self.id, blob, len(blob) // _KEY,
+                              _u32(lease_ms, "lease_ms"),
+                              _lib.LOOKUP_PREFETCH if prefetch else 0, byref(result))
         return _lib.lookup_result(result)
 
     def release(self, lease_id: int) -> int:
@@ -392,50 +397,36 @@ class Registration:
 
     # ---- data: asynchronous (one dispatcher thread per client) ----
 
-    def _submit(self, kind: int, fn: Any, *args: Any) -> Future:
-        client = self._client
-        try:
-            dispatcher = client._dispatch()
-            handle = client._enter()
-        except Error as e:
-            f: Future = Future()
-            f.set_exception(e)
-            return f
-        try:
-            return dispatcher.submit(kind, lambda tag, call: fn(handle, *args, tag, byref(call)),
-                                     client._error)
-        finally:
-            client._leave()
-
     def store_async(self, chunks: Chunks, *, stream: Any = None) -> "Future[List[ChunkOutcome]]":
         """store() returning a concurrent.futures.Future at once (errors,
         including bad arguments, arrive through the Future). `stream` is
         synchronised before submitting, in the calling thread."""
         chunks = self._chunks_arg(chunks)
         _sync_stream(stream)
-        return self._submit(KIND_OUTCOMES, _lib.lib().kvstash_store_submit, self.id,
-                            c_void_p(chunks._address), len(chunks))
+        return self._connection.submit(KIND_OUTCOMES, _lib.lib().kvstash_store_submit, self.id,
+                                       c_void_p(chunks._address), len(chunks))
 
     def retrieve_async(self, chunks: Chunks, *, skip_tokens: int = 0,
                        lease_id: int = 0) -> "Future[List[ChunkOutcome]]":
         """retrieve() returning a concurrent.futures.Future at once."""
         chunks = self._chunks_arg(chunks)
-        return self._submit(KIND_OUTCOMES, _lib.lib().kvstash_retrieve_submit, self.id,
-                            c_void_p(chunks._address), len(chunks), _u32(skip_tokens, "skip_tokens"),
-                            _u64(lease_id, "lease_id"))
+        return self._connection.submit(KIND_OUTCOMES, _lib.lib().kvstash_retrieve_submit,
+                                       self.id, c_void_p(chunks._address), len(chunks),
+                                       _u32(skip_tokens, "skip_tokens"),
+                                       _u64(lease_id, "lease_id"))
 
     def lookup_async(self, keys: Keys, *, lease_ms: int = 0,
                      prefetch: bool = False) -> "Future[LookupResult]":
         """lookup() returning a concurrent.futures.Future at once."""
         blob = _key_blob(keys)
-        return self._submit(KIND_LOOKUP, _lib.lib().kvstash_lookup_ex_submit, self.id, blob,
-                            len(blob) // _KEY, _u32(lease_ms, "lease_ms"),
-                            _lib.LOOKUP_PREFETCH if prefetch else 0)
+        return self._connection.submit(KIND_LOOKUP, _lib.lib().kvstash_lookup_ex_submit, self.id,
+                                       blob, len(blob) // _KEY, _u32(lease_ms, "lease_ms"),
+                                       _lib.LOOKUP_PREFETCH if prefetch else 0)
 
     def release_async(self, lease_id: int) -> "Future[int]":
         """release() returning a concurrent.futures.Future at once."""
-        return self._submit(KIND_RELEASE, _lib.lib().kvstash_release_submit,
-                            _u64(lease_id, "lease_id"))
+        return self._connection.submit(KIND_RELEASE, _lib.lib().kvstash_release_submit,
+                                       _u64(lease_id, "lease_id"))
 
     # ---- GPU-side completion (docs/protocol.md) ----
 
@@ -459,7 +450,7 @@ class Registration:
             statuses.append(status)
             return status
 
-        future = self._submit(KIND_OUTCOMES, submit)
+        future = self._connection.submit(KIND_OUTCOMES, submit)
         if not statuses or statuses[0] != 0:
             # Refused before it was sent (or the client is closed): no slot
             # was taken, nothing to wait on. Raise here, not in the Future.
@@ -533,10 +524,10 @@ class Registration:
         """Drops the registration (its stored chunks stay, for a later
         registration of the same model and layout). Idempotent; a no-op once
         the client is closed."""
-        if self._unregistered or self._client.closed:
+        if self._unregistered or self._connection.closed:
             self._unregistered = True
             return
-        self._client._call(_lib.lib().kvstash_unregister, self.id)
+        self._connection.call(_lib.lib().kvstash_unregister, self.id)
         self._unregistered = True
 
     def __enter__(self) -> "Registration":
