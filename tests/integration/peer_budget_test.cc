@@ -156,9 +156,9 @@ TEST_F(PeerBudgets, ChannelsAreBoundedPerProcessAndFreedWithTheirClient) {
 TEST_F(PeerBudgets, AChannelEndsWithItsConnectionWhileItsProcessLives) {
   // Only the fixture's channel is left: the start-up probe's client, gone,
   // gives its channel back within a few sweeps.
-  ASSERT_TRUE(Eventually(
-      [&] { return Counter("channels_attached") - Counter("channels_detached") == 1; },
-      milliseconds(3000)));
+  ASSERT_TRUE(
+      Eventually([&] { return Counter("channels_attached") - Counter("channels_detached") == 1; },
+                 milliseconds(3000)));
   const uint64_t attached_before = Counter("channels_attached");
   const uint64_t detached_before = Counter("channels_detached");
   zmq::context_t context(1);
