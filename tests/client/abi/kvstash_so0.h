@@ -2,7 +2,8 @@
  * client/include/kvstash/kvstash.h), kept verbatim below this comment: the
  * header an older engine was compiled against. Its structs have no
  * struct_size; kvstash_options and kvstash_register_options are shorter than
- * the later so.0 ones. */
+ * the later so.0 ones. One change: a reference to a design note the
+ * repository does not hold now names docs/protocol.md. */
 /* clang-format off */
 /* kvstash C API (libkvstash.so): the client library for engines written in
  * languages other than C++ (Python through ctypes or cffi, Rust, Go).
@@ -86,7 +87,7 @@ typedef struct kvstash_options {
   const char* client_name; /* shown in the daemon's logs; may be NULL */
 } kvstash_options;
 
-/* Layer geometry in bytes (DESIGN.md "Geometry"):
+/* Layer geometry in bytes (docs/protocol.md "Geometry"):
  * address(b, k, t, h) = base + b*block_stride + k*kv_stride + t*token_stride
  *                            + h*head_stride, head_bytes contiguous bytes. */
 typedef struct kvstash_geometry {
