@@ -1,6 +1,8 @@
 // Creating the copy fence and taking its bytes.
 #include "copy_fence.h"
 
+#include "shm_name.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,21 +16,8 @@
 
 namespace kvstash::client {
 
-namespace {
-
-std::string FreshName() {
-  static std::atomic<uint32_t> counter{0};  // names only; no state shared otherwise
-  std::random_device random;
-  char name[96];
-  std::snprintf(name, sizeof(name), "/kvstash-fence-%d-%u-%08x", int(getpid()),
-                counter.fetch_add(1), unsigned(random()));
-  return name;
-}
-
-}  // namespace
-
 Result<std::shared_ptr<CopyFence>> CopyFence::Create() {
-  const std::string name = FreshName();
+  const std::string name = FreshShmName("fence");
   // 0660 with the creator's primary group, as host KV memory and completion
   // boards: a daemon of another uid opens it through the group.
   constexpr mode_t kMode = 0660;

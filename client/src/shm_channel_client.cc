@@ -1,6 +1,8 @@
 // Creating the channel segment and using its rings from the client.
 #include "shm_channel_client.h"
 
+#include "shm_name.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -15,19 +17,6 @@
 
 namespace kvstash::client {
 
-namespace {
-
-std::string FreshName() {
-  static std::atomic<uint32_t> counter{0};  // names only; no state shared otherwise
-  std::random_device random;
-  char name[96];
-  std::snprintf(name, sizeof(name), "/kvstash-channel-%d-%u-%08x", int(getpid()),
-                counter.fetch_add(1), unsigned(random()));
-  return name;
-}
-
-}  // namespace
-
 Result<std::unique_ptr<ClientChannel>> ClientChannel::Create(uint64_t ring_bytes) {
   if (!channel::ValidRingBytes(ring_bytes)) {
     return Status::InvalidArgument(
@@ -35,7 +24,7 @@ Result<std::unique_ptr<ClientChannel>> ClientChannel::Create(uint64_t ring_bytes
         std::to_string(channel::kMinRingBytes) + " to " + std::to_string(channel::kMaxRingBytes));
   }
   std::unique_ptr<ClientChannel> ch(new ClientChannel());
-  ch->name_ = FreshName();
+  ch->name_ = FreshShmName("channel");
   ch->bytes_ = channel::SegmentBytes(ring_bytes, ring_bytes);
   // 0660 with the creator's primary group, as host KV memory and completion
   // boards (docs/deployment.md): a daemon of another uid opens it through
