@@ -2,7 +2,8 @@
 prefix cache, vLLM's native CPU offloading and kvstash, one engine kind per
 run (each owns the GPU while it runs).
 
-    python bench/vllm_ttft.py --engine plain|native|kvstash|kvstash-layerwise [--lengths ...]
+    python bench/vllm_ttft.py --engine plain|native|kvstash|kvstash-layerwise|kvstash-multipath
+        [--name NAME] [--kvstashd-gpus 0,1] [--lengths ...]
     python bench/vllm_ttft.py --table OUT_DIR     # the runs side by side
 
 Every figure is one request alone, one output token, the median of
@@ -12,6 +13,9 @@ Every figure is one request alone, one output token, the median of
 - gpu_hit (plain): the same prompt again, from vLLM's GPU prefix cache;
 - offload_hit (native, kvstash*): the same prompt again after vLLM's GPU
   prefix cache was emptied, so the KV comes back from the offload tier.
+kvstash-multipath is kvstash with `kvstashd --multipath on` serving the GPUs
+of --kvstashd-gpus (physical ids; the engine runs on the first), so a load
+also comes through the other GPUs' PCIe links and NVLink.
 It also measures the raw pinned host-to-device copy rate of this GPU, in the
 same process, and prints each hit's load time against it. The loaded case
 sends --loaded-prompts prompts at --rate per second, each sharing its prefix
@@ -146,13 +150,22 @@ def loaded_case(llm: Any, kind: str, count: int, rate: float, length: int) -> Di
             "throughput_tokens_per_s": count * (length + 32) / wall}
 
 
+def describe_paths(daemon: Any) -> Any:
+    """What kvstashd says of its GPUs and multi-path retrieves (describe)."""
+    import kvstash
+    with kvstash.Client(socket=daemon.socket, timeout_ms=5000, name="vllm-ttft-describe") as c:
+        info = c.describe()
+    backend = info.get("backend", {})
+    return {"devices": info.get("server", {}).get("devices"),
+            "transfer_mode": backend.get("transfer_mode"), "multipath": backend.get("multipath")}
+
+
 def table(directory: Path) -> int:
     """The runs in `directory` side by side (markdown); non-zero if any failed."""
     runs = {}
-    for kind in ("plain", "native", "kvstash", "kvstash-layerwise"):
-        path = directory / f"ttft-{kind}.json"
-        if path.exists():
-            runs[kind] = json.loads(path.read_text())
+    for path in sorted(directory.glob("ttft-*.json")):
+        runs[path.stem[len("ttft-"):]] = json.loads(path.read_text())
+    multipath = sorted(k for k in runs if k.startswith("kvstash-multipath"))
     failed = [k for k, r in runs.items() if "error" in r]
     for kind, run in runs.items():
         print(f"{kind}: {run.get('gpu')} vLLM {run.get('vllm')} torch {run.get('torch')}, raw "
@@ -161,14 +174,23 @@ def table(directory: Path) -> int:
     if failed or "plain" not in runs:
         return 1
 
+    def multipath_cells(row: Dict[str, Any], native: Dict[str, Any]) -> str:
+        if "offload_hit_ms" not in row:
+            return " - | - |"
+        ratio = f"{row['offload_hit_ms'] / native['offload_hit_ms']:.2f}" if native else "-"
+        return f" {row['offload_hit_ms']:.1f} | {ratio} |"
+
     def row_of(kind: str, tokens: int) -> Dict[str, Any]:
         return next((r for r in runs.get(kind, {}).get("rows", []) if r["tokens"] == tokens), {})
 
     print()
     print("| prompt tokens | KV loaded | recompute | GPU prefix hit | native offload hit "
           "| kvstash hit | kvstash hit, layer-wise in the step | kvstash target | kvstash / native "
-          "| cold pass: native | cold pass: kvstash |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| cold pass: native | cold pass: kvstash |"
+          + "".join(f" {k} hit | {k} / native |" for k in multipath)
+          + (" multi-path target |" if multipath else ""))
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+          + " ---: | ---: |" * len(multipath) + (" ---: |" if multipath else ""))
     for plain in runs["plain"]["rows"]:
         t = plain["tokens"]
         native, kv = row_of("native", t), row_of("kvstash", t)
@@ -185,7 +207,10 @@ def table(directory: Path) -> int:
         print(f"| {t:,} | {plain['kv_mib']:.0f} MiB | {plain['cold_ms']:.1f} | "
               f"{plain['gpu_hit_ms']:.1f} | {ms(native, 'offload_hit_ms')} | "
               f"{ms(kv, 'offload_hit_ms')} | {ms(layerwise, 'offload_hit_ms')} | {target:.1f} | "
-              f"{ratio} | {cold_n} | {cold_k} |")
+              f"{ratio} | {cold_n} | {cold_k} |"
+              + "".join(multipath_cells(row_of(k, t), native) for k in multipath)
+              # Multi-path: GPU prefix hit + 0.6 x one link's raw load.
+              + (f" {plain['gpu_hit_ms'] + 0.6 * plain['raw_load_ms']:.1f} |" if multipath else ""))
     print()
     print("| loaded case | requests | rate /s | TTFT median | TTFT p90 | throughput (req/s) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -202,9 +227,13 @@ def main() -> int:
         return table(Path(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", required=True,
-                        choices=["plain", "native", "kvstash", "kvstash-layerwise"])
+                        choices=["plain", "native", "kvstash", "kvstash-layerwise",
+                                 "kvstash-multipath"])
+    parser.add_argument("--name", help="the run's name in --out (default: the engine)")
+    parser.add_argument("--kvstashd-gpus",
+                        help="CUDA_VISIBLE_DEVICES of kvstashd (default: the engine's)")
     parser.add_argument("--model", default="llama3-8b", choices=sorted(engine.MODELS))
-    parser.add_argument("--lengths", default="1025,4097,16385,32769")
+    parser.add_argument("--lengths", default="1025,4097,8193,16385,32769")
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--loaded-prompts", type=int, default=8)
     parser.add_argument("--rate", type=float, default=4.0)
@@ -217,7 +246,9 @@ def main() -> int:
     lengths = [int(x) for x in args.lengths.split(",") if x]
     model = engine.write_model(args.model, out / "models")
     daemon = None
-    result: Dict[str, Any] = {"engine": args.engine, "model": args.model}
+    name = args.name or args.engine
+    result: Dict[str, Any] = {"engine": args.engine, "model": args.model,
+                              "kvstashd_gpus": args.kvstashd_gpus}
     try:
         import torch
         import vllm
@@ -225,13 +256,16 @@ def main() -> int:
         result["raw_h2d_gbps"] = raw_h2d_gbps()
         kvstash_engine = args.engine.startswith("kvstash")
         if kvstash_engine:
-            daemon = engine.Kvstashd(out, name="kvstashd-ttft", l1_gb=60,
-                                     extra=args.kvstashd_args.split())
+            extra = args.kvstashd_args.split()
+            if args.engine == "kvstash-multipath":
+                extra += ["--multipath", "on"]
+            daemon = engine.Kvstashd(out, name=f"kvstashd-{name}", l1_gb=60, extra=extra,
+                                     gpus=args.kvstashd_gpus)
         start = time.perf_counter()
         llm = engine.make_llm(
             model, kvstash_socket=daemon.socket if daemon else None,
             # kvstash: loads between steps (the default), or in the step, layer-wise.
-            async_loads=args.engine == "kvstash",
+            async_loads=args.engine != "kvstash-layerwise",
             native_offload_gb=64 if args.engine == "native" else 0,
             max_model_len=max(lengths) + 64)
         result["engine_start_s"] = time.perf_counter() - start
@@ -262,8 +296,12 @@ def main() -> int:
         result["error"] = repr(error)
     finally:
         if daemon is not None:
+            try:
+                result["kvstashd_describe_paths"] = describe_paths(daemon)
+            except Exception as error:  # the run's figures stand without it
+                result["kvstashd_describe_paths"] = repr(error)
             daemon.stop()
-        (out / f"ttft-{args.engine}.json").write_text(json.dumps(result, indent=1))
+        (out / f"ttft-{name}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}), flush=True)
     return 1 if "error" in result else 0
 

@@ -5,7 +5,9 @@
 # steps (its default) and in the step layer by layer (bench/vllm_ttft.py),
 # then all side by side. With four GPUs the four engines run at once,
 # one per GPU (each loads over its own PCIe link); otherwise one after the
-# other. Exits non-zero on any error.
+# other. Then, with two GPUs or more, kvstash with multi-path retrieves
+# (kvstashd --multipath on) alone on the host, its engine on GPU 0, kvstashd
+# serving GPUs 0-1 and, with four, 0-3. Exits non-zero on any error.
 #
 #   KVSTASH_BIN_DIR=build/bin scripts/vllm_ttft.sh [OUT_DIR] [bench/vllm_ttft.py options]
 set -uo pipefail
@@ -34,6 +36,17 @@ for kind in "${kinds[@]}"; do
   i=$((i + 1))
 done
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+# Multi-path loads use the other GPUs' links: nothing else runs meanwhile.
+multipath=()
+[ "$gpus" -ge 2 ] && multipath+=(0,1)
+[ "$gpus" -ge 4 ] && multipath+=(0,1,2,3)
+for devices in "${multipath[@]}"; do
+  n=$(( $(tr -cd , <<<"$devices" | wc -c) + 1 ))
+  name=kvstash-multipath-${n}gpu
+  kinds+=("$name")
+  CUDA_VISIBLE_DEVICES=0 "$python" bench/vllm_ttft.py --engine kvstash-multipath --name "$name" \
+    --kvstashd-gpus "$devices" --out "$out" "$@" >"$out/ttft-$name.log" 2>&1 || status=1
+done
 for kind in "${kinds[@]}"; do grep -A20 Traceback "$out/ttft-$kind.log" | head -30; done
 "$python" bench/vllm_ttft.py --table "$out" | tee "$out/table.md" || status=1
 exit $status

@@ -14,7 +14,9 @@ Cases (one engine each): dense (the default: loads between scheduler steps,
 CUDA graphs as vLLM chooses, plus the failure checks), dense-layerwise
 (loads in the step, layer-wise, piecewise CUDA graphs), dense-full (loads in
 the step, whole-request, full CUDA graphs), mla, dense-tp2, mla-tp2, share
-(two engines, one per GPU, one kvstashd).
+(two engines, one per GPU, one kvstashd), and plain-tp2: vLLM alone at
+tensor parallel 2, no connector, to tell vLLM's own start-up on a host from
+the connector's. KVSTASH_VLLM_ARGS (JSON) adds engine arguments to a run.
 """
 
 from __future__ import annotations
@@ -249,10 +251,27 @@ def share(checks: Checks, args: argparse.Namespace, model: Path) -> None:
                   ratio=round(b_ms / a_ms, 3))
 
 
+def plain_tp2(checks: Checks, model: Path) -> int:
+    """vLLM alone at tensor parallel 2: starts and generates, or says why not."""
+    try:
+        start = time.perf_counter()
+        llm = engine.make_llm(model, tp=2, max_model_len=20000)
+        tokens = engine.generate(llm, engine.prompts(3, 1000, seed=5), NEW_TOKENS)
+        checks.record("plain-tp2/ran", all(len(t) == NEW_TOKENS for t in tokens),
+                      seconds=round(time.perf_counter() - start, 1))
+    except Exception as error:
+        import traceback
+        traceback.print_exc()
+        checks.record("plain-tp2/ran", False, error=repr(error))
+    checks.save("plain-tp2")
+    return 1 if checks.failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", required=True, choices=[
-        "dense", "dense-layerwise", "dense-full", "mla", "dense-tp2", "mla-tp2", "share"])
+        "dense", "dense-layerwise", "dense-full", "mla", "dense-tp2", "mla-tp2", "share",
+        "plain-tp2"])
     parser.add_argument("--out", default="/tmp/kvstash-vllm-check")
     parser.add_argument("--socket", help="share: the kvstashd both engines use")
     parser.add_argument("--role", choices=["a", "b"])
@@ -268,6 +287,9 @@ def main() -> int:
         share(checks, args, engine.write_model("llama3-8b", models))
         checks.save(f"share-{args.role}")
         return 1 if checks.failed else 0
+
+    if args.case == "plain-tp2":
+        return plain_tp2(checks, engine.write_model("llama3-8b", models))
 
     mla = args.case.startswith("mla")
     tp = 2 if args.case.endswith("tp2") else 1

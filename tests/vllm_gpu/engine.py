@@ -65,7 +65,8 @@ class Kvstashd:
     """kvstashd on the CUDA backend, on a private socket; killable and restartable."""
 
     def __init__(self, log_dir: Path, name: str = "kvstashd", l1_gb: float = 40,
-                 chunk_tokens: int = 256, extra: Sequence[str] = ()) -> None:
+                 chunk_tokens: int = 256, extra: Sequence[str] = (),
+                 gpus: Optional[str] = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kvstash-vllm-"))
         self.socket_path = self.dir / "kvstash.sock"
         self.socket = f"ipc://{self.socket_path}"
@@ -73,13 +74,18 @@ class Kvstashd:
         self.argv = [str(bin_dir() / "kvstashd"), "--backend", "cuda", "--socket", self.socket,
                      "--l1-gb", str(l1_gb), "--chunk-tokens", str(chunk_tokens),
                      "--log-level", "warn", *extra]
+        # The GPUs kvstashd serves (CUDA_VISIBLE_DEVICES, physical ids): by
+        # default this process's own. Multi-path retrieves need the peers too.
+        self.env = dict(os.environ)
+        if gpus is not None:
+            self.env["CUDA_VISIBLE_DEVICES"] = gpus
         self.proc: Optional[subprocess.Popen] = None
         self.start()
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env=self.env)
         log.close()
         deadline = time.monotonic() + 120
         while True:
@@ -158,11 +164,16 @@ def make_llm(model_dir: Path, *, kvstash_socket: Optional[str] = None, async_loa
     if native_offload_gb:
         kwargs.update(kv_offloading_size=native_offload_gb, kv_offloading_backend="native")
     if tp > 1:
-        # vLLM's custom all-reduce failed at start-up beside kvstash's
-        # contexts on these GPUs (cuBLAS errors in the profile run); NCCL's works.
+        # vLLM 0.26's fused all-reduce + RMSNorm (FlashInfer) fails at start-up
+        # on our H100 hosts, without any connector too (check.py plain-tp2:
+        # CUBLAS_STATUS_EXECUTION_FAILED in the CUDA graph warm-up); NCCL's
+        # unfused all-reduce works.
         kwargs["disable_custom_all_reduce"] = True
+        kwargs["compilation_config"] = {"pass_config": {"fuse_allreduce_rms": False}}
     if full_cuda_graphs:
-        kwargs["compilation_config"] = {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+        kwargs.setdefault("compilation_config", {})["cudagraph_mode"] = "FULL_AND_PIECEWISE"
+    # Extra engine arguments for a whole run (JSON), e.g. to try a vLLM option.
+    kwargs.update(json.loads(os.environ.get("KVSTASH_VLLM_ARGS", "{}")))
     return LLM(**kwargs)
 
 
