@@ -9,9 +9,10 @@ changed across releases is where the views live: before 0.29 each layer (or
 each set of layers sharing KV) has its own allocation; from 0.29 one backing
 buffer holds every layer and the views' strides follow the resolved KV cache
 layout (LBNHC, LBHNC, BLHNC, ...). kvstash describes every layout by byte
-strides, so the geometry comes straight from the view's strides: no layout
-names, no copies, and the client library shares each allocation once,
-however many layers it holds.
+strides, so its `vllm` layout (`vllm_mla` for MLA) reads the geometry
+straight from the view's strides, whatever the physical order: no copies,
+and the client library shares each allocation once, however many layers it
+holds.
 
 One kvstash registration shares one block table, while each vLLM KV cache
 group has its own, so each group becomes its own registration.
@@ -19,7 +20,7 @@ group has its own, so each group becomes its own registration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
@@ -201,7 +202,7 @@ def group_tensors(layout: GroupLayout, kv_caches: Dict[str, torch.Tensor]) -> Gr
                 f"{where}: expected a 4-D [blocks, heads, tokens, content] view (3-D "
                 f"[blocks, tokens, content] for MLA), got shape {tuple(t.shape)}"
             )
-        blocks, heads, tokens, content = t.shape
+        _, heads, tokens, content = t.shape
         element = t.element_size()
         if t.stride(3) != 1 or content * element != layout.content_bytes:
             raise LayoutError(
@@ -214,20 +215,13 @@ def group_tensors(layout: GroupLayout, kv_caches: Dict[str, torch.Tensor]) -> Gr
                 f"{where}: expected {layout.num_heads} heads and a kernel block dividing "
                 f"{layout.block_size} tokens, got shape {tuple(t.shape)}"
             )
-        g = kvstash.Geometry(
-            num_blocks=blocks,
-            kv_count=layout.kv_count,
-            block_tokens=tokens,
-            num_heads=heads,
-            head_bytes=layout.head_bytes,
-            block_stride=t.stride(0) * element,
-            kv_stride=layout.head_bytes if layout.kv_count == 2 else 0,
-            token_stride=t.stride(2) * element,
-            # One head slot (MLA): its stride is never used, and a view's
-            # stride there is whatever the view chose.
-            head_stride=t.stride(1) * element if heads > 1 else layout.content_bytes,
-            dtype=kvstash_dtype(layout.dtype),
-        )
+        # kvstash's `vllm` layout reads this view by its strides (K and V the
+        # halves of C; a dimension of size 1 is never stepped, so its stride
+        # is 0), `vllm_mla` the same with C one latent. The dtype stays the
+        # group's, as in the scheduler's lookup geometry: one key namespace.
+        dtype = kvstash_dtype(layout.dtype)
+        spec, = kvstash.layer_specs({name: t}, "vllm_mla" if layout.is_mla else "vllm")
+        g = replace(spec.geometry, dtype=dtype)
         if geometry is not None and g != geometry:
             raise LayoutError(
                 f"{where}: its strides {tuple(t.stride())} differ from the group's other "
