@@ -33,8 +33,8 @@ size_t CudaCopyLane::AcquireRelays(const CopyLayout& layout, size_t chunks) {
     c.device = path->device();
     c.linked = true;  // only NVLink peers with peer access are given
     // dma: pieces are cut to fit its staging twice (checked once cut).
-    c.available = !path->failed() &&
-                  (options_.mode == TransferMode::kDirect || path->staging_bytes() > 0);
+    c.available =
+        !path->failed() && (options_.mode == TransferMode::kDirect || path->staging_bytes() > 0);
     c.queued_bytes = relays_.loads->Bytes(path->device(), Direction::kRetrieve);
     candidates.push_back(c);
   }
@@ -52,11 +52,13 @@ bool CudaCopyLane::RelayUsable(const HeldRelay& h) const {
          RelayIdle(relays_.policy, relays_.loads->Bytes(h.path->device(), Direction::kRetrieve));
 }
 
-Status CudaCopyLane::CopyThroughStagingMultipath(
-    const CopyLayout& layout, const LayerAddresses& addresses,
-    const std::vector<kernels::ChunkCopy>& chunks, const std::vector<uint32_t>& slabs,
-    const CopySignal* signal, const std::function<bool(size_t, size_t)>& expired,
-    size_t* stopped_at) {
+Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
+                                                 const LayerAddresses& addresses,
+                                                 const std::vector<kernels::ChunkCopy>& chunks,
+                                                 const std::vector<uint32_t>& slabs,
+                                                 const CopySignal* signal,
+                                                 const std::function<bool(size_t, size_t)>& expired,
+                                                 size_t* stopped_at) {
   const uint64_t chunk_bytes = layout.chunk_bytes;
   const size_t slots = size_t(staging_.size() / chunk_bytes);
   if (slots == 0)  // refused at registration; that one says so
@@ -66,7 +68,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(
   // two, its host copy of one overlapping its NVLink copy of the other.
   uint64_t piece_bytes = std::max<uint64_t>(1, relays_.piece_bytes);
   for (const HeldRelay& h : held_)
-    piece_bytes = std::min<uint64_t>(piece_bytes, std::max<uint64_t>(1, h.path->staging_bytes() / 2));
+    piece_bytes =
+        std::min<uint64_t>(piece_bytes, std::max<uint64_t>(1, h.path->staging_bytes() / 2));
   // Two batches at least fit this GPU's staging, so that one is scattered
   // while the next lands.
   const size_t max_per_batch = std::min(chunks.size(), std::max<size_t>(1, slots / 2));
@@ -84,8 +87,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(
     const size_t before = held_.size();
     for (size_t i = 0; i < held_.size();) {
       HeldRelay& h = held_[i];
-      h.region_bytes = (largest + kRelayRegionAlignment - 1) / kRelayRegionAlignment *
-                       kRelayRegionAlignment;
+      h.region_bytes =
+          (largest + kRelayRegionAlignment - 1) / kRelayRegionAlignment * kRelayRegionAlignment;
       h.regions = largest == 0 ? 0
                                : std::min<size_t>(CudaRelayPath::kMaxRegions,
                                                   size_t(h.path->staging_bytes() / h.region_bytes));
@@ -147,8 +150,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(
         const size_t p = LeastLoadedPath(carried, usable);
         if (p > 0) {
           HeldRelay& h = held_[p - 1];
-          const Status through = CarryPiece(h, piece, chunks, slabs, flats, chunk_bytes, in_hops,
-                                            wait_free, reg, i);
+          const Status through =
+              CarryPiece(h, piece, chunks, slabs, flats, chunk_bytes, in_hops, wait_free, reg, i);
           if (through.ok()) {
             carried[p] += piece.bytes;
             KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin, count, i));
@@ -164,8 +167,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(
           KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, region_free_[reg].get(), 0));
           copies_waited = true;
         }
-        KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, slabs, flats, piece.begin, piece.end,
-                                          chunk_bytes, i, piece.windows));
+        KVSTASH_RETURN_IF_ERROR(
+            CopySlots(chunks, slabs, flats, piece.begin, piece.end, chunk_bytes, i, piece.windows));
         // A wait takes the event's latest record: one event serves each piece.
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(region_ready_[reg].get(), copies));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, region_ready_[reg].get(), 0));
@@ -214,7 +217,8 @@ Status CudaCopyLane::EnqueuePieceOnRelay(HeldRelay& h, const RetrievePiece& piec
   // Region r is refilled only once its last bytes went over NVLink.
   cudaStream_t host = path.host_stream();
   cudaStream_t link = path.link_stream();
-  if (h.used >= h.regions) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(host, path.pulled(r), 0));
+  if (h.used >= h.regions)
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(host, path.pulled(r), 0));
   ++h.used;
   bool link_ready = false;
   // Before the piece's first NVLink copy: the test hook, and this GPU's
@@ -246,8 +250,9 @@ Status CudaCopyLane::EnqueuePieceOnRelay(HeldRelay& h, const RetrievePiece& piec
     uint8_t* const here = staged + packed;
     packed += rows * width;
     if (rows == 1) {
-      const uint64_t hop =
-          in_hops && width > 2 * relays_.hop_bytes ? std::max<uint64_t>(1, relays_.hop_bytes) : width;
+      const uint64_t hop = in_hops && width > 2 * relays_.hop_bytes
+                               ? std::max<uint64_t>(1, relays_.hop_bytes)
+                               : width;
       for (uint64_t offset = 0; offset < width; offset += hop) {
         const uint64_t bytes = std::min(hop, width - offset);
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(here + offset,
@@ -471,6 +476,5 @@ void CudaCopyLane::ReleaseRelays(bool drained) {
   if (any) multipath_retrieves_.fetch_add(1, std::memory_order_relaxed);
   held_.clear();
 }
-
 
 }  // namespace kvstash::server

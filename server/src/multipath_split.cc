@@ -46,7 +46,8 @@ void SplitBatch(const std::vector<GroupAddresses>& groups, const CopyStep& step,
   if (want <= rows) {
     // Runs of whole chunks (of the step's layers): one copy per window and
     // run of chunks adjacent in L1. Run sizes differ by one chunk at most.
-    for (uint64_t j = 0; j < want; ++j) whole_step(begin + j * rows / want, begin + (j + 1) * rows / want);
+    for (uint64_t j = 0; j < want; ++j)
+      whole_step(begin + j * rows / want, begin + (j + 1) * rows / want);
     return;
   }
   // Layer ranges over every chunk of the batch, cut where the bytes before
@@ -64,9 +65,9 @@ void SplitBatch(const std::vector<GroupAddresses>& groups, const CopyStep& step,
   for (size_t j = 1; j < k; ++j) {
     const uint64_t share = before.back() * j / k;
     const size_t lo = cuts[j - 1] + 1, hi = units.size() - (k - j);  // a unit each at least
-    size_t u = size_t(std::lower_bound(before.begin() + long(lo), before.begin() + long(hi) + 1,
-                                       share) -
-                      before.begin());
+    size_t u =
+        size_t(std::lower_bound(before.begin() + long(lo), before.begin() + long(hi) + 1, share) -
+               before.begin());
     u = std::min(u, hi);
     if (u > lo && share - before[u - 1] < before[u] - share) --u;
     cuts[j] = u;

@@ -180,14 +180,16 @@ TEST(MultipathSplit, ALargeChunkIsCutByLayersIntoEqualPiecesForEveryPath) {
     EXPECT_LE(*most - *least, paths == 3 ? 6 * kMiB : 0) << paths << " paths";
   }
   // Four paths: every path carries exactly a quarter of each chunk.
-  const std::vector<RetrievePiece> pieces = SplitRetrieve(g.groups, steps, 32 * kMiB, 4, 1, 4, 8 * kMiB);
+  const std::vector<RetrievePiece> pieces =
+      SplitRetrieve(g.groups, steps, 32 * kMiB, 4, 1, 4, 8 * kMiB);
   EXPECT_EQ(BytesPerPath(pieces, 4), std::vector<uint64_t>(4, 32 * kMiB));
 }
 
 TEST(MultipathSplit, AOneChunkRetrieveTakesEveryPath) {
   const Groups g = Llama8b();
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
-  const std::vector<RetrievePiece> pieces = SplitRetrieve(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
+  const std::vector<RetrievePiece> pieces =
+      SplitRetrieve(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
   ASSERT_EQ(pieces.size(), 4u);
   EXPECT_EQ(AssignPieces(pieces, 4), (std::vector<size_t>{0, 1, 2, 3}));
   for (size_t i = 0; i < 4; ++i) {
@@ -213,7 +215,8 @@ TEST(MultipathSplit, SmallChunksGoWholeSeveralToAPiece) {
   }
   EXPECT_EQ(BytesPerPath(pieces, 4), std::vector<uint64_t>(4, 12 * kMiB));
   // Fewer chunks than paths: their layers are cut instead.
-  const std::vector<RetrievePiece> two = SplitRetrieve(g.groups, steps, 3 * kMiB, 2, 8, 3, 8 * kMiB);
+  const std::vector<RetrievePiece> two =
+      SplitRetrieve(g.groups, steps, 3 * kMiB, 2, 8, 3, 8 * kMiB);
   ExpectExactCover(g, steps, two, 2, 8, "two chunks, three paths");
   ASSERT_EQ(two.size(), 3u);
   for (const RetrievePiece& p : two) {
@@ -243,7 +246,8 @@ TEST(MultipathSplit, LayerWiseStepsAreCutStepByStep) {
   const CopySignal signal = LayerWise(32);
   const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
   ASSERT_EQ(steps.size(), 6u);
-  const std::vector<RetrievePiece> pieces = SplitRetrieve(g.groups, steps, 32 * kMiB, 3, 1, 4, 8 * kMiB);
+  const std::vector<RetrievePiece> pieces =
+      SplitRetrieve(g.groups, steps, 32 * kMiB, 3, 1, 4, 8 * kMiB);
   ExpectExactCover(g, steps, pieces, 3, 1, "layer-wise");
   // A step of fewer layers than paths: a piece per layer.
   std::vector<size_t> per_step(steps.size(), 0);
@@ -256,8 +260,10 @@ TEST(MultipathSplit, EveryByteIsInExactlyOnePieceWhateverTheSizes) {
   // hybrid model; with and without layer ranges; 1 to 8 paths; pieces from
   // smaller than a layer to larger than the request.
   const std::vector<std::pair<std::string, Groups>> layouts = {
-      {"mla", Make(std::vector<LayerGeometry>(61, VllmFlashNhdGeometry(64, 64, 1, 656, DType::kU8)))},
-      {"int8", Make(std::vector<LayerGeometry>(27, VllmFlashNhdGeometry(64, 16, 4, 132, DType::kI8)))},
+      {"mla",
+       Make(std::vector<LayerGeometry>(61, VllmFlashNhdGeometry(64, 64, 1, 656, DType::kU8)))},
+      {"int8",
+       Make(std::vector<LayerGeometry>(27, VllmFlashNhdGeometry(64, 16, 4, 132, DType::kI8)))},
       {"hybrid", Hybrid()},
       {"qwen", Qwen05b()}};
   for (const auto& [name, g] : layouts) {
@@ -270,8 +276,8 @@ TEST(MultipathSplit, EveryByteIsInExactlyOnePieceWhateverTheSizes) {
       const std::vector<CopyStep> steps = CopySteps(g.groups, ranges ? &layer_wise : nullptr);
       for (const size_t chunks : {1, 2, 5, 17}) {
         for (const size_t paths : {1, 2, 3, 4, 8}) {
-          for (const uint64_t piece : {uint64_t{4096}, chunk_bytes / 3, 8 * kMiB,
-                                       std::numeric_limits<uint64_t>::max()}) {
+          for (const uint64_t piece :
+               {uint64_t{4096}, chunk_bytes / 3, 8 * kMiB, std::numeric_limits<uint64_t>::max()}) {
             const size_t per_batch = ChunksPerBatch(chunk_bytes, paths, piece, 6);
             const std::vector<RetrievePiece> pieces =
                 SplitRetrieve(g.groups, steps, chunk_bytes, chunks, per_batch, paths, piece);
