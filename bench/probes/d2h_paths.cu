@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                                             \
-  do {                                                                                       \
-    cudaError_t e = (x);                                                                     \
-    if (e != cudaSuccess) {                                                                  \
+#define CHECK(x)                                                                              \
+  do {                                                                                        \
+    cudaError_t e = (x);                                                                      \
+    if (e != cudaSuccess) {                                                                   \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 namespace {
@@ -54,7 +54,7 @@ __global__ void FillKernel(uint32_t* __restrict__ out, uint64_t words) {
 struct Peer {
   int device = 0;
   bool nvlink = false;
-  uint8_t* staging = nullptr;  // kSlots pieces
+  uint8_t* staging = nullptr;   // kSlots pieces
   cudaStream_t pull = nullptr;  // GPU 0 -> staging, over NVLink
   cudaStream_t out = nullptr;   // staging -> host, over its own link
   cudaEvent_t pulled[kSlots] = {};
@@ -183,11 +183,13 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
   CHECK(cudaDeviceSynchronize());
 
-  std::printf("GPU 0 %s; peers:%s\n", properties.name, peer_text.empty() ? " none" : peer_text.c_str());
-  std::printf("%llu MiB from GPU 0 to pinned host memory in pieces of %llu MiB, round robin over "
-              "the paths; GB/s median of %d\n",
-              static_cast<unsigned long long>(bytes / mib),
-              static_cast<unsigned long long>(piece / mib), reps);
+  std::printf("GPU 0 %s; peers:%s\n", properties.name,
+              peer_text.empty() ? " none" : peer_text.c_str());
+  std::printf(
+      "%llu MiB from GPU 0 to pinned host memory in pieces of %llu MiB, round robin over "
+      "the paths; GB/s median of %d\n",
+      static_cast<unsigned long long>(bytes / mib), static_cast<unsigned long long>(piece / mib),
+      reps);
   std::printf("%-28s %9s %11s  %s\n", "paths", "GB/s", "x one link", "bytes");
   int status = 0;
   double one_link = 0;
@@ -199,7 +201,8 @@ int main(int argc, char** argv) {
     (void)Run(src, host, bytes, piece, own, peers, paths);
     const uint64_t wrong = FirstWrong(host, bytes);
     std::vector<double> seconds;
-    for (int r = 0; r < reps; ++r) seconds.push_back(Run(src, host, bytes, piece, own, peers, paths));
+    for (int r = 0; r < reps; ++r)
+      seconds.push_back(Run(src, host, bytes, piece, own, peers, paths));
     std::sort(seconds.begin(), seconds.end());
     const double gbps = double(bytes) / seconds[seconds.size() / 2] / 1e9;
     if (paths == 1) one_link = gbps;

@@ -113,8 +113,8 @@ class CudaCopyLane {
 
   // Chunks past their deadline are left out before anything is enqueued;
   // in dma mode each sub-batch (with relays, each batch) is checked again
-  // before it is enqueued, and
-  // once one is past, it and the rest are left out (deadlines.missed).
+  // before it is enqueued, and once one is past, it and the rest are left
+  // out (deadlines.missed).
   // With a signal (may be null): a store's done slot is written after the
   // last gather (its gate was open before the store reached the lane); a
   // retrieve writes each layer range's slot after that range's scatter
