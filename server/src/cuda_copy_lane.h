@@ -36,7 +36,9 @@
 //          so no event is waited for before it is recorded. A relay whose
 //          copy fails is abandoned (never used again) and what it had not
 //          delivered goes over this GPU's own link; one whose own queue fills
-//          is given no further piece.
+//          is given no further piece (checked before each batch). A piece
+//          is enqueued in two parts, so that every path's first piece of a
+//          batch starts before the NVLink copies are enqueued.
 //
 // Every group's layer addresses go to the GPU once per registration (cached
 // by registration id); a request uploads only its chunk entries and block
@@ -201,21 +203,32 @@ class CudaCopyLane {
   // Whether held relay h may take another piece: not failed, and its own
   // retrieve queue still idle.
   bool RelayUsable(const HeldRelay& h) const;
-  // `piece` through relay h into this GPU's staging `flats`, after region
-  // `region` is free there where wait_free; the kernel stream waits for
-  // it. in_hops: over NVLink in hops of relays_.hop_bytes.
-  Status CarryPiece(HeldRelay& h, const RetrievePiece& piece,
-                    const std::vector<kernels::ChunkCopy>& chunks,
-                    const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
-                    uint64_t chunk_bytes, bool in_hops, bool wait_free, size_t region,
-                    size_t piece_index);
-  // The relay's part of CarryPiece, on its GPU; `relay_region`: the region
-  // of its staging whose `pulled` event ends it.
-  Status EnqueuePieceOnRelay(HeldRelay& h, const RetrievePiece& piece,
-                             const std::vector<kernels::ChunkCopy>& chunks,
-                             const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
-                             uint64_t chunk_bytes, bool in_hops, bool wait_free, size_t region,
-                             size_t piece_index, size_t* relay_region);
+  // What the pieces of one dma retrieve read and write: its chunks, their
+  // L1 slabs, their slots in this GPU's staging.
+  struct StagedRetrieve {
+    const std::vector<kernels::ChunkCopy>& chunks;
+    const std::vector<uint32_t>& slabs;
+    const std::vector<uint8_t*>& flats;
+    uint64_t chunk_bytes;
+  };
+  // A piece through relay h, in two calls, so that every path's first
+  // piece of a batch starts before any NVLink copy is enqueued: Start
+  // enqueues its first host copy (copies[0], multipath_split.h) into the
+  // region of the relay's staging it takes (`relay_region`, once free
+  // there); Finish the rest of its host copies, every NVLink copy into
+  // `flats` (after this GPU's `region` is free where wait_free), and the
+  // kernel stream's wait for them. Both return on this lane's GPU.
+  Status StartOnRelay(HeldRelay& h, const RetrievePiece& piece,
+                      const std::vector<RelayCopy>& copies, const StagedRetrieve& request,
+                      size_t* relay_region);
+  Status FinishOnRelay(HeldRelay& h, const RetrievePiece& piece,
+                       const std::vector<RelayCopy>& copies, const StagedRetrieve& request,
+                       bool wait_free, size_t region, size_t relay_region, size_t piece_index);
+  // Copy `c` of `piece` from L1 into region r of relay h's staging, on its
+  // host stream (its GPU current): one per run of chunks adjacent in L1
+  // and in one slab.
+  Status CopyToRelay(HeldRelay& h, size_t r, const RetrievePiece& piece, const RelayCopy& c,
+                     const StagedRetrieve& request);
   // Waits on the CPU for everything enqueued on h, then never uses it again.
   void Abandon(HeldRelay& h, const Status& why);
   // The kernel stream waits for the ends of the held relays' streams, so

@@ -121,14 +121,16 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
   }
   KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
   KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernels));
+  const StagedRetrieve request{chunks, slabs, flats, chunk_bytes};
   std::vector<uint64_t> carried(paths, 0);  // bytes each path took so far
   std::vector<bool> usable(paths, true);
   size_t next = 0;  // pieces come step by step, batch by batch
   for (size_t s = 0; s < steps.size(); ++s) {
     for (size_t b = 0; b < batches; ++b) {
-      const size_t first_piece = next;
+      const size_t first = next;
       while (next < pieces.size() && pieces[next].step == s && pieces[next].batch == b) ++next;
-      if (first_piece == next) continue;  // a step without layers
+      const size_t count = next - first;
+      if (count == 0) continue;  // a step without layers
       const size_t begin = b * per_batch;
       const size_t end = std::min(chunks.size(), begin + per_batch);
       if (expired(begin, end)) {  // enqueue no batch past a deadline
@@ -140,40 +142,95 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
       // The step's last batch: its slots (or the end of the request) wait
       // for its NVLink copies, which nothing else hides.
       const bool in_hops = b + 1 == batches;
-      bool copies_waited = false;
-      for (size_t i = first_piece; i < next; ++i) {
-        const RetrievePiece& piece = pieces[i];
-        const size_t count = piece.end - piece.begin;
-        // A relay whose own engine started loading gets no further piece:
-        // its own retrieves queue behind no more of ours.
-        for (size_t p = 1; p < paths; ++p) usable[p] = usable[p] && RelayUsable(held_[p - 1]);
-        const size_t p = LeastLoadedPath(carried, usable);
-        if (p > 0) {
-          HeldRelay& h = held_[p - 1];
-          const Status through =
-              CarryPiece(h, piece, chunks, slabs, flats, chunk_bytes, in_hops, wait_free, reg, i);
-          if (through.ok()) {
-            carried[p] += piece.bytes;
-            KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin, count, i));
-            continue;
-          }
-          // Whatever the relay had enqueued has finished (Abandon waits for
-          // its streams): this piece and its later ones go over this link.
-          Abandon(h, through);
-          usable[p] = false;
+      // Every piece of the batch gets its path first. A relay whose own
+      // engine started loading gets no further piece: its own retrieves
+      // queue behind no more of ours.
+      for (size_t p = 1; p < paths; ++p) usable[p] = usable[p] && RelayUsable(held_[p - 1]);
+      std::vector<size_t> path_of(count);
+      for (size_t k = 0; k < count; ++k) {
+        path_of[k] = LeastLoadedPath(carried, usable);
+        carried[path_of[k]] += pieces[first + k].bytes;
+      }
+      std::vector<std::vector<RelayCopy>> relay_copies(count);
+      std::vector<size_t> relay_region(count, 0);
+      std::vector<bool> started(count, false);
+      // A relay that failed: whatever it enqueued has finished (Abandon
+      // waits for its streams), and its pieces of the batch go over this
+      // link from the start.
+      const auto give_up = [&](size_t p, const Status& why) {
+        Abandon(held_[p - 1], why);
+        usable[p] = false;
+        for (size_t k = 0; k < count; ++k) {
+          if (path_of[k] != p) continue;
+          path_of[k] = 0;
+          started[k] = false;
+          carried[p] -= pieces[first + k].bytes;
+          carried[0] += pieces[first + k].bytes;
         }
-        // H2D copy -> ready -> scatter; the batch's region first free.
+      };
+      bool copies_waited = false;
+      // H2D copy into this GPU's staging (once the batch's region is free).
+      const auto copy_here = [&](size_t k) -> Status {
+        const RetrievePiece& piece = pieces[first + k];
         if (wait_free && !copies_waited) {
           KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, region_free_[reg].get(), 0));
           copies_waited = true;
         }
-        KVSTASH_RETURN_IF_ERROR(
-            CopySlots(chunks, slabs, flats, piece.begin, piece.end, chunk_bytes, i, piece.windows));
-        // A wait takes the event's latest record: one event serves each piece.
+        KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, slabs, flats, piece.begin, piece.end, chunk_bytes,
+                                          first + k, piece.windows));
+        // A wait takes the event's latest record, after every earlier
+        // copy of the stream: one event serves each piece.
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(region_ready_[reg].get(), copies));
+        started[k] = true;
+        return Status::Ok();
+      };
+      // Each path's first piece starts first: a relay's first host copy is
+      // then not enqueued behind the other relays' NVLink copies and hops
+      // (every call costs microseconds of this thread).
+      std::vector<bool> path_began(paths, false);
+      for (size_t k = 0; k < count; ++k) {
+        const size_t p = path_of[k];
+        if (path_began[p]) continue;
+        path_began[p] = true;
+        if (p == 0) {
+          KVSTASH_RETURN_IF_ERROR(copy_here(k));
+          continue;
+        }
+        relay_copies[k] = RelayCopies(pieces[first + k], chunk_bytes, in_hops, relays_.hop_bytes);
+        const Status began = StartOnRelay(held_[p - 1], pieces[first + k], relay_copies[k], request,
+                                          &relay_region[k]);
+        if (!began.ok()) {
+          give_up(p, began);
+          continue;
+        }
+        started[k] = true;
+      }
+      for (size_t k = 0; k < count; ++k) {
+        const RetrievePiece& piece = pieces[first + k];
+        const size_t p = path_of[k];
+        if (p > 0) {
+          HeldRelay& h = held_[p - 1];
+          if (relay_copies[k].empty())
+            relay_copies[k] = RelayCopies(piece, chunk_bytes, in_hops, relays_.hop_bytes);
+          Status through = started[k]
+                               ? Status::Ok()
+                               : StartOnRelay(h, piece, relay_copies[k], request, &relay_region[k]);
+          if (through.ok()) {
+            through = FinishOnRelay(h, piece, relay_copies[k], request, wait_free, reg,
+                                    relay_region[k], first + k);
+          }
+          if (through.ok()) {
+            KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin,
+                                           piece.end - piece.begin, first + k));
+            continue;
+          }
+          give_up(p, through);
+        }
+        // H2D copy -> ready -> scatter.
+        if (!started[k]) KVSTASH_RETURN_IF_ERROR(copy_here(k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, region_ready_[reg].get(), 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin, count, i));
-        carried[0] += piece.bytes;
+        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin,
+                                       piece.end - piece.begin, first + k));
       }
       // Every piece of the batch scattered: a later batch may refill it.
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(region_free_[reg].get(), kernels));
@@ -183,117 +240,103 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
   return Status::Ok();
 }
 
-Status CudaCopyLane::CarryPiece(HeldRelay& h, const RetrievePiece& piece,
-                                const std::vector<kernels::ChunkCopy>& chunks,
-                                const std::vector<uint32_t>& slabs,
-                                const std::vector<uint8_t*>& flats, uint64_t chunk_bytes,
-                                bool in_hops, bool wait_free, size_t region, size_t piece_index) {
-  size_t relay_region = 0;
-  const Status enqueued = EnqueuePieceOnRelay(h, piece, chunks, slabs, flats, chunk_bytes, in_hops,
-                                              wait_free, region, piece_index, &relay_region);
+Status CudaCopyLane::StartOnRelay(HeldRelay& h, const RetrievePiece& piece,
+                                  const std::vector<RelayCopy>& copies,
+                                  const StagedRetrieve& request, size_t* relay_region) {
+  CudaRelayPath& path = *h.path;
+  if (h.regions == 0 || piece.bytes > h.region_bytes || copies.empty())
+    return Status::Internal("no room for the piece in the relay's staging");
+  const size_t r = h.used % h.regions;
+  *relay_region = r;
+  const Status started = [&]() -> Status {
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
+    // Region r is refilled only once its last bytes went over NVLink.
+    if (h.used >= h.regions)
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(path.host_stream(), path.pulled(r), 0));
+    ++h.used;
+    KVSTASH_RETURN_IF_ERROR(CopyToRelay(h, r, piece, copies[0], request));
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
+    return Status::Ok();
+  }();
   // Back on this lane's GPU whatever happened there: its launches need it.
   const Status back = cuda::CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice");
-  if (!enqueued.ok()) return enqueued;
+  return started.ok() ? back : started;
+}
+
+Status CudaCopyLane::FinishOnRelay(HeldRelay& h, const RetrievePiece& piece,
+                                   const std::vector<RelayCopy>& copies,
+                                   const StagedRetrieve& request, bool wait_free, size_t region,
+                                   size_t relay_region, size_t piece_index) {
+  CudaRelayPath& path = *h.path;
+  const size_t r = relay_region;
+  const Status sent = [&]() -> Status {
+    KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
+    if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), piece_index));
+    cudaStream_t link = path.link_stream();
+    // This GPU's region is written only once its previous batch was
+    // scattered.
+    if (wait_free)
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, region_free_[region].get(), 0));
+    const size_t rows = piece.end - piece.begin;
+    uint8_t* const staged = path.staging() + r * h.region_bytes;
+    uint8_t* const target = request.flats[piece.begin];
+    for (size_t k = 0; k < copies.size(); ++k) {
+      const RelayCopy& c = copies[k];
+      if (k > 0) {  // the first one went in StartOnRelay
+        KVSTASH_RETURN_IF_ERROR(CopyToRelay(h, r, piece, c, request));
+        // A wait takes the event's latest record: one event serves every copy.
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
+      }
+      // Over NVLink once landed.
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, path.landed(r), 0));
+      if (rows == 1) {
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(
+            target + c.lo, options_.device, staged + c.packed, path.device(), c.width, link));
+        continue;
+      }
+      // Rows `width` apart there, a chunk apart in this GPU's staging.
+      cudaMemcpy3DPeerParms copy{};
+      copy.srcPtr = cudaPitchedPtr{staged + c.packed, c.width, c.width, rows};
+      copy.srcDevice = path.device();
+      copy.dstPtr = cudaPitchedPtr{target + c.lo, request.chunk_bytes, c.width, rows};
+      copy.dstDevice = options_.device;
+      copy.extent = cudaExtent{c.width, rows, 1};
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy3DPeerAsync(&copy, link));
+    }
+    return cuda::CudaStatus(cudaEventRecord(path.pulled(r), link), "cudaEventRecord(pulled)");
+  }();
+  const Status back = cuda::CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice");
+  if (!sent.ok()) return sent;
   if (!back.ok()) return back;
-  KVSTASH_CUDA_RETURN_IF_ERROR(
-      cudaStreamWaitEvent(kernel_stream_.get(), h.path->pulled(relay_region), 0));
+  // The piece's scatter, next on the kernel stream, waits for it.
+  KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernel_stream_.get(), path.pulled(r), 0));
   h.bytes += piece.bytes;
   return Status::Ok();
 }
 
-Status CudaCopyLane::EnqueuePieceOnRelay(HeldRelay& h, const RetrievePiece& piece,
-                                         const std::vector<kernels::ChunkCopy>& chunks,
-                                         const std::vector<uint32_t>& slabs,
-                                         const std::vector<uint8_t*>& flats, uint64_t chunk_bytes,
-                                         bool in_hops, bool wait_free, size_t region,
-                                         size_t piece_index, size_t* relay_region) {
-  CudaRelayPath& path = *h.path;
-  if (h.regions == 0 || piece.bytes > h.region_bytes)
-    return Status::Internal("no room for the piece in the relay's staging");
-  const size_t r = h.used % h.regions;
-  *relay_region = r;
-  uint8_t* const staged = path.staging() + r * h.region_bytes;
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
-  // Region r is refilled only once its last bytes went over NVLink.
-  cudaStream_t host = path.host_stream();
-  cudaStream_t link = path.link_stream();
-  if (h.used >= h.regions)
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(host, path.pulled(r), 0));
-  ++h.used;
-  bool link_ready = false;
-  // Before the piece's first NVLink copy: the test hook, and this GPU's
-  // region free (its previous batch scattered) where it is reused.
-  const auto ready_link = [&]() -> Status {
-    if (link_ready) return Status::Ok();
-    link_ready = true;
-    if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), piece_index));
-    if (wait_free)
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, region_free_[region].get(), 0));
-    return Status::Ok();
-  };
-  // Lands (host stream), then goes over NVLink once landed (link stream).
-  // A wait takes the event's latest record: one event serves every part.
-  const auto land = [&]() -> Status {
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), host));
-    KVSTASH_RETURN_IF_ERROR(ready_link());
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, path.landed(r), 0));
-    return Status::Ok();
-  };
-  const int target = options_.device;
-  const size_t rows = piece.end - piece.begin;
-  const std::vector<std::pair<uint64_t, uint64_t>> whole = {{0, chunk_bytes}};
-  // In the relay's region the piece is packed: each window's rows (one per
-  // chunk) one after another, window after window.
-  uint64_t packed = 0;
-  for (const auto& [lo, hi] : piece.windows.empty() ? whole : piece.windows) {
-    const uint64_t width = hi - lo;
-    uint8_t* const here = staged + packed;
-    packed += rows * width;
-    if (rows == 1) {
-      const uint64_t hop = in_hops && width > 2 * relays_.hop_bytes
-                               ? std::max<uint64_t>(1, relays_.hop_bytes)
-                               : width;
-      for (uint64_t offset = 0; offset < width; offset += hop) {
-        const uint64_t bytes = std::min(hop, width - offset);
-        KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(here + offset,
-                                                     chunks[piece.begin].flat + lo + offset, bytes,
-                                                     cudaMemcpyHostToDevice, host));
-        KVSTASH_RETURN_IF_ERROR(land());
-        KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(
-            flats[piece.begin] + lo + offset, target, here + offset, path.device(), bytes, link));
-      }
-      continue;
+Status CudaCopyLane::CopyToRelay(HeldRelay& h, size_t r, const RetrievePiece& piece,
+                                 const RelayCopy& c, const StagedRetrieve& request) {
+  uint8_t* const rows = h.path->staging() + r * h.region_bytes + c.packed;
+  cudaStream_t host = h.path->host_stream();
+  for (size_t first = piece.begin; first < piece.end;) {
+    size_t last = first + 1;  // the run is [first, last)
+    while (last < piece.end &&
+           request.chunks[last].flat == request.chunks[last - 1].flat + request.chunk_bytes &&
+           request.slabs[last] == request.slabs[first]) {
+      ++last;
     }
-    // One copy per run of chunks adjacent in L1 and in one slab (a 2D copy
-    // over its rows), each row `width` after the last here.
-    for (size_t first = piece.begin; first < piece.end;) {
-      size_t last = first + 1;  // the run is [first, last)
-      while (last < piece.end && chunks[last].flat == chunks[last - 1].flat + chunk_bytes &&
-             slabs[last] == slabs[first]) {
-        ++last;
-      }
-      uint8_t* const row = here + (first - piece.begin) * width;
-      if (last - first == 1) {
-        KVSTASH_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(row, chunks[first].flat + lo, width, cudaMemcpyHostToDevice, host));
-      } else {
-        KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(row, width, chunks[first].flat + lo,
-                                                       chunk_bytes, width, last - first,
-                                                       cudaMemcpyHostToDevice, host));
-      }
-      first = last;
+    uint8_t* const row = rows + (first - piece.begin) * c.width;
+    const uint8_t* const slot = request.chunks[first].flat + c.lo;
+    if (last - first == 1) {
+      KVSTASH_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(row, slot, c.width, cudaMemcpyHostToDevice, host));
+    } else {
+      KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(row, c.width, slot, request.chunk_bytes,
+                                                     c.width, last - first, cudaMemcpyHostToDevice,
+                                                     host));
     }
-    KVSTASH_RETURN_IF_ERROR(land());
-    // Rows `width` apart there, a chunk apart in this GPU's staging.
-    cudaMemcpy3DPeerParms copy{};
-    copy.srcPtr = cudaPitchedPtr{here, width, width, rows};
-    copy.srcDevice = path.device();
-    copy.dstPtr = cudaPitchedPtr{flats[piece.begin] + lo, chunk_bytes, width, rows};
-    copy.dstDevice = target;
-    copy.extent = cudaExtent{width, rows, 1};
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy3DPeerAsync(&copy, link));
+    first = last;
   }
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.pulled(r), link));
   return Status::Ok();
 }
 

@@ -118,6 +118,23 @@ std::vector<RetrievePiece> SplitRetrieve(const std::vector<GroupAddresses>& grou
   return pieces;
 }
 
+std::vector<RelayCopy> RelayCopies(const RetrievePiece& piece, uint64_t chunk_bytes, bool in_hops,
+                                   uint64_t hop_bytes) {
+  const uint64_t rows = piece.end - piece.begin;
+  const std::vector<std::pair<uint64_t, uint64_t>> whole = {{0, chunk_bytes}};
+  hop_bytes = std::max<uint64_t>(1, hop_bytes);
+  std::vector<RelayCopy> copies;
+  uint64_t packed = 0;
+  for (const auto& [lo, hi] : piece.windows.empty() ? whole : piece.windows) {
+    const uint64_t width = hi - lo;
+    const uint64_t hop = in_hops && rows == 1 && width > 2 * hop_bytes ? hop_bytes : width;
+    for (uint64_t offset = 0; offset < width; offset += hop)
+      copies.push_back({lo + offset, std::min(hop, width - offset), packed + offset});
+    packed += rows * width;
+  }
+  return copies;
+}
+
 size_t LeastLoadedPath(const std::vector<uint64_t>& carried, const std::vector<bool>& usable) {
   size_t best = 0;
   for (size_t p = 1; p < carried.size(); ++p) {

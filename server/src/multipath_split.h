@@ -56,6 +56,24 @@ std::vector<RetrievePiece> SplitRetrieve(const std::vector<GroupAddresses>& grou
                                          size_t chunks, size_t chunks_per_batch, size_t paths,
                                          uint64_t piece_bytes);
 
+// One copy of a piece through a relay: the window [lo, lo + width) of each
+// of the piece's chunks, from L1 into the relay's staging at `packed` (its
+// rows `width` apart there), then over NVLink into the target's staging
+// (rows a chunk apart).
+struct RelayCopy {
+  uint64_t lo = 0;
+  uint64_t width = 0;
+  uint64_t packed = 0;
+};
+
+// The copies of `piece` through a relay, in order: one per window; where
+// `in_hops`, a one-chunk window larger than two hops goes in hops of
+// `hop_bytes`, each sent over NVLink once it has landed, so that the
+// scatter waits for the last hop's NVLink copy only. Their packed bytes
+// tile [0, piece.bytes) once.
+std::vector<RelayCopy> RelayCopies(const RetrievePiece& piece, uint64_t chunk_bytes, bool in_hops,
+                                   uint64_t hop_bytes);
+
 // The path of the next piece: of the usable ones (usable[0], the target's
 // own link, always is), the one that has carried the fewest bytes so far;
 // the lowest on a tie, so that the own link, which has no NVLink hop,

@@ -113,11 +113,14 @@ Plan PlanOf(Scenario scenario, uint64_t chunk_bytes) {
     case Scenario::kManyChunksByLayers:
     case Scenario::kRelayTurnsBusy:
       // A chunk a batch in 4 regions, cut in two by layers; the relay's
-      // staging holds a few pieces, so its regions are reused too.
+      // staging holds a few pieces, so its regions are reused too. Busy
+      // relay: layer-wise, so that direct mode (a piece per path and step)
+      // has pieces left to give it after its first.
       plan.chunks = 8;
       plan.lane_staging = 4 * chunk_bytes;
       plan.relay_staging = 3 * ((chunk_bytes + 4095) / 4096 * 4096);
       plan.piece_bytes = chunk_bytes / 2;
+      plan.layer_wise = scenario == Scenario::kRelayTurnsBusy;
       break;
   }
   return plan;

@@ -307,6 +307,48 @@ TEST(MultipathSplit, OnePiecePerPathAndStepWithoutAPieceSize) {
   EXPECT_EQ(one[0].slices[0].second + one[1].slices[0].second + one[2].slices[0].second, 32u);
 }
 
+TEST(MultipathSplit, ARelaysCopiesTileItsPieceAndHopOnlyOneChunkWindows) {
+  const Groups g = Llama8b();
+  const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
+  const std::vector<RetrievePiece> one =
+      SplitRetrieve(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
+  // 8 MiB of one chunk: four hops of 2 MiB at the end of a step, one copy
+  // elsewhere.
+  const std::vector<RelayCopy> hops = RelayCopies(one[1], 32 * kMiB, true, 2 * kMiB);
+  ASSERT_EQ(hops.size(), 4u);
+  for (size_t i = 0; i < hops.size(); ++i) {
+    EXPECT_EQ(hops[i].lo, one[1].windows[0].first + i * 2 * kMiB);
+    EXPECT_EQ(hops[i].width, 2 * kMiB);
+    EXPECT_EQ(hops[i].packed, i * 2 * kMiB);
+  }
+  EXPECT_EQ(RelayCopies(one[1], 32 * kMiB, false, 2 * kMiB).size(), 1u);
+  EXPECT_EQ(RelayCopies(one[1], 32 * kMiB, true, 4 * kMiB).size(), 1u) << "not above two hops";
+  // Whole chunks, several rows: one copy per window, never in hops; the
+  // packed rows of every copy tile the piece.
+  for (const auto& [name, groups] : std::vector<std::pair<std::string, Groups>>{
+           {"qwen", Qwen05b()}, {"hybrid", Hybrid()}, {"llama", Llama8b()}}) {
+    const uint64_t chunk_bytes = groups.layout.chunk_bytes();
+    const std::vector<CopyStep> all = CopySteps(groups.groups, nullptr);
+    for (const uint64_t piece_bytes : {chunk_bytes / 5, 2 * chunk_bytes, 8 * kMiB}) {
+      for (const RetrievePiece& p :
+           SplitRetrieve(groups.groups, all, chunk_bytes, 6, 3, 2, piece_bytes)) {
+        SCOPED_TRACE(name + " pieces of " + std::to_string(piece_bytes));
+        const uint64_t rows = p.end - p.begin;
+        const std::vector<RelayCopy> copies = RelayCopies(p, chunk_bytes, true, 4096);
+        if (rows > 1) {
+          EXPECT_EQ(copies.size(), std::max<size_t>(1, p.windows.size())) << "no hops";
+        }
+        uint64_t next = 0;
+        for (const RelayCopy& c : copies) {
+          EXPECT_EQ(c.packed, next) << "packed copies follow each other";
+          next += rows * c.width;
+        }
+        EXPECT_EQ(next, p.bytes);
+      }
+    }
+  }
+}
+
 TEST(MultipathSplit, EachPieceGoesToTheLeastLoadedUsablePath) {
   EXPECT_EQ(LeastLoadedPath({0, 0, 0}, {true, true, true}), 0u) << "the own link on a tie";
   EXPECT_EQ(LeastLoadedPath({5, 0, 3}, {true, true, true}), 1u);
