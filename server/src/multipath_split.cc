@@ -68,8 +68,8 @@ void SplitBatch(const std::vector<GroupAddresses>& groups, const CopyStep& step,
     size_t u =
         size_t(std::lower_bound(before.begin() + long(lo), before.begin() + long(hi) + 1, share) -
                before.begin());
-    u = std::min(u, hi);
-    if (u > lo && share - before[u - 1] < before[u] - share) --u;
+    u = std::min(u, hi);  // past hi: the units left must go one to a piece
+    if (u > lo && before[u] >= share && share - before[u - 1] < before[u] - share) --u;
     cuts[j] = u;
   }
   for (size_t j = 0; j < k; ++j) {

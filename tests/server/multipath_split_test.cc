@@ -241,6 +241,26 @@ TEST(MultipathSplit, HybridGroupsAreCutByBytes) {
   }
 }
 
+TEST(MultipathSplit, LargeLayersAfterManySmallOnesGetPiecesOfTheirOwn) {
+  // Six layers of 1 KiB, then two of 1 MiB: four pieces cannot be equal;
+  // each large layer should be a piece, not share one with small ones
+  // while another piece holds only small ones.
+  std::vector<LayerGeometry> layers(6, VllmFlashNhdGeometry(64, 16, 1, 2, DType::kU8));
+  layers.push_back(VllmFlashNhdGeometry(64, 16, 8, 256, DType::kBF16));
+  layers.push_back(VllmFlashNhdGeometry(64, 16, 8, 256, DType::kBF16));
+  const Groups g = Make(layers);
+  ASSERT_EQ(g.groups.size(), 2u);
+  const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
+  const uint64_t chunk_bytes = g.layout.chunk_bytes();
+  const std::vector<RetrievePiece> pieces =
+      SplitRetrieve(g.groups, steps, chunk_bytes, 1, 1, 4, chunk_bytes);
+  ExpectExactCover(g, steps, pieces, 1, 1, "small then large");
+  ASSERT_EQ(pieces.size(), 4u);
+  EXPECT_EQ(pieces[2].slices[1], (std::pair<uint32_t, uint32_t>(0, 1)));
+  EXPECT_EQ(pieces[3].slices[1], (std::pair<uint32_t, uint32_t>(1, 1)));
+  EXPECT_EQ(pieces[2].slices[0].second + pieces[3].slices[0].second, 0u);
+}
+
 TEST(MultipathSplit, LayerWiseStepsAreCutStepByStep) {
   const Groups g = Llama8b();
   const CopySignal signal = LayerWise(32);
