@@ -137,6 +137,16 @@ std::vector<Case> Cases() {
   return cases;
 }
 
+// `l` with `num_blocks` blocks per layer: in a K-then-V layout the V half
+// starts after every K block, so its kv stride grows with them.
+TestLayout WithBlocks(TestLayout l, uint32_t num_blocks) {
+  LayerGeometry& g = l.geometry;
+  if (g.kv_stride == uint64_t{g.num_blocks} * g.block_stride)
+    g.kv_stride = uint64_t{num_blocks} * g.block_stride;
+  g.num_blocks = num_blocks;
+  return l;
+}
+
 // Chunks on disjoint blocks, in turn a full one, a partial one whose skip
 // reaches into its second block, and one whose skip passes its end (as
 // kernels::test::MixedBatch, for any number of chunks).
@@ -233,8 +243,7 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     chunk_bytes_ = (c.layout.flat_bytes() + 255) / 256 * 256;
     plan_ = PlanOf(c.scenario, chunk_bytes_);
     // Blocks for every chunk of the plan (and two more nobody names).
-    layout_ = c.layout;
-    layout_.geometry.num_blocks = uint32_t(plan_.chunks) * layout_.blocks_per_chunk() + 2;
+    layout_ = WithBlocks(c.layout, uint32_t(plan_.chunks) * c.layout.blocks_per_chunk() + 2);
     const TestLayout& l = layout_;
     specs_ = Specs(l, plan_.chunks, 7);
     host_kv_ = kernels::test::RandomBytes(l.arena_bytes(), 11);
