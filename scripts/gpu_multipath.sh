@@ -12,7 +12,8 @@
 #
 #   KVSTASH_BIN_DIR=build/bin scripts/gpu_multipath.sh [OUTPUT_DIR]
 #
-# Every log and report lands in OUTPUT_DIR. Exit 1 on any error (a test
+# With CUDA_VISIBLE_DEVICES=0,1 it measures those two GPUs alone. Every
+# log and report lands in OUTPUT_DIR. Exit 1 on any error (a test
 # that failed, a bench that exited with an error, phases that did not
 # overlap), 3 when all ran clean but a figure missed its target, else 0.
 set -uo pipefail
@@ -27,7 +28,14 @@ status=0
 short=0
 
 nvidia-smi topo -m | tee "$out/topology.txt"
-gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+# The GPUs kvstashd sees: CUDA_VISIBLE_DEVICES where set (two of four, say),
+# else all of them; each in-step bench process gets one.
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  IFS=, read -ra visible <<<"$CUDA_VISIBLE_DEVICES"
+else
+  mapfile -t visible < <(nvidia-smi --query-gpu=index --format=csv,noheader)
+fi
+gpus=${#visible[@]}
 
 echo "== GPU 0 to host over its own link and through NVLink peers (kvstash_d2h_paths_probe)"
 timeout 300 "$bin/kvstash_d2h_paths_probe" >"$out/d2h-paths.txt" 2>&1 ||
@@ -132,7 +140,7 @@ for multipath in off on; do
   echo "== every GPU at once, in step from $(date -d @$((at / 1000)) +%T), multipath $multipath"
   pids=()
   for g in $(seq 0 $((gpus - 1))); do
-    CUDA_VISIBLE_DEVICES=$g timeout $((margin + 2 * phase + 120)) "$bin/kvstash" --json bench \
+    CUDA_VISIBLE_DEVICES=${visible[$g]} timeout $((margin + 2 * phase + 120)) "$bin/kvstash" --json bench \
       --backend cuda --socket "$socket" --timeout-ms 60000 --layouts llama-3-8b --chunk-counts 16 \
       --start-retrieves-at "$at" --retrieve-seconds "$phase" \
       >"$out/bench-$name-gpu$g.json" 2>"$out/bench-$name-gpu$g.err" &
