@@ -154,13 +154,13 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
       std::vector<std::vector<RelayCopy>> relay_copies(count);
       std::vector<size_t> relay_region(count, 0);
       std::vector<bool> started(count, false);
-      // A relay that failed: whatever it enqueued has finished (Abandon
-      // waits for its streams), and its pieces of the batch go over this
-      // link from the start.
-      const auto give_up = [&](size_t p, const Status& why) {
+      // A relay that failed on piece `from`: whatever it enqueued has
+      // finished (Abandon waits for its streams), and its pieces of the
+      // batch from that one on go over this link from the start.
+      const auto give_up = [&](size_t p, size_t from, const Status& why) {
         Abandon(held_[p - 1], why);
         usable[p] = false;
-        for (size_t k = 0; k < count; ++k) {
+        for (size_t k = from; k < count; ++k) {
           if (path_of[k] != p) continue;
           path_of[k] = 0;
           started[k] = false;
@@ -200,7 +200,7 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
         const Status began = StartOnRelay(held_[p - 1], pieces[first + k], relay_copies[k], request,
                                           &relay_region[k]);
         if (!began.ok()) {
-          give_up(p, began);
+          give_up(p, k, began);
           continue;
         }
         started[k] = true;
@@ -224,7 +224,7 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
                                            piece.end - piece.begin, first + k));
             continue;
           }
-          give_up(p, through);
+          give_up(p, k, through);
         }
         // H2D copy -> ready -> scatter.
         if (!started[k]) KVSTASH_RETURN_IF_ERROR(copy_here(k));
