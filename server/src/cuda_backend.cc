@@ -109,6 +109,7 @@ Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
     CudaCopyLane::Relays relays;
     relays.loads = loads_.get();
     relays.policy.min_path_bytes = uint64_t(config.multipath_min_path_kib) << 10;
+    relays.piece_bytes = uint64_t(config.multipath_piece_kib) << 10;
     for (int relay = 0; relay < count; ++relay) {
       if (CarriesFor(relay, target)) relays.paths.push_back(relays_[size_t(relay)].get());
     }

@@ -13,7 +13,6 @@
 #include "daemon_logger.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/cuda/driver_api.h"
-#include "link_loads.h"
 
 namespace kvstash::server {
 
@@ -123,6 +122,10 @@ Status CudaCopyLane::Copy(const CopyLayout& layout,
   // worker checks it from the CPU): no stream here waits on an engine.
   if (options_.mode == TransferMode::kDirect) {
     copied = CopyDirect(layout, **addresses, CopySteps(layout.groups, signal), chunks, signal);
+  } else if (options_.direction == Direction::kRetrieve &&
+             AcquireRelays(layout, chunks.size()) > 0) {
+    copied = CopyThroughStagingMultipath(layout, **addresses, chunks, slabs, signal, expired,
+                                         &stopped_at);
   } else {
     copied = CopyThroughStaging(layout, **addresses, chunks, slabs, signal, expired, &stopped_at);
   }
@@ -210,8 +213,7 @@ Status CudaCopyLane::CopyDirect(const CopyLayout& layout, const LayerAddresses& 
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, chunks[i].flat, 0));
     flats[i] = static_cast<uint8_t*>(mapped);
   }
-  if (options_.direction == Direction::kRetrieve &&
-      AcquireRelays(chunks.size(), layout.chunk_bytes) > 0) {
+  if (options_.direction == Direction::kRetrieve && AcquireRelays(layout, chunks.size()) > 0) {
     // Relays on which the engine's memory is not open stay out.
     for (size_t h = 0; h < held_.size();) {
       Result<const LayerAddresses*> there = RelayAddressesOf(*held_[h].path, layout);
@@ -230,7 +232,7 @@ Status CudaCopyLane::CopyDirect(const CopyLayout& layout, const LayerAddresses& 
   KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
   KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernel_stream_.get()));
   for (size_t s = 0; s < steps.size(); ++s) {
-    KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, steps[s], 0, chunks.size(), s));
+    KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, steps[s].slices, 0, chunks.size(), s));
     for (uint32_t slot : steps[s].slots) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, slot));
   }
   return Status::Ok();
@@ -256,27 +258,11 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
   // shrinks with it. Each chunk keeps one staging slot for the whole
   // request (one plan serves every step): chunk i sits in region
   // (i / per_region) % regions.
-  size_t per_region = size_t(std::clamp<uint64_t>((kSubBatchBytes + chunk_bytes - 1) / chunk_bytes,
-                                                  1, std::max<uint64_t>(1, slots / 2)));
+  const size_t per_region = size_t(std::clamp<uint64_t>(
+      (kSubBatchBytes + chunk_bytes - 1) / chunk_bytes, 1, std::max<uint64_t>(1, slots / 2)));
   const bool store = options_.direction == Direction::kStore;
-  // Multi-path: sub-batches small enough that every path gets some, and
-  // that two fit each relay's staging.
-  const size_t paths = store ? 1 : 1 + AcquireRelays(chunks.size(), chunk_bytes);
-  if (paths > 1) {
-    per_region = ChunksPerSubBatch(chunks.size(), per_region, paths);
-    for (const HeldRelay& h : held_) {
-      per_region = std::max<size_t>(
-          1, std::min<size_t>(per_region, h.path->staging_bytes() / chunk_bytes / 2));
-    }
-    for (HeldRelay& h : held_) {
-      h.regions = std::min<size_t>(CudaRelayPath::kMaxRegions,
-                                   h.path->staging_bytes() / (per_region * chunk_bytes));
-    }
-  }
   const size_t regions = std::min<size_t>(kMaxRegions, size_t(slots) / per_region);
   const size_t batches = (chunks.size() + per_region - 1) / per_region;
-  // The path of each sub-batch: 0 this GPU's link, p the p-th relay.
-  std::vector<size_t> path_of = AssignSubBatches(batches, paths);
   const std::vector<CopyStep> steps = CopySteps(layout.groups, signal);
   // Where every chunk has a slot of its own, steps never wait for a region
   // to free: they touch different bytes of it. Otherwise a sub-batch waits
@@ -311,39 +297,20 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
       if (store) {
         // gather -> ready -> D2H copy -> free (the gather of b + regions waits for it)
         if (wait_free) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, free, 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step, begin, end - begin, k));
+        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step.slices, begin, end - begin, k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, kernels));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, ready, 0));
         KVSTASH_RETURN_IF_ERROR(
             CopySlots(chunks, slabs, flats, begin, end, chunk_bytes, k, step.windows));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, copies));
       } else {
-        if (path_of[b] > 0) {
-          // Through a relay: its H2D copy -> its staging -> NVLink -> region
-          // `reg` here (after `free`, where reused); the kernel stream waits.
-          HeldRelay& h = held_[path_of[b] - 1];
-          const Status carried = CarryThroughRelay(h, chunks, slabs, flats, begin, end, per_region,
-                                                   chunk_bytes, k, step.windows, wait_free, reg);
-          if (carried.ok()) {
-            KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step, begin, end - begin, k));
-            KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
-            continue;
-          }
-          // Nothing of this sub-batch reached this GPU's staging from the
-          // relay (Abandon waited for its streams): the own link carries
-          // it and the relay's later ones.
-          Abandon(h, carried);
-          for (size_t& p : path_of) {
-            if (p > 0 && held_[p - 1].path == h.path) p = 0;
-          }
-        }
         // H2D copy -> ready -> scatter -> free (the copy of b + regions waits for it)
         if (wait_free) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, free, 0));
         KVSTASH_RETURN_IF_ERROR(
             CopySlots(chunks, slabs, flats, begin, end, chunk_bytes, k, step.windows));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, copies));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, ready, 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step, begin, end - begin, k));
+        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step.slices, begin, end - begin, k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
       }
     }
@@ -353,12 +320,13 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
 }
 
 Status CudaCopyLane::Launch(const CopyLayout& layout, const LayerAddresses& addresses,
-                            const CopyStep& step, size_t begin, size_t count, size_t trace_step) {
+                            const std::vector<std::pair<uint32_t, uint32_t>>& slices, size_t begin,
+                            size_t count, size_t trace_step) {
   const kernels::DeviceChunkBatch batch = plan_.Slice(begin, count);
   cudaStream_t stream = kernel_stream_.get();
   KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, trace_step, LaneTrace::Stage::kKernel, true));
-  for (size_t g = 0; g < step.slices.size(); ++g) {
-    const auto [first, layers] = step.slices[g];
+  for (size_t g = 0; g < slices.size(); ++g) {
+    const auto [first, layers] = slices[g];
     if (layers == 0) continue;
     const kernels::DeviceGroupCopy group = addresses.Slice(layout.groups, g, first, layers);
     KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore
@@ -411,310 +379,6 @@ Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,
   }
   if (!traced) return Status::Ok();
   return trace_.Mark(stream, trace_step, LaneTrace::Stage::kCopy, false);
-}
-
-Result<const LayerAddresses*> CudaCopyLane::RelayAddressesOf(CudaRelayPath& path,
-                                                             const CopyLayout& layout) {
-  if (const LayerAddresses* found = path.addresses().Find(layout.registration_id)) return found;
-  if (layout.allocations == nullptr) return Status::Unavailable("no allocations given");
-  // Each layer at the same offset of its allocation as that GPU maps it.
-  std::vector<GroupAddresses> there = layout.groups;
-  for (GroupAddresses& g : there) {
-    for (uint8_t*& base : g.layer_bases) {
-      uint8_t* moved = nullptr;
-      for (const auto& a : *layout.allocations) {
-        if (base >= a->base() && base < a->base() + a->size_bytes()) {
-          uint8_t* on = a->base_on(path.device());
-          if (on != nullptr) moved = on + (base - a->base());
-          break;
-        }
-      }
-      if (moved == nullptr) {
-        return Status::Unavailable("a layer's allocation is not open on GPU " +
-                                   std::to_string(path.device()));
-      }
-      base = moved;
-    }
-    g.group.layer_bases = g.layer_bases.data();
-  }
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
-  Result<LayerAddresses> uploaded = LayerAddresses::Upload(there, path.link_stream());
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  if (!uploaded.ok()) return uploaded.status();
-  return &path.addresses().Insert(layout.registration_id, std::move(*uploaded));
-}
-
-Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
-                                         const std::vector<CopyStep>& steps,
-                                         const std::vector<kernels::ChunkCopy>& chunks,
-                                         const std::vector<uint8_t*>& flats,
-                                         const CopySignal* signal) {
-  const size_t paths = 1 + held_.size();
-  const std::vector<size_t> path_of = AssignSubBatches(chunks.size(), paths);  // per chunk
-  // This GPU's plan holds every chunk, path by path (its own first), so that
-  // the chunks of a relay that fails are scattered here instead.
-  std::vector<kernels::ChunkCopy> ordered;
-  std::vector<uint8_t*> ordered_flats;
-  std::vector<size_t> first(paths + 1, 0);  // path p: ordered[first[p], first[p + 1])
-  for (size_t p = 0; p < paths; ++p) {
-    first[p] = ordered.size();
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      if (path_of[i] != p) continue;
-      ordered.push_back(chunks[i]);
-      ordered_flats.push_back(flats[i]);
-    }
-  }
-  first[paths] = ordered.size();
-  KVSTASH_RETURN_IF_ERROR(plan_.Build(ordered, ordered_flats));
-  KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernel_stream_.get()));
-  std::vector<bool> here(paths, false);  // paths whose chunks this GPU scatters
-  here[0] = true;
-  for (size_t p = 1; p < paths; ++p) {
-    HeldRelay& h = held_[p - 1];
-    const std::vector<kernels::ChunkCopy> mine(ordered.begin() + long(first[p]),
-                                               ordered.begin() + long(first[p + 1]));
-    Status planned = cuda::CudaStatus(cudaSetDevice(h.path->device()), "cudaSetDevice");
-    std::vector<uint8_t*> mine_flats(mine.size());
-    for (size_t i = 0; planned.ok() && i < mine.size(); ++i) {
-      mine_flats[i] = mine[i].flat;
-      if (options_.host_pointers_on_device) continue;
-      void* mapped = nullptr;
-      planned = cuda::CudaStatus(cudaHostGetDevicePointer(&mapped, mine[i].flat, 0),
-                                 "cudaHostGetDevicePointer");
-      mine_flats[i] = static_cast<uint8_t*>(mapped);
-    }
-    if (planned.ok()) planned = h.path->plan().Build(mine, mine_flats);
-    if (planned.ok()) planned = h.path->plan().Upload(h.path->link_stream());
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-    if (!planned.ok()) {
-      Abandon(h, planned);
-      here[p] = true;
-    }
-  }
-  for (size_t s = 0; s < steps.size(); ++s) {
-    uint64_t step_bytes = 0;
-    for (const auto& [lo, hi] : steps[s].windows) step_bytes += hi - lo;
-    if (steps[s].windows.empty()) step_bytes = layout.chunk_bytes;
-    for (size_t p = 0; p < paths; ++p) {
-      const size_t count = first[p + 1] - first[p];
-      if (count == 0) continue;
-      if (!here[p]) {
-        HeldRelay& h = held_[p - 1];
-        const Status launched = LaunchOnRelay(h, layout, steps[s], count, s);
-        if (launched.ok()) {
-          h.bytes += count * step_bytes;
-          continue;
-        }
-        // Abandon waits for what it launched; this GPU redoes the step's
-        // scatter of those chunks (the same bytes again) and the rest.
-        Abandon(h, launched);
-        here[p] = true;
-      }
-      KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, steps[s], first[p], count, s));
-    }
-    for (uint32_t slot : steps[s].slots) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, slot));
-  }
-  return Status::Ok();
-}
-
-Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const CopyStep& step,
-                                   size_t count, size_t step_index) {
-  CudaRelayPath& path = *h.path;
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
-  const Status launched = [&]() -> Status {
-    if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), step_index));
-    const kernels::DeviceChunkBatch batch = path.plan().Slice(0, count);
-    for (size_t g = 0; g < step.slices.size(); ++g) {
-      const auto [first, layers] = step.slices[g];
-      if (layers == 0) continue;
-      const kernels::DeviceGroupCopy group = h.addresses->Slice(layout.groups, g, first, layers);
-      KVSTASH_RETURN_IF_ERROR(kernels::ScatterChunks(group, batch, path.link_stream(), max_ctas_));
-    }
-    return cuda::CudaStatus(cudaEventRecord(path.pulled(0), path.link_stream()),
-                            "cudaEventRecord(pulled)");
-  }();
-  const Status back = cuda::CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice");
-  if (!launched.ok()) return launched;
-  if (!back.ok()) return back;
-  // The step's slots, written after this on the kernel stream, wait for it.
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernel_stream_.get(), path.pulled(0), 0));
-  return Status::Ok();
-}
-
-size_t CudaCopyLane::AcquireRelays(size_t chunks, uint64_t chunk_bytes) {
-  held_.clear();
-  if (relays_.paths.empty() || relays_.loads == nullptr || chunk_bytes == 0) return 0;
-  std::vector<RelayCandidate> candidates;
-  for (CudaRelayPath* path : relays_.paths) {
-    RelayCandidate c;
-    c.device = path->device();
-    c.linked = true;  // only NVLink peers with peer access are given
-    // Two chunks at least in its staging, so that its host copies overlap
-    // its NVLink copies.
-    c.available = !path->failed() && (options_.mode == TransferMode::kDirect ||
-                                      path->staging_bytes() / chunk_bytes >= 2);
-    c.queued_bytes = relays_.loads->Bytes(path->device(), Direction::kRetrieve);
-    candidates.push_back(c);
-  }
-  for (size_t i : ChooseRelays(relays_.policy, chunks * chunk_bytes, chunks, candidates)) {
-    // Another lane may have taken it since: then one path fewer.
-    if (relays_.paths[i]->TryAcquire()) held_.push_back({relays_.paths[i]});
-  }
-  return held_.size();
-}
-
-Status CudaCopyLane::CarryThroughRelay(HeldRelay& h, const std::vector<kernels::ChunkCopy>& chunks,
-                                       const std::vector<uint32_t>& slabs,
-                                       const std::vector<uint8_t*>& flats, size_t begin, size_t end,
-                                       size_t per_region, uint64_t chunk_bytes, size_t sub_batch,
-                                       const std::vector<std::pair<uint64_t, uint64_t>>& windows,
-                                       bool wait_free, size_t region) {
-  size_t relay_region = 0;
-  Status enqueued = EnqueueOnRelay(h, chunks, slabs, flats, begin, end, per_region, chunk_bytes,
-                                   sub_batch, windows, wait_free, region, &relay_region);
-  // Back on this lane's GPU whatever happened there: its launches need it.
-  const Status back = cuda::CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice");
-  if (!enqueued.ok()) return enqueued;
-  if (!back.ok()) return back;
-  KVSTASH_CUDA_RETURN_IF_ERROR(
-      cudaStreamWaitEvent(kernel_stream_.get(), h.path->pulled(relay_region), 0));
-  uint64_t bytes = 0;
-  for (const auto& [lo, hi] : windows) bytes += hi - lo;
-  h.bytes += (end - begin) * (windows.empty() ? chunk_bytes : bytes);
-  return Status::Ok();
-}
-
-Status CudaCopyLane::EnqueueOnRelay(HeldRelay& h, const std::vector<kernels::ChunkCopy>& chunks,
-                                    const std::vector<uint32_t>& slabs,
-                                    const std::vector<uint8_t*>& flats, size_t begin, size_t end,
-                                    size_t per_region, uint64_t chunk_bytes, size_t sub_batch,
-                                    const std::vector<std::pair<uint64_t, uint64_t>>& windows,
-                                    bool wait_free, size_t region, size_t* relay_region) {
-  CudaRelayPath& path = *h.path;
-  if (h.regions == 0) return Status::Internal("no room in the relay's staging");
-  const size_t r = h.used % h.regions;
-  *relay_region = r;
-  // The sub-batch sits in region r of the relay's staging exactly as in
-  // region `region` here: chunk i at the same offset of both.
-  std::vector<uint8_t*> staged(chunks.size(), nullptr);
-  for (size_t i = begin; i < end; ++i)
-    staged[i] = path.staging() + (r * per_region + (i - begin)) * chunk_bytes;
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
-  // Region r is refilled only once its last bytes went over NVLink.
-  if (h.used >= h.regions)
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(path.host_stream(), path.pulled(r), 0));
-  ++h.used;
-  const int target = options_.device;
-  const size_t rows = end - begin;
-  cudaStream_t link = path.link_stream();
-  // One whole chunk of several sub-batches' bytes goes in pieces, each sent
-  // over NVLink as soon as it has landed: the scatter then waits for the
-  // NVLink copy of the last piece only, not of the whole chunk.
-  const uint64_t piece_bytes = std::max<uint64_t>(1, relays_.piece_bytes);
-  const bool pieces = windows.empty() && rows == 1 && chunk_bytes > 2 * piece_bytes;
-  if (pieces) {
-    if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), sub_batch));
-    // This GPU's region is written only once its previous scatter read it.
-    if (wait_free)
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, region_free_[region].get(), 0));
-    for (uint64_t offset = 0; offset < chunk_bytes; offset += piece_bytes) {
-      const uint64_t bytes = std::min<uint64_t>(piece_bytes, chunk_bytes - offset);
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staged[begin] + offset,
-                                                   chunks[begin].flat + offset, bytes,
-                                                   cudaMemcpyHostToDevice, path.host_stream()));
-      // A wait takes the event's latest record: one event serves every piece.
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, path.landed(r), 0));
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(
-          flats[begin] + offset, target, staged[begin] + offset, path.device(), bytes, link));
-    }
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.pulled(r), link));
-    return Status::Ok();
-  }
-  KVSTASH_RETURN_IF_ERROR(CopySlots(chunks, slabs, staged, begin, end, chunk_bytes, sub_batch,
-                                    windows, path.host_stream()));
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
-  if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), sub_batch));
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, path.landed(r), 0));
-  // This GPU's region is written only once its previous scatter read it.
-  if (wait_free)
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(link, region_free_[region].get(), 0));
-  if (windows.empty()) {  // whole chunks, adjacent in both stagings
-    KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(flats[begin], target, staged[begin],
-                                                     path.device(), rows * chunk_bytes, link));
-  } else {  // the step's window of each chunk: one 2D peer copy per window
-    for (const auto& [lo, hi] : windows) {
-      // Pitch: one chunk; each row the window of one chunk.
-      cudaMemcpy3DPeerParms copy{};
-      copy.srcPtr = cudaPitchedPtr{staged[begin] + lo, chunk_bytes, hi - lo, rows};
-      copy.srcDevice = path.device();
-      copy.dstPtr = cudaPitchedPtr{flats[begin] + lo, chunk_bytes, hi - lo, rows};
-      copy.dstDevice = target;
-      copy.extent = cudaExtent{hi - lo, rows, 1};
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy3DPeerAsync(&copy, link));
-    }
-  }
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.pulled(r), link));
-  return Status::Ok();
-}
-
-void CudaCopyLane::Abandon(HeldRelay& h, const Status& why) {
-  // Nothing it enqueued may still be writing this GPU's staging when the
-  // own link takes its sub-batches over.
-  if (cudaSetDevice(h.path->device()) == cudaSuccess) {
-    (void)cudaStreamSynchronize(h.path->host_stream());
-    (void)cudaStreamSynchronize(h.path->link_stream());
-  }
-  (void)cudaGetLastError();
-  (void)cudaSetDevice(options_.device);
-  h.path->Fail(why);
-  Logger()->warn(
-      "GPU {} stops carrying retrieves for GPU {}: {}; they go over GPU {}'s own link now",
-      h.path->device(), options_.device, why.ToString(), options_.device);
-}
-
-void CudaCopyLane::JoinRelays() {
-  for (HeldRelay& h : held_) {
-    if (h.path->failed()) continue;  // abandoned: its streams were synchronised
-    Status joined = cuda::CudaStatus(cudaSetDevice(h.path->device()), "cudaSetDevice");
-    if (joined.ok()) {
-      joined = cuda::CudaStatus(cudaEventRecord(h.path->host_done(), h.path->host_stream()),
-                                "cudaEventRecord(host_done)");
-    }
-    if (joined.ok()) {
-      joined = cuda::CudaStatus(cudaEventRecord(h.path->link_done(), h.path->link_stream()),
-                                "cudaEventRecord(link_done)");
-    }
-    (void)cudaSetDevice(options_.device);
-    for (cudaEvent_t done : {h.path->host_done(), h.path->link_done()}) {
-      if (joined.ok()) {
-        joined = cuda::CudaStatus(cudaStreamWaitEvent(kernel_stream_.get(), done, 0),
-                                  "cudaStreamWaitEvent(relay)");
-      }
-    }
-    if (!joined.ok()) Abandon(h, joined);
-  }
-}
-
-void CudaCopyLane::ReleaseRelays(bool drained) {
-  bool any = false;
-  for (HeldRelay& h : held_) {
-    if (!drained && !h.path->failed()) {
-      // The wait that covers its streams failed: wait for them here, so
-      // that the next holder finds them idle.
-      if (cudaSetDevice(h.path->device()) == cudaSuccess) {
-        (void)cudaStreamSynchronize(h.path->host_stream());
-        (void)cudaStreamSynchronize(h.path->link_stream());
-      }
-      (void)cudaGetLastError();
-      (void)cudaSetDevice(options_.device);
-    }
-    any |= h.bytes > 0;
-    h.path->Count(h.bytes > 0 ? 1 : 0, h.bytes);
-    h.path->Release();
-  }
-  if (any) multipath_retrieves_.fetch_add(1, std::memory_order_relaxed);
-  held_.clear();
 }
 
 Status CudaCopyLane::Drain(uint64_t bytes, std::chrono::steady_clock::time_point start) {

@@ -17,18 +17,28 @@
 //   multi-path retrieves (with relays): other GPUs that reach this one
 //          over NVLink carry part of a retrieve while their own retrieve
 //          lanes are idle (multipath_policy.h), each over its own PCIe link.
-//          dma: a sub-batch goes L1 slot -> cudaMemcpyAsync on the relay ->
-//          the relay's staging -> cudaMemcpyPeerAsync over NVLink -> this
-//          GPU's staging, then the same scatter on this GPU's kernel stream
-//          (a one-chunk sub-batch in pieces, each sent on once it landed).
-//          direct: the relay's own scatter kernel writes its share of the
-//          chunks over NVLink; this kernel stream waits for it at each step.
+//          The retrieve is cut into pieces, a run of chunks times a range of
+//          layers each, every path taking the same bytes of each batch of
+//          chunks (multipath_split.h); pieces go, in order, to the path that
+//          has carried the fewest bytes so far.
+//          dma: a relay's piece goes L1 slots -> cudaMemcpyAsync on the
+//          relay -> its staging (packed) -> cudaMemcpyPeerAsync over NVLink
+//          -> the chunks' slots in this GPU's staging, then the scatter of
+//          that piece on this GPU's kernel stream. The relay's host copy of
+//          one piece runs while its NVLink copy of the one before does; a
+//          step's last pieces, whose hop nothing hides, go over NVLink in
+//          hops, each sent once it landed.
+//          direct: each path's scatter kernel writes its piece of each step
+//          over NVLink; this kernel stream waits for it at each step.
 //          Either way every board slot is written on this lane's kernel
 //          stream, after it has waited for every path that carried part of
 //          that range. This lane thread enqueues all of it, on both GPUs,
 //          so no event is waited for before it is recorded. A relay whose
 //          copy fails is abandoned (never used again) and what it had not
-//          delivered goes over this GPU's own link.
+//          delivered goes over this GPU's own link; one whose own queue fills
+//          is given no further piece (checked before each batch). A piece
+//          is enqueued in two parts, so that every path's first piece of a
+//          batch starts before the NVLink copies are enqueued.
 //
 // Every group's layer addresses go to the GPU once per registration (cached
 // by registration id); a request uploads only its chunk entries and block
@@ -57,6 +67,7 @@
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
 #include "multipath_policy.h"
+#include "multipath_split.h"
 #include "registration_cache.h"
 
 namespace kvstash::server {
@@ -87,19 +98,25 @@ class CudaCopyLane {
     std::vector<CudaRelayPath*> paths;  // reach this GPU over NVLink, peer access on
     const LinkLoads* loads = nullptr;   // required with paths
     MultipathPolicy policy;
-    // A relay's sub-batch of one chunk larger than two of these goes to
-    // the target in pieces of this size, each over NVLink once landed.
+    // dma mode: a retrieve is cut into pieces of about this many bytes
+    // (multipath_split.h; at most half a relay's staging).
     uint64_t piece_bytes = 8 << 20;
-    // Tests: called before a relay copies a sub-batch over NVLink (its host
-    // copy enqueued); an error makes that relay fail as a CUDA error would.
-    std::function<Status(int relay_device, size_t sub_batch)> fault;
+    // A relay's piece at the end of a step goes over NVLink in hops of this
+    // size, each sent once it has landed: the scatter then waits for the
+    // last hop only, not for the NVLink copy of the whole piece.
+    uint64_t hop_bytes = 2 << 20;
+    // Tests: called once per piece a relay carries, before its first copy
+    // over NVLink (dma: its first host copy enqueued) or its scatter
+    // (direct); an error makes that relay fail as a CUDA error would.
+    std::function<Status(int relay_device, size_t piece)> fault;
   };
   // Set once, before the first Copy; without it a retrieve has one path.
   void SetRelays(Relays relays) { relays_ = std::move(relays); }
 
   // Chunks past their deadline are left out before anything is enqueued;
-  // in dma mode each sub-batch is checked again before it is enqueued, and
-  // once one is past, it and the rest are left out (deadlines.missed).
+  // in dma mode each sub-batch (with relays, each batch) is checked again
+  // before it is enqueued, and once one is past, it and the rest are left
+  // out (deadlines.missed).
   // With a signal (may be null): a store's done slot is written after the
   // last gather (its gate was open before the store reached the lane); a
   // retrieve writes each layer range's slot after that range's scatter
@@ -134,10 +151,12 @@ class CudaCopyLane {
                             const std::vector<kernels::ChunkCopy>& chunks,
                             const std::vector<uint32_t>& slabs, const CopySignal* signal,
                             const std::function<bool(size_t, size_t)>& expired, size_t* stopped_at);
-  // One kernel per group of `step` over chunks [begin, begin + count) of
-  // the plan; `trace_step` names the sub-batch for the trace.
-  Status Launch(const CopyLayout& layout, const LayerAddresses& addresses, const CopyStep& step,
-                size_t begin, size_t count, size_t trace_step);
+  // One kernel per group with layers in `slices` (per group: first,
+  // count) over chunks [begin, begin + count) of the plan; `trace_step`
+  // names the sub-batch for the trace.
+  Status Launch(const CopyLayout& layout, const LayerAddresses& addresses,
+                const std::vector<std::pair<uint32_t, uint32_t>>& slices, size_t begin,
+                size_t count, size_t trace_step);
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end):
   // per window, one copy per run of slots adjacent in both and in one slab
   // (a 2D copy where the window is less than a chunk).
@@ -148,44 +167,68 @@ class CudaCopyLane {
                    size_t begin, size_t end, uint64_t chunk_bytes, size_t trace_step,
                    const std::vector<std::pair<uint64_t, uint64_t>>& windows,
                    cudaStream_t stream = nullptr);
-  // A relay held for the current retrieve, and how it lays out sub-batches.
+  // A relay held for the current retrieve, and how it lays out pieces.
   struct HeldRelay {
     CudaRelayPath* path = nullptr;
-    size_t regions = 0;                         // of `per_region` chunks each in its staging
-    size_t used = 0;                            // sub-batches it carried so far in this request
+    size_t regions = 0;                         // of region_bytes each in its staging
+    uint64_t region_bytes = 0;                  // the largest piece of the request
+    size_t used = 0;                            // pieces it carried so far in this request
     uint64_t bytes = 0;                         // bytes it carried in this request
     const LayerAddresses* addresses = nullptr;  // direct mode: the layers as it reaches them
   };
   // Direct mode: the registration's layer addresses as `path`'s GPU reaches
   // them (the engine's allocations opened there), uploaded at first use.
   Result<const LayerAddresses*> RelayAddressesOf(CudaRelayPath& path, const CopyLayout& layout);
-  // Direct mode with relays held: each path scatters its share of the
-  // chunks, step by step; a step's slots wait for every path's scatter.
+  // Direct mode with relays held: each step's pieces, one per path, each
+  // scattered by its path's GPU; a step's slots wait for every path.
   Status CopyDirectMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
                              const std::vector<CopyStep>& steps,
                              const std::vector<kernels::ChunkCopy>& chunks,
                              const std::vector<uint8_t*>& flats, const CopySignal* signal);
-  // The scatter of `step` over the relay's `count` chunks, on its link
-  // stream; the kernel stream waits for it.
-  Status LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const CopyStep& step, size_t count,
-                       size_t step_index);
-  // Takes the relays the policy picks for a retrieve of `chunks` chunks
-  // (their queues read now) into held_; returns how many.
-  size_t AcquireRelays(size_t chunks, uint64_t chunk_bytes);
-  // Sub-batch [begin, end) of step windows `windows` through relay h into
-  // this GPU's staging `flats`; the kernel stream waits for it. wait_free:
-  // region `region` of this GPU's ring must be free first.
-  Status CarryThroughRelay(HeldRelay& h, const std::vector<kernels::ChunkCopy>& chunks,
-                           const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
-                           size_t begin, size_t end, size_t per_region, uint64_t chunk_bytes,
-                           size_t sub_batch,
-                           const std::vector<std::pair<uint64_t, uint64_t>>& windows,
-                           bool wait_free, size_t region);
-  Status EnqueueOnRelay(HeldRelay& h, const std::vector<kernels::ChunkCopy>& chunks,
-                        const std::vector<uint32_t>& slabs, const std::vector<uint8_t*>& flats,
-                        size_t begin, size_t end, size_t per_region, uint64_t chunk_bytes,
-                        size_t sub_batch, const std::vector<std::pair<uint64_t, uint64_t>>& windows,
-                        bool wait_free, size_t region, size_t* relay_region);
+  // The scatter of `piece` on the relay's link stream, from its own plan of
+  // every chunk; the kernel stream waits for it.
+  Status LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const RetrievePiece& piece,
+                       size_t piece_index);
+  // dma mode with relays held: the retrieve cut into pieces, each through
+  // the path that has carried the fewest bytes (CopyThroughStaging's
+  // arguments; that one runs it where no relay can take a piece).
+  Status CopyThroughStagingMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
+                                     const std::vector<kernels::ChunkCopy>& chunks,
+                                     const std::vector<uint32_t>& slabs, const CopySignal* signal,
+                                     const std::function<bool(size_t, size_t)>& expired,
+                                     size_t* stopped_at);
+  // Takes the relays the policy picks for a retrieve of `chunks` chunks of
+  // `layout` (their queues read now) into held_; returns how many.
+  size_t AcquireRelays(const CopyLayout& layout, size_t chunks);
+  // Whether held relay h may take another piece: not failed, and its own
+  // retrieve queue still idle.
+  bool RelayUsable(const HeldRelay& h) const;
+  // What the pieces of one dma retrieve read and write: its chunks, their
+  // L1 slabs, their slots in this GPU's staging.
+  struct StagedRetrieve {
+    const std::vector<kernels::ChunkCopy>& chunks;
+    const std::vector<uint32_t>& slabs;
+    const std::vector<uint8_t*>& flats;
+    uint64_t chunk_bytes;
+  };
+  // A piece through relay h, in two calls, so that every path's first
+  // piece of a batch starts before any NVLink copy is enqueued: Start
+  // enqueues its first host copy (copies[0], multipath_split.h) into the
+  // region of the relay's staging it takes (`relay_region`, once free
+  // there); Finish the rest of its host copies, every NVLink copy into
+  // `flats` (after this GPU's `region` is free where wait_free), and the
+  // kernel stream's wait for them. Both return on this lane's GPU.
+  Status StartOnRelay(HeldRelay& h, const RetrievePiece& piece,
+                      const std::vector<RelayCopy>& copies, const StagedRetrieve& request,
+                      size_t* relay_region);
+  Status FinishOnRelay(HeldRelay& h, const RetrievePiece& piece,
+                       const std::vector<RelayCopy>& copies, const StagedRetrieve& request,
+                       bool wait_free, size_t region, size_t relay_region, size_t piece_index);
+  // Copy `c` of `piece` from L1 into region r of relay h's staging, on its
+  // host stream (its GPU current): one per run of chunks adjacent in L1
+  // and in one slab.
+  Status CopyToRelay(HeldRelay& h, size_t r, const RetrievePiece& piece, const RelayCopy& c,
+                     const StagedRetrieve& request);
   // Waits on the CPU for everything enqueued on h, then never uses it again.
   void Abandon(HeldRelay& h, const Status& why);
   // The kernel stream waits for the ends of the held relays' streams, so

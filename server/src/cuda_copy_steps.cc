@@ -5,28 +5,24 @@
 
 namespace kvstash::server {
 
-namespace {
-
-uint64_t LayerBytes(const GroupAddresses& g) {
+uint64_t FlatLayerBytes(const GroupAddresses& g) {
   FlatGroupShape one = g.group.shape;
   one.num_layers = 1;
   return FlatGroupBytes(one);
 }
 
-// The byte windows of `slices` inside a flat chunk (one per group with layers).
-std::vector<std::pair<uint64_t, uint64_t>> Windows(
+std::vector<std::pair<uint64_t, uint64_t>> FlatWindows(
     const std::vector<GroupAddresses>& groups,
     const std::vector<std::pair<uint32_t, uint32_t>>& slices) {
   std::vector<std::pair<uint64_t, uint64_t>> windows;
   for (size_t g = 0; g < slices.size(); ++g) {
     if (slices[g].second == 0) continue;
-    const uint64_t lo = groups[g].group.flat_offset_bytes + slices[g].first * LayerBytes(groups[g]);
-    windows.emplace_back(lo, lo + slices[g].second * LayerBytes(groups[g]));
+    const uint64_t lo =
+        groups[g].group.flat_offset_bytes + slices[g].first * FlatLayerBytes(groups[g]);
+    windows.emplace_back(lo, lo + slices[g].second * FlatLayerBytes(groups[g]));
   }
   return windows;
 }
-
-}  // namespace
 
 std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups,
                                 const CopySignal* signal) {
@@ -69,7 +65,7 @@ std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups,
       all.slots.push_back(signal->range_slots[0]);
   }
   if (steps.size() > 1) {
-    for (CopyStep& step : steps) step.windows = Windows(groups, step.slices);
+    for (CopyStep& step : steps) step.windows = FlatWindows(groups, step.slices);
   }
   return steps;
 }

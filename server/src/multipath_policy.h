@@ -1,16 +1,18 @@
-// Which GPUs carry a retrieve into one GPU, and which sub-batch goes where.
-// Plain C++ over the topology and the per-link queues (LinkLoads), so that
-// the choice is tested everywhere, without a GPU.
+// Which GPUs carry a retrieve into one GPU. Plain C++ over the topology and
+// the per-link queues (LinkLoads), so that the choice is tested everywhere,
+// without a GPU; how the retrieve is then cut between them is
+// multipath_split.h's.
 //
 // A relay is another GPU that reaches the target over NVLink with peer
-// access. It carries whole sub-batches of the retrieve over its own PCIe
-// link (host -> its staging -> NVLink -> the target's staging, in dma
-// mode). It is used only while its own retrieve lane holds no more than
-// `idle_bytes` (queued or in flight) and no other retrieve holds it: the
-// retrieves of a GPU that loads for its own engine never share its link
-// with a peer's, and when every GPU loads at once each uses its own link.
-// A request too small to repay the relay's fixed costs (an NVLink copy and
-// a cross-GPU wait per sub-batch) stays on one path.
+// access. It carries pieces of the retrieve over its own PCIe link (host ->
+// its staging -> NVLink -> the target's staging, in dma mode). It is taken
+// only while its own retrieve lane holds no more than `idle_bytes` (queued
+// or in flight) and no other retrieve holds it, and the lane gives it no
+// further piece once its own queue fills: the retrieves of a GPU that loads
+// for its own engine never wait behind a peer's pieces queued after theirs,
+// and when every GPU loads at once each uses its own link. A request too
+// small to repay the relays' fixed costs (an NVLink copy and a cross-GPU
+// wait per piece) takes fewer paths.
 #pragma once
 
 #include <cstddef>
@@ -35,20 +37,17 @@ struct RelayCandidate {
   uint64_t queued_bytes = 0;  // its own retrieve lane: queued + in flight
 };
 
+// Whether a relay whose own retrieve lane holds `queued_bytes` may carry
+// (more of) another GPU's retrieve.
+inline bool RelayIdle(const MultipathPolicy& policy, uint64_t queued_bytes) {
+  return queued_bytes <= policy.idle_bytes;
+}
+
 // The candidates (indices into `candidates`) that carry part of a retrieve
-// of `sub_batches` sub-batches and `bytes` bytes, in the order given;
-// empty: the target's own link alone.
-std::vector<size_t> ChooseRelays(const MultipathPolicy& policy, uint64_t bytes, size_t sub_batches,
+// of `bytes` bytes that can be cut into at most `max_shares` parts (its
+// chunks times its layers), in the order given; empty: the target's own
+// link alone.
+std::vector<size_t> ChooseRelays(const MultipathPolicy& policy, uint64_t bytes, size_t max_shares,
                                  const std::vector<RelayCandidate>& candidates);
-
-// The path of each sub-batch for `paths` paths (0: the target's own link,
-// p: the p-th chosen relay): round robin from the own link, whose first
-// sub-batch lands soonest (no NVLink hop) and so starts the scatters.
-std::vector<size_t> AssignSubBatches(size_t sub_batches, size_t paths);
-
-// Chunks per sub-batch when `paths` paths share `chunks` chunks whose own
-// sub-batch would be `per_region` chunks: small enough that every path gets
-// at least one sub-batch.
-size_t ChunksPerSubBatch(size_t chunks, size_t per_region, size_t paths);
 
 }  // namespace kvstash::server

@@ -1,22 +1,28 @@
 // Multi-path retrieves through an NVLink peer, at the copy lane: GPU 0's
 // retrieve lane with GPU 1 as its relay, against the kernels' CPU twins,
-// byte for byte, in both transfer modes, on every kernel test layout:
-// chunks split between the two paths (one of them sent over NVLink in
-// pieces, as large chunks are); a layer-wise retrieve whose slots,
-// seen from an engine stream that waits on each, never come before that
-// range's bytes; a relay that fails mid-copy (the rest goes over GPU 0's
-// own link); a relay whose own retrieve queue is busy, or that another
-// retrieve holds (one path). Skips, saying why, without two GPUs joined by
-// NVLink with peer access.
+// byte for byte, in both transfer modes, on every kernel test layout. The
+// retrieve is cut into pieces (multipath_split.h): runs of whole chunks;
+// one chunk cut by layers (its relay pieces over NVLink in hops); a
+// layer-wise retrieve, its steps cut by chunks and by layers, whose slots,
+// seen from an engine stream that waits on each, never come before every
+// byte of that range, whichever path carried it; more chunks than the
+// staging holds (regions reused on both GPUs). The relay carries exactly
+// the bytes the split gives it. A relay that fails mid-copy (the rest goes
+// over GPU 0's own link); one whose own retrieve queue fills mid-request
+// (it takes no further piece); one busy or held from the start (one path).
+// Skips, saying why, without two GPUs joined by NVLink with peer access.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "completion_board.h"
@@ -28,6 +34,7 @@
 #include "kvstash/cuda/peers.h"
 #include "layouts.h"
 #include "link_loads.h"
+#include "multipath_split.h"
 
 namespace kvstash::server {
 namespace {
@@ -42,12 +49,19 @@ constexpr int kRelay = 1;
 
 enum class Scenario {
   kSplitChunks,
-  kChunkInPieces,
+  kOneChunkByLayers,
   kLayerWise,
+  kLayerWiseByLayers,
+  kManyChunks,
+  kManyChunksByLayers,
   kRelayFailsMidCopy,
+  kRelayTurnsBusy,
   kRelayBusy,
   kRelayHeld
 };
+constexpr const char* kScenarioNames[] = {
+    "SplitChunks",        "OneChunkByLayers",  "LayerWise",      "LayerWiseByLayers", "ManyChunks",
+    "ManyChunksByLayers", "RelayFailsMidCopy", "RelayTurnsBusy", "RelayBusy",         "RelayHeld"};
 
 struct Case {
   TestLayout layout;
@@ -56,10 +70,60 @@ struct Case {
 };
 
 std::string NameOf(const ::testing::TestParamInfo<Case>& info) {
-  const char* scenario[] = {"SplitChunks",       "ChunkInPieces", "LayerWise",
-                            "RelayFailsMidCopy", "RelayBusy",     "RelayHeld"};
-  return info.param.layout.name + "_" + scenario[int(info.param.scenario)] + "_" +
+  return info.param.layout.name + "_" + kScenarioNames[int(info.param.scenario)] + "_" +
          (info.param.mode == TransferMode::kDma ? "dma" : "direct");
+}
+
+// What a scenario retrieves, and the lane and relay it runs on.
+struct Plan {
+  size_t chunks = 3;
+  bool layer_wise = false;
+  uint64_t lane_staging = 16 << 20;
+  uint64_t relay_staging = 16 << 20;  // dma mode
+  uint64_t piece_bytes = 8 << 20;     // the lane's default
+  uint64_t hop_bytes = 2 << 20;
+};
+
+Plan PlanOf(Scenario scenario, uint64_t chunk_bytes) {
+  Plan plan;
+  switch (scenario) {
+    case Scenario::kSplitChunks:  // test chunks are small: runs of whole chunks
+    case Scenario::kRelayBusy:
+    case Scenario::kRelayHeld: break;
+    case Scenario::kOneChunkByLayers:
+      // A quarter of a chunk a piece: layer ranges, the relay's in hops.
+      plan.chunks = 1;
+      plan.piece_bytes = chunk_bytes / 4;
+      plan.hop_bytes = std::max<uint64_t>(256, chunk_bytes / 16);
+      break;
+    case Scenario::kLayerWise:
+    case Scenario::kRelayFailsMidCopy: plan.layer_wise = true; break;
+    case Scenario::kLayerWiseByLayers:  // steps of 4 layers in pieces of 1
+      plan.layer_wise = true;
+      plan.piece_bytes = chunk_bytes / 8;
+      plan.hop_bytes = std::max<uint64_t>(256, chunk_bytes / 32);
+      break;
+    case Scenario::kManyChunks:
+      // Batches of 4 whole chunks, two pieces of 2 each, in 2 regions: the
+      // third batch reuses the first one's.
+      plan.chunks = 12;
+      plan.lane_staging = 8 * chunk_bytes;
+      plan.piece_bytes = 2 * chunk_bytes;
+      break;
+    case Scenario::kManyChunksByLayers:
+    case Scenario::kRelayTurnsBusy:
+      // A chunk a batch in 4 regions, cut in two by layers; the relay's
+      // staging holds a few pieces, so its regions are reused too. Busy
+      // relay: layer-wise, so that direct mode (a piece per path and step)
+      // has pieces left to give it after its first.
+      plan.chunks = 8;
+      plan.lane_staging = 4 * chunk_bytes;
+      plan.relay_staging = 3 * ((chunk_bytes + 4095) / 4096 * 4096);
+      plan.piece_bytes = chunk_bytes / 2;
+      plan.layer_wise = scenario == Scenario::kRelayTurnsBusy;
+      break;
+  }
+  return plan;
 }
 
 std::vector<Case> Cases() {
@@ -67,14 +131,42 @@ std::vector<Case> Cases() {
   for (TestLayout l : AllLayouts()) {
     l.num_layers = kLayers;
     for (TransferMode mode : {TransferMode::kDma, TransferMode::kDirect}) {
-      for (Scenario s :
-           {Scenario::kSplitChunks, Scenario::kChunkInPieces, Scenario::kLayerWise,
-            Scenario::kRelayFailsMidCopy, Scenario::kRelayBusy, Scenario::kRelayHeld}) {
-        cases.push_back({l, mode, s});
-      }
+      for (int s = 0; s <= int(Scenario::kRelayHeld); ++s) cases.push_back({l, mode, Scenario(s)});
     }
   }
   return cases;
+}
+
+// `l` with `num_blocks` blocks per layer: in a K-then-V layout the V half
+// starts after every K block, so its kv stride grows with them.
+TestLayout WithBlocks(TestLayout l, uint32_t num_blocks) {
+  LayerGeometry& g = l.geometry;
+  if (g.kv_stride == uint64_t{g.num_blocks} * g.block_stride)
+    g.kv_stride = uint64_t{num_blocks} * g.block_stride;
+  g.num_blocks = num_blocks;
+  return l;
+}
+
+// Chunks on disjoint blocks, in turn a full one, a partial one whose skip
+// reaches into its second block, and one whose skip passes its end (as
+// kernels::test::MixedBatch, for any number of chunks).
+std::vector<ChunkSpec> Specs(const TestLayout& l, size_t n, uint32_t seed) {
+  const uint32_t bt = l.geometry.block_tokens;
+  const uint32_t per_chunk = l.blocks_per_chunk();
+  const std::vector<uint32_t> blocks =
+      kernels::test::RandomBlocks(l.geometry.num_blocks, uint32_t(n) * per_chunk, seed);
+  const uint32_t partial = l.chunk_tokens - bt - 3;
+  const uint32_t half = l.chunk_tokens / 2 + 1;
+  std::vector<ChunkSpec> specs;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t tokens = i % 3 == 0 ? l.chunk_tokens : i % 3 == 1 ? partial : half;
+    const uint32_t skip = i % 3 == 0   ? 0
+                          : i % 3 == 1 ? std::min(bt + 1, partial / 2)
+                                       : l.chunk_tokens;
+    auto first = blocks.begin() + long(i * per_chunk);
+    specs.push_back({std::vector<uint32_t>(first, first + (tokens + bt - 1) / bt), tokens, skip});
+  }
+  return specs;
 }
 
 // Empty when GPUs 0 and 1 can run multi-path retrieves; otherwise why not.
@@ -108,6 +200,37 @@ class PeerVisibleAllocation : public MappedAllocation {
   const uint64_t size_;
 };
 
+// The bytes of each piece the relay is given, in order, as the lane cuts
+// the retrieve (multipath_split.h) with two paths, none failing.
+std::vector<uint64_t> RelayPieces(const Case& c, const Plan& plan,
+                                  const std::vector<GroupAddresses>& groups,
+                                  const CopySignal* signal, uint64_t chunk_bytes) {
+  const std::vector<CopyStep> steps = CopySteps(groups, signal);
+  std::vector<RetrievePiece> pieces;
+  if (c.mode == TransferMode::kDirect) {
+    pieces = SplitRetrieve(groups, steps, chunk_bytes, plan.chunks, plan.chunks, 2,
+                           std::numeric_limits<uint64_t>::max());
+  } else {
+    const uint64_t piece = std::min(plan.piece_bytes, plan.relay_staging / 2);
+    const size_t slots = size_t(plan.lane_staging / chunk_bytes);
+    const size_t per_batch = ChunksPerBatch(chunk_bytes, 2, piece,
+                                            std::min(plan.chunks, std::max<size_t>(1, slots / 2)));
+    pieces = SplitRetrieve(groups, steps, chunk_bytes, plan.chunks, per_batch, 2, piece);
+  }
+  const std::vector<size_t> path = AssignPieces(pieces, 2);
+  std::vector<uint64_t> relay;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (path[i] == 1) relay.push_back(pieces[i].bytes);
+  }
+  return relay;
+}
+
+std::string Describe(const std::vector<uint64_t>& pieces) {
+  std::string out;
+  for (uint64_t b : pieces) out += (out.empty() ? "" : " ") + std::to_string(b);
+  return "[" + out + "]";
+}
+
 class CudaMultipathTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -116,19 +239,26 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     ASSERT_TRUE(cuda::EnablePeerAccess(kRelay, kTarget).ok());
     ASSERT_TRUE(cuda::EnablePeerAccess(kTarget, kRelay).ok());
     ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
-    const TestLayout& l = GetParam().layout;
-    chunk_bytes_ = (l.flat_bytes() + 255) / 256 * 256;
-    // The full chunk last: with two paths it is the relay's (dma: chunks
-    // [0, 2) own, [2, 3) relay; direct: chunk 1 relay), and it writes
-    // the most bytes.
-    specs_ = kernels::test::MixedBatch(l, 7);
-    std::swap(specs_[0], specs_[2]);
+    const Case& c = GetParam();
+    chunk_bytes_ = (c.layout.flat_bytes() + 255) / 256 * 256;
+    plan_ = PlanOf(c.scenario, chunk_bytes_);
+    // Blocks for every chunk of the plan (and two more nobody names).
+    layout_ = WithBlocks(c.layout, uint32_t(plan_.chunks) * c.layout.blocks_per_chunk() + 2);
+    const TestLayout& l = layout_;
+    specs_ = Specs(l, plan_.chunks, 7);
     host_kv_ = kernels::test::RandomBytes(l.arena_bytes(), 11);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device_kv_), l.arena_bytes()), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(device_kv_, host_kv_.data(), host_kv_.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
     allocations_.push_back(std::make_shared<PeerVisibleAllocation>(device_kv_, l.arena_bytes()));
-    l1_bytes_ = 3 * chunk_bytes_;
+    // L1 slots: chunk i at slot order_[i]; past the first three, pairs
+    // swapped, so that some runs of chunks are adjacent in L1 and some are
+    // not; slots 3 to a slab (adjacent slots of two slabs copy apart).
+    order_.resize(plan_.chunks);
+    std::iota(order_.begin(), order_.end(), size_t{0});
+    for (size_t i = 3; i + 1 < plan_.chunks; i += 2) std::swap(order_[i], order_[i + 1]);
+    for (size_t i = 0; i < plan_.chunks; ++i) slabs_.push_back(uint32_t(order_[i] / 3));
+    l1_bytes_ = plan_.chunks * chunk_bytes_;
     void* l1 = mmap(nullptr, l1_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(l1, MAP_FAILED);
     l1_ = static_cast<uint8_t*>(l1);
@@ -138,16 +268,16 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     ASSERT_EQ(cudaHostRegister(l1_, l1_bytes_, cudaHostRegisterPortable | cudaHostRegisterMapped),
               cudaSuccess);
 
-    const bool dma = GetParam().mode == TransferMode::kDma;
-    auto relay = CudaRelayPath::Create(kRelay, dma ? 16 << 20 : 0);
+    const bool dma = c.mode == TransferMode::kDma;
+    auto relay = CudaRelayPath::Create(kRelay, dma ? plan_.relay_staging : 0);
     ASSERT_TRUE(relay.ok()) << relay.status().ToString();
     relay_ = std::move(*relay);
     ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
     CudaCopyLane::Options options;
     options.device = kTarget;
     options.direction = Direction::kRetrieve;
-    options.mode = GetParam().mode;
-    options.staging_bytes = 16 << 20;
+    options.mode = c.mode;
+    options.staging_bytes = plan_.lane_staging;
     int same_address = 0;
     ASSERT_EQ(cudaDeviceGetAttribute(&same_address, cudaDevAttrCanUseHostPointerForRegisteredMem,
                                      kTarget),
@@ -160,15 +290,27 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     relays.paths = {relay_.get()};
     relays.loads = &loads_;
     relays.policy.min_path_bytes = 0;  // test chunks are small
-    // The relay's one-chunk sub-batch over NVLink in pieces of 2 KiB, as a
-    // 32 MiB chunk goes in pieces of 8 MiB.
-    if (GetParam().scenario == Scenario::kChunkInPieces) relays.piece_bytes = 2048;
-    if (GetParam().scenario == Scenario::kRelayFailsMidCopy) {
-      // The relay's third sub-batch (or step) fails: the first two went
-      // through it, the rest goes over GPU 0's own link.
+    relays.piece_bytes = plan_.piece_bytes;
+    relays.hop_bytes = plan_.hop_bytes;
+    if (c.scenario == Scenario::kRelayFailsMidCopy) {
+      // The relay's third piece fails: the first two went through it, the
+      // rest goes over GPU 0's own link.
       relays.fault = [this](int device, size_t) {
         EXPECT_EQ(device, kRelay);
         return ++relay_calls_ == 3 ? Status::DeviceError("injected relay failure") : Status::Ok();
+      };
+    } else if (c.scenario == Scenario::kRelayTurnsBusy) {
+      // GPU 1's engine starts loading while the relay carries its first
+      // piece: its own queue is no longer idle.
+      relays.fault = [this](int device, size_t) {
+        EXPECT_EQ(device, kRelay);
+        if (++relay_calls_ == 1) loads_.Add(kRelay, Direction::kRetrieve, 1);
+        return Status::Ok();
+      };
+    } else {
+      relays.fault = [this](int, size_t) {
+        ++relay_calls_;
+        return Status::Ok();
       };
     }
     lane_->SetRelays(std::move(relays));
@@ -186,16 +328,17 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
   }
 
   std::vector<GroupAddresses> Groups(uint8_t* base) const {
-    const TestLayout& l = GetParam().layout;
     GroupAddresses g;
-    g.layer_bases = kernels::test::LayerBases(l, base);
-    g.group = kernels::test::MakeGroup(l, g.layer_bases);
+    g.layer_bases = kernels::test::LayerBases(layout_, base);
+    g.group = kernels::test::MakeGroup(layout_, g.layer_bases);
     std::vector<GroupAddresses> groups = {std::move(g)};
     groups[0].group.layer_bases = groups[0].layer_bases.data();
     return groups;
   }
   std::vector<kernels::ChunkCopy> Chunks(uint8_t* l1) const {
-    return kernels::test::MakeChunkCopies(specs_, {l1, l1 + chunk_bytes_, l1 + 2 * chunk_bytes_});
+    std::vector<uint8_t*> flats;
+    for (size_t i = 0; i < plan_.chunks; ++i) flats.push_back(l1 + order_[i] * chunk_bytes_);
+    return kernels::test::MakeChunkCopies(specs_, flats);
   }
 
   // A board of one slot per layer, device-mapped on GPU 0 as the backend
@@ -225,22 +368,22 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
 
   void RetrieveAndCheck() {
     const Case& c = GetParam();
-    const TestLayout& l = c.layout;
+    const TestLayout& l = layout_;
     std::vector<uint8_t> expected_kv = host_kv_;
     std::vector<uint8_t> expected_l1(l1_, l1_ + l1_bytes_);
     const std::vector<GroupAddresses> host_groups = Groups(expected_kv.data());
     const std::vector<kernels::ChunkCopy> host_chunks = Chunks(expected_l1.data());
-    ASSERT_TRUE(kernels::ScatterChunksCpu(host_groups[0].group, host_chunks.data(), 3).ok());
+    ASSERT_TRUE(
+        kernels::ScatterChunksCpu(host_groups[0].group, host_chunks.data(), host_chunks.size())
+            .ok());
 
-    const bool layer_wise =
-        c.scenario == Scenario::kLayerWise || c.scenario == Scenario::kRelayFailsMidCopy;
     CopySignal signal;
     constexpr uint32_t kSequence = 1;
     // An engine stream on GPU 0 that waits for each layer's slot, then
     // snapshots the engine memory: layer k of snapshot k must be complete.
     cudaStream_t engine = nullptr;
     std::vector<uint8_t*> snapshots;
-    if (layer_wise) {
+    if (plan_.layer_wise) {
       OpenBoard();
       if (HasFatalFailure()) return;
       signal.board = board_;
@@ -273,18 +416,30 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     const std::vector<GroupAddresses> groups = Groups(device_kv_);
     CopyLayout layout{1, chunk_bytes_, groups};
     layout.allocations = &allocations_;
+    // What the split gives the relay, none failing.
+    const std::vector<uint64_t> relay_pieces =
+        RelayPieces(c, plan_, groups, plan_.layer_wise ? &signal : nullptr, chunk_bytes_);
     CopyDeadlines deadlines;
     ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
     const Status copied =
-        lane_->Copy(layout, Chunks(l1_), {0, 0, 1}, deadlines, layer_wise ? &signal : nullptr);
+        lane_->Copy(layout, Chunks(l1_), slabs_, deadlines, plan_.layer_wise ? &signal : nullptr);
     ASSERT_TRUE(copied.ok()) << copied.ToString();
 
     std::vector<uint8_t> kv(host_kv_.size());
     ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(kv.data(), device_kv_, kv.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(kv, expected_kv);
+    size_t wrong = 0, first_wrong = kv.size();
+    for (size_t i = 0; i < kv.size(); ++i) {
+      if (kv[i] == expected_kv[i]) continue;
+      if (wrong++ == 0) first_wrong = i;
+    }
+    EXPECT_EQ(wrong, 0u) << "bytes of the engine's memory differ from the CPU twin's, the first at "
+                         << first_wrong << " (layer "
+                         << (first_wrong / std::max<uint64_t>(1, l.layer_offset(1))) << ") of "
+                         << kv.size() << "; relay pieces " << Describe(relay_pieces)
+                         << ", relay carried " << relay_->bytes_carried();
 
-    if (layer_wise) {
+    if (plan_.layer_wise) {
       for (uint32_t k = 0; k < kLayers; ++k) {
         EXPECT_EQ(board_->Value(k).value_or(0), kSequence) << "slot " << k << " not released";
         board_->WriteValue(k, kSequence);  // never leave the engine stream waiting
@@ -303,28 +458,49 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
       cudaStreamDestroy(engine);
     }
 
+    const uint64_t all = std::accumulate(relay_pieces.begin(), relay_pieces.end(), uint64_t{0});
     switch (c.scenario) {
       case Scenario::kSplitChunks:
-      case Scenario::kChunkInPieces:
+      case Scenario::kOneChunkByLayers:
       case Scenario::kLayerWise:
-        EXPECT_GT(relay_->bytes_carried(), 0u) << "the relay carried nothing";
+      case Scenario::kLayerWiseByLayers:
+      case Scenario::kManyChunks:
+      case Scenario::kManyChunksByLayers:
+        ASSERT_FALSE(relay_pieces.empty()) << "the split gives the relay nothing to carry";
+        EXPECT_EQ(relay_->bytes_carried(), all)
+            << "the relay's pieces " << Describe(relay_pieces) << " and what it carried differ";
+        EXPECT_EQ(size_t(relay_calls_.load()), relay_pieces.size());
         EXPECT_EQ(lane_->multipath_retrieves(), 1u);
-        EXPECT_FALSE(relay_->failed());
+        EXPECT_FALSE(relay_->failed()) << relay_->failure();
         break;
       case Scenario::kRelayFailsMidCopy:
+        ASSERT_GE(relay_pieces.size(), 3u) << Describe(relay_pieces);
         EXPECT_TRUE(relay_->failed());
         EXPECT_EQ(relay_calls_.load(), 3);
+        EXPECT_EQ(relay_->bytes_carried(), relay_pieces[0] + relay_pieces[1])
+            << "the two pieces before the failure, of " << Describe(relay_pieces);
+        break;
+      case Scenario::kRelayTurnsBusy:
+        ASSERT_GE(relay_pieces.size(), 2u) << Describe(relay_pieces);
+        EXPECT_EQ(relay_calls_.load(), 1) << "a relay whose own queue filled took more pieces";
+        EXPECT_EQ(relay_->bytes_carried(), relay_pieces[0]) << Describe(relay_pieces);
+        EXPECT_FALSE(relay_->failed()) << relay_->failure();
         break;
       case Scenario::kRelayBusy:
       case Scenario::kRelayHeld:
         EXPECT_EQ(relay_->bytes_carried(), 0u) << "a busy or held relay was used";
+        EXPECT_EQ(relay_calls_.load(), 0);
         EXPECT_EQ(lane_->multipath_retrieves(), 0u);
         break;
     }
   }
 
   uint64_t chunk_bytes_ = 0;
+  Plan plan_;
+  TestLayout layout_;
   std::vector<ChunkSpec> specs_;
+  std::vector<size_t> order_;
+  std::vector<uint32_t> slabs_;
   std::vector<uint8_t> host_kv_;
   uint8_t* device_kv_ = nullptr;
   std::vector<std::shared_ptr<MappedAllocation>> allocations_;

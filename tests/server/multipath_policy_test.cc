@@ -1,5 +1,6 @@
 // The path choice of multi-path retrieves: which NVLink peers help, from
-// the topology and the per-link queues, and how sub-batches are shared.
+// the topology and the per-link queues (multipath_split_test.cc: how the
+// retrieve is then cut between them).
 #include "multipath_policy.h"
 
 #include <gtest/gtest.h>
@@ -68,7 +69,7 @@ TEST(MultipathPolicy, SmallRetrievesStayOnOnePath) {
   EXPECT_EQ(ChooseRelays({}, 5 * kMiB, 8, {Idle(1), Idle(2)}).size(), 1u);
 }
 
-TEST(MultipathPolicy, NoMorePathsThanSubBatchesOrTheCap) {
+TEST(MultipathPolicy, NoMorePathsThanSharesOrTheCap) {
   const std::vector<RelayCandidate> three = {Idle(1), Idle(2), Idle(3)};
   EXPECT_TRUE(ChooseRelays({}, 1024 * kMiB, 1, three).empty());
   EXPECT_EQ(ChooseRelays({}, 1024 * kMiB, 2, three).size(), 1u);
@@ -78,25 +79,25 @@ TEST(MultipathPolicy, NoMorePathsThanSubBatchesOrTheCap) {
   EXPECT_EQ(ChooseRelays(capped, 1024 * kMiB, 64, three).size(), 1u);
 }
 
+TEST(MultipathPolicy, OneLargeChunkTakesEveryIdlePeer) {
+  // A 32 MiB chunk of 32 layers is 32 shares: cut by layers, it fills four
+  // links.
+  EXPECT_EQ(ChooseRelays({}, 32 * kMiB, 32, {Idle(1), Idle(2), Idle(3)}).size(), 3u);
+}
+
+TEST(MultipathPolicy, AQueueAtTheIdleLimitIsStillIdle) {
+  MultipathPolicy policy;
+  policy.idle_bytes = 10;
+  EXPECT_TRUE(RelayIdle(policy, 10));
+  EXPECT_FALSE(RelayIdle(policy, 11));
+  EXPECT_FALSE(RelayIdle({}, 1)) << "by default any queued byte makes a relay busy";
+}
+
 TEST(MultipathPolicy, ChosenRelaysKeepTheCandidatesOrder) {
   RelayCandidate busy = Idle(2);
   busy.queued_bytes = 1;
   const std::vector<size_t> chosen = ChooseRelays({}, 1024 * kMiB, 64, {Idle(1), busy, Idle(3)});
   EXPECT_EQ(chosen, std::vector<size_t>({0, 2}));
-}
-
-TEST(MultipathPolicy, SubBatchesGoRoundRobinFromTheOwnLink) {
-  EXPECT_EQ(AssignSubBatches(5, 2), std::vector<size_t>({0, 1, 0, 1, 0}));
-  EXPECT_EQ(AssignSubBatches(4, 3), std::vector<size_t>({0, 1, 2, 0}));
-  EXPECT_EQ(AssignSubBatches(3, 1), std::vector<size_t>({0, 0, 0}));
-}
-
-TEST(MultipathPolicy, SubBatchesShrinkSoThatEveryPathGetsOne) {
-  EXPECT_EQ(ChunksPerSubBatch(8, 8, 1), 8u);  // one path: unchanged
-  EXPECT_EQ(ChunksPerSubBatch(8, 8, 2), 4u);
-  EXPECT_EQ(ChunksPerSubBatch(5, 8, 2), 3u);
-  EXPECT_EQ(ChunksPerSubBatch(64, 1, 4), 1u);  // large chunks: one per sub-batch already
-  EXPECT_EQ(ChunksPerSubBatch(1, 4, 2), 1u);
 }
 
 TEST(LinkLoads, CountsQueuedBytesPerDeviceAndDirection) {

@@ -500,6 +500,111 @@ Status MeasureLayout(Client& client, const CudaBenchLayout& layout, const CudaBe
   return cleared.ok() ? Status::Ok() : cleared.status();
 }
 
+// Requests back to back (`one` issues one of `bytes` and waits for it) from
+// the wall-clock instant `at` for `seconds`.
+template <typename Op>
+Result<InStepPhase> RunPhase(std::chrono::system_clock::time_point at, double seconds,
+                             uint64_t bytes, Op one) {
+  using std::chrono::system_clock;
+  const auto ns = [](system_clock::duration d) {
+    return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  };
+  const auto now = system_clock::now();
+  if (now > at) {
+    return Status::TimedOut(
+        "this process was ready " + std::to_string(ns(now - at) / 1000000) +
+        " ms after the phase's instant: give --start-retrieves-at more time from the start");
+  }
+  std::this_thread::sleep_until(at);
+  InStepPhase phase;
+  const auto began = system_clock::now();
+  const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+  do {
+    KVSTASH_RETURN_IF_ERROR(one());
+    ++phase.requests;
+    phase.bytes += bytes;
+  } while (Clock::now() < until);
+  const auto ended = system_clock::now();
+  phase.start_unix_ns = ns(began.time_since_epoch());
+  phase.end_unix_ns = ns(ended.time_since_epoch());
+  phase.late_ns = ns(began - at);
+  return phase;
+}
+
+// One layout and chunk count in step with other processes: store and warm
+// up, then the retrieve phase from the instant, then the raw H2D copy of
+// the same bytes from the instant + the phase + 1 s, as long.
+Status MeasureInStep(Client& client, const CudaBenchConfig& config, CudaBenchResults& out) {
+  if (config.layouts.size() != 1 || config.chunk_counts.size() != 1) {
+    return Status::InvalidArgument(
+        "--start-retrieves-at measures one layout and one chunk count: name one of each "
+        "(--layouts, --chunk-counts)");
+  }
+  const std::vector<CudaBenchLayout> all = CudaBenchLayouts();
+  const auto layout = std::find_if(all.begin(), all.end(), [&](const CudaBenchLayout& l) {
+    return l.name == config.layouts[0];
+  });
+  if (layout == all.end())
+    return Status::InvalidArgument("no bench layout named " + config.layouts[0]);
+  if (config.retrieve_seconds <= 0)
+    return Status::InvalidArgument("--retrieve-seconds must be above 0");
+  const uint32_t n = config.chunk_counts[0];
+  const uint32_t per_chunk = client.server_info().chunk_tokens / layout->block_tokens;
+  const uint32_t num_blocks = 2 * n * per_chunk;
+  Result<CudaBenchKv> kv = CudaBenchKv::Create(*layout, num_blocks);
+  if (!kv.ok()) return kv.status();
+  RegisterOptions options;
+  // Its own model name: the other processes' Clear must not drop its chunks.
+  options.model = "kvstash-bench-cuda-" + layout->name + "-" + std::to_string(::getpid());
+  KVSTASH_RETURN_IF_ERROR(AddCudaLayers(kv->Layers(), options));
+  auto reg = client.RegisterKV(options).get();
+  if (!reg.ok()) return reg.status();
+  const Status measured = [&]() -> Status {
+    std::vector<uint32_t> blocks(num_blocks);
+    std::iota(blocks.begin(), blocks.end(), 0u);
+    std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
+    LayoutRun run(client, *reg, blocks, n);
+    const std::vector<ChunkBlocks> stored = run.Fresh(n);
+    KVSTASH_RETURN_IF_ERROR(run.Store(stored));
+    const std::vector<ChunkBlocks> targets = run.Into(stored);
+    const uint64_t bytes = uint64_t(n) * reg->chunk_bytes;
+    for (int i = 0; i < 3; ++i) KVSTASH_RETURN_IF_ERROR(run.Retrieve(targets));
+    Result<RawCopy> raw = RawCopy::Create(std::min<uint64_t>(n, 16) * reg->chunk_bytes);
+    if (!raw.ok()) return raw.status();
+    KVSTASH_RETURN_IF_ERROR(raw->Seconds(RawCopy::Way::kHostToDevice, bytes).status());
+    const uint64_t relayed_before = RelayBytes(client);
+    const auto at = std::chrono::system_clock::time_point(
+        std::chrono::milliseconds(config.start_retrieves_at_unix_ms));
+    Result<InStepPhase> retrieve =
+        RunPhase(at, config.retrieve_seconds, bytes, [&] { return run.Retrieve(targets); });
+    if (!retrieve.ok()) return retrieve.status();
+    retrieve->op = "retrieve";
+    retrieve->relay_bytes = RelayBytes(client) - relayed_before;
+    // Every process computes the same instant for the raw phase.
+    const auto raw_at = at +
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                            std::chrono::duration<double>(config.retrieve_seconds)) +
+                        std::chrono::seconds(1);
+    Result<InStepPhase> copy = RunPhase(raw_at, config.retrieve_seconds, bytes, [&] {
+      return raw->Seconds(RawCopy::Way::kHostToDevice, bytes).status();
+    });
+    if (!copy.ok()) return copy.status();
+    copy->op = "raw H2D copy";
+    for (InStepPhase* phase : {&*retrieve, &*copy}) {
+      phase->layout = layout->name;
+      phase->chunk_bytes = reg->chunk_bytes;
+      phase->chunks = n;
+      out.in_step.push_back(*phase);
+    }
+    return Status::Ok();
+  }();
+  const Status unregistered = client.UnregisterKV(reg->id).get();
+  auto cleared = client.Clear(options.model).get();
+  if (!measured.ok()) return measured;
+  if (!unregistered.ok()) return unregistered;
+  return cleared.ok() ? Status::Ok() : cleared.status();
+}
+
 }  // namespace
 
 Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& config) {
@@ -518,6 +623,11 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
     if (out.multipath_state.rfind("on", 0) == 0 && relays >= 2) {
       out.multipath_paths = uint32_t(relays);  // every GPU of an NVLink node helps the others
     }
+  }
+  if (config.start_retrieves_at_unix_ms > 0) {
+    out.in_step_run = true;
+    if (Status s = MeasureInStep(client, config, out); !s.ok()) out.errors.push_back(s.ToString());
+    return out;
   }
 
   // The floor of every request: a raw ZeroMQ round trip of a lookup's size.

@@ -9,6 +9,14 @@
 // kvstash/cuda_memory.h, on the daemon's GPU. With multi-path retrieves on
 // in the daemon, each retrieve's GB/s is also set against one PCIe link's,
 // with the share of bytes that NVLink peers carried.
+//
+// With --start-retrieves-at, it measures instead one layout and chunk count
+// in step with other bench processes (one per GPU, say): it stores and
+// warms up, waits until the given wall-clock instant, retrieves back to back
+// for a fixed time, then copies the same bytes raw from an instant as far
+// after it, and reports each phase's bytes and wall-clock interval, from
+// which a script sums every process's GB/s over the time they overlapped
+// (scripts/gpu_multipath.sh).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +34,11 @@ struct CudaBenchConfig {
   int latency_samples = 1000;
   std::vector<std::string> layouts;  // names of CudaBenchLayouts() to measure; empty: all
   bool engine_visible = true;        // GPU-side completion rows (and the in-process baseline)
+  // In step with other processes: the Unix time in milliseconds at which
+  // the retrieve phase starts (0: the full bench instead), and how long it
+  // and the raw copy phase after it last.
+  int64_t start_retrieves_at_unix_ms = 0;
+  double retrieve_seconds = 3;
 };
 
 struct ThroughputRow {
@@ -74,6 +87,25 @@ struct MultipathRow {
   double target = 0;       // 0: none for this size or GPU count
 };
 
+// One phase of a run in step with other processes: requests back to back
+// from a wall-clock instant for a fixed time.
+struct InStepPhase {
+  std::string op;  // "retrieve" (kvstash) or "raw H2D copy" (the same bytes each)
+  std::string layout;
+  uint64_t chunk_bytes = 0;
+  uint32_t chunks = 0;
+  uint32_t requests = 0;
+  uint64_t bytes = 0;
+  // Wall clock (Unix ns): the first request's start, the last one's end.
+  int64_t start_unix_ns = 0;
+  int64_t end_unix_ns = 0;
+  int64_t late_ns = 0;       // start - the instant asked for
+  uint64_t relay_bytes = 0;  // carried by the daemon's NVLink peers meanwhile (for every GPU)
+  double gbps() const {
+    return end_unix_ns > start_unix_ns ? double(bytes) / double(end_unix_ns - start_unix_ns) : 0;
+  }
+};
+
 struct CudaBenchResults {
   std::string gpu;
   std::string transfer_mode;
@@ -82,6 +114,8 @@ struct CudaBenchResults {
   std::string multipath_state;
   uint32_t multipath_paths = 1;
   std::vector<MultipathRow> multipath;
+  bool in_step_run = false;  // --start-retrieves-at: in_step alone
+  std::vector<InStepPhase> in_step;
   uint32_t chunk_tokens = 0;
   std::vector<ThroughputRow> throughput;
   std::vector<LatencyRow> latency;

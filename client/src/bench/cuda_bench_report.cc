@@ -20,12 +20,31 @@ std::string Printf(const char* format, ...) {
 
 const char* Mark(bool met) { return met ? "ok" : "SHORT"; }
 
+std::string InStepText(const CudaBenchResults& r) {
+  std::string out =
+      "in step with other processes: requests back to back from an instant; wall clock in "
+      "Unix ns, GB/s over each phase's own interval\n";
+  if (!r.multipath_state.empty()) out += "multi-path retrieves: " + r.multipath_state + "\n";
+  out += Printf("%-13s %-14s %6s %8s %9s %20s %20s %8s %11s\n", "op", "layout", "chunks",
+                "requests", "GB/s", "start", "end", "late us", "peers' GB");
+  for (const InStepPhase& p : r.in_step) {
+    out += Printf("%-13s %-14s %6u %8u %9.2f %20lld %20lld %8.0f %11.2f\n", p.op.c_str(),
+                  p.layout.c_str(), p.chunks, p.requests, p.gbps(),
+                  static_cast<long long>(p.start_unix_ns), static_cast<long long>(p.end_unix_ns),
+                  double(p.late_ns) / 1e3, double(p.relay_bytes) / 1e9);
+  }
+  for (const std::string& e : r.errors) out += "error: " + e + "\n";
+  out += r.errors.empty() ? "PASS\n" : "FAIL\n";
+  return out;
+}
+
 }  // namespace
 
 std::string CudaBenchText(const CudaBenchResults& r) {
   std::string out = "kvstash bench --backend cuda: " + r.gpu + ", transfer mode " +
                     r.transfer_mode + ", " + std::to_string(r.chunk_tokens) +
                     " tokens per chunk\n\n";
+  if (r.in_step_run) return out + InStepText(r);
   out +=
       "ratio: median over pairs of a request and the raw copy timed after it; p10-p90 of the "
       "pairs beside it\n";
@@ -111,8 +130,23 @@ nlohmann::ordered_json CudaBenchJson(const CudaBenchResults& r) {
                          {"relay_share", m.relay_share},
                          {"target", m.target}});
   }
+  nlohmann::ordered_json in_step = nlohmann::ordered_json::array();
+  for (const InStepPhase& p : r.in_step) {
+    in_step.push_back({{"op", p.op},
+                       {"layout", p.layout},
+                       {"chunk_bytes", p.chunk_bytes},
+                       {"chunks", p.chunks},
+                       {"requests", p.requests},
+                       {"bytes", p.bytes},
+                       {"start_unix_ns", p.start_unix_ns},
+                       {"end_unix_ns", p.end_unix_ns},
+                       {"late_ns", p.late_ns},
+                       {"gbps", p.gbps()},
+                       {"relay_bytes", p.relay_bytes}});
+  }
   return {{"gpu", r.gpu},
           {"transfer_mode", r.transfer_mode},
+          {"in_step", in_step},
           {"multipath_state", r.multipath_state},
           {"multipath_paths", r.multipath_paths},
           {"multipath", multipath},
