@@ -25,7 +25,8 @@ get_transfer_results, get_block_ids_with_load_errors,
 get_kv_connector_stats, clear_connector_metadata), and the pickled size of
 the step's connector metadata (what vLLM sends every worker). The floor: the
 SHA-256 key chain of the step's new tokens alone, timed in the same run.
-Each figure is the median over --repeat prompts. Every run checks that all
+Each figure is the median over --repeat prompts, then over the steps of a
+window (the first step, and early, middle and late steps). Every run checks that all
 the prompt's chunks are found under the keys from token 0 and that nothing
 failed, and exits non-zero otherwise.
 
@@ -156,23 +157,36 @@ def median_steps(runs: List[Dict[str, list]], key: str) -> List[float]:
     return [statistics.median(r[key][i] for r in runs) for i in range(len(runs[0][key]))]
 
 
+def windows(n: int) -> List[range]:
+    """Step 1 (it also looks the prompt up), then early, middle and late
+    windows of equal size (0-based step indices)."""
+    w = max(1, min(8, (n - 1) // 3))
+    mid = (n - w) // 2 + 1
+    return [range(0, 1), range(1, 1 + w), range(mid, mid + w), range(n - w, n)]
+
+
+def window_median(m: Dict[str, List[float]], key: str, steps: range) -> float:
+    return statistics.median(m[key][i] for i in steps)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=32768)
     parser.add_argument("--step-tokens", type=int, nargs="+", default=[512, 2048])
     parser.add_argument("--chunk-tokens", type=int, default=256)
     parser.add_argument("--layers", type=int, default=32)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kvstash-vllm-step-") as directory:
         model_dir = write_tiny_llama(Path(directory) / "model",
                                      max_position_embeddings=args.tokens + 64)
         print(f"prompt {args.tokens} tokens, chunks of {args.chunk_tokens}, {args.layers} layers; "
-              f"median of {args.repeat} prompts; times in µs per step")
-        print("| step tokens | way | step | tokens done | scheduler µs | worker µs | metadata bytes "
-              "| new tokens' keys µs |")
-        print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+              f"per step, the median over {args.repeat} prompts, then over the steps of each "
+              "window")
+        print("| step tokens | way | steps | tokens done | scheduler µs | worker µs "
+              "| metadata bytes | new tokens' keys µs |")
+        print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |")
         summary = []
         for step_tokens in args.step_tokens:
             results = {}
@@ -188,36 +202,42 @@ def main() -> None:
                                             args.layers, deltas))
                     finally:
                         daemon.close()
-                results[way] = {k: median_steps(runs, k) for k in
-                                ("scheduler_us", "worker_us", "meta_bytes", "keys_us",
-                                 "computed")}
-                results[way]["reduced"] = runs[-1]["reduced"]
-                m = results[way]
+                m = {k: median_steps(runs, k) for k in
+                     ("scheduler_us", "worker_us", "meta_bytes", "keys_us", "computed")}
+                m["reduced"] = runs[-1]["reduced"]
+                results[way] = m
                 n = len(m["computed"])
-                for i in sorted({0, 1, n // 2, n - 2, n - 1}):
-                    if 0 <= i < n:
-                        print(f"| {step_tokens} | {way} | {i + 1} of {n} | {m['computed'][i]:,.0f} "
-                              f"| {m['scheduler_us'][i]:,.0f} | {m['worker_us'][i]:,.0f} "
-                              f"| {m['meta_bytes'][i]:,.0f} | {m['keys_us'][i]:,.0f} |",
-                              flush=True)
+                for steps in windows(n):
+                    label = (f"{steps.start + 1}" if len(steps) == 1
+                             else f"{steps.start + 1}-{steps.stop}")
+                    print(f"| {step_tokens} | {way} | {label} of {n} "
+                          f"| {m['computed'][steps.stop - 1]:,.0f} "
+                          f"| {window_median(m, 'scheduler_us', steps):,.0f} "
+                          f"| {window_median(m, 'worker_us', steps):,.0f} "
+                          f"| {window_median(m, 'meta_bytes', steps):,.0f} "
+                          f"| {window_median(m, 'keys_us', steps):,.0f} |", flush=True)
             summary.append((step_tokens, results))
 
-        print("\nlast step / second step (1.0: flat; the first step also looks the prompt up), "
-              "and deltas / from 0 at the last step:")
+        print("\nlate window / early window (1.0: flat), and deltas / from 0 in the late window:")
         for step_tokens, results in summary:
             old, new = results["from 0"], results["deltas"]
+            _, early, _, late = windows(len(new["computed"]))
 
             def growth(m, key):
-                return m[key][-1] / m[key][1] if len(m[key]) > 2 and m[key][1] else float("nan")
+                return window_median(m, key, late) / window_median(m, key, early)
 
+            def versus(key):
+                return window_median(new, key, late) / window_median(old, key, late)
+
+            floor = (window_median(new, "worker_us", late)
+                     / max(window_median(new, "keys_us", late), 1e-3))
             print(f"  step {step_tokens}: from 0: scheduler x{growth(old, 'scheduler_us'):.2f}, "
                   f"worker x{growth(old, 'worker_us'):.2f}, metadata x{growth(old, 'meta_bytes'):.2f}"
                   f"; deltas: scheduler x{growth(new, 'scheduler_us'):.2f}, "
                   f"worker x{growth(new, 'worker_us'):.2f}, metadata x{growth(new, 'meta_bytes'):.2f}"
-                  f"; deltas / from 0 at the last step: scheduler "
-                  f"{new['scheduler_us'][-1] / old['scheduler_us'][-1]:.2f}, worker "
-                  f"{new['worker_us'][-1] / old['worker_us'][-1]:.2f}, worker time / keys floor "
-                  f"{new['worker_us'][-1] / max(new['keys_us'][-1], 1e-3):.1f}")
+                  f"; deltas / from 0: scheduler {versus('scheduler_us'):.2f}, worker "
+                  f"{versus('worker_us'):.2f}, metadata {versus('meta_bytes'):.2f}; deltas' worker "
+                  f"time / the keys of its new tokens {floor:.1f}")
             print(f"  the connector's own stats (deltas, one prompt): {new['reduced']}")
 
 
