@@ -214,6 +214,15 @@ bool Valid(const kvstash_registration* registration) {
          CheckStructSize<kvstash_registration>(registration->struct_size).ok();
 }
 
+// The chained keys of tokens that follow the chunk keyed *previous in a
+// prompt, or begin it (previous NULL: the registration's namespace).
+std::vector<ChunkKey> ChainFrom(const kvstash_registration& registration,
+                                const kvstash_key* previous, const int32_t* tokens,
+                                size_t num_tokens) {
+  const ChunkKey seed = previous != nullptr ? ToKey(*previous) : FromC(registration).namespace_id;
+  return ChainChunkKeys(seed, tokens, num_tokens, registration.chunk_tokens);
+}
+
 // A malloc'ed copy of text for the caller to kvstash_free.
 Status ToMalloced(const std::string& text, char** out) {
   char* buffer = static_cast<char*>(std::malloc(text.size() + 1));
@@ -403,11 +412,17 @@ size_t kvstash_num_chunks(const kvstash_registration* registration, size_t num_t
 
 kvstash_status kvstash_chunk_keys(const kvstash_registration* registration, const int32_t* tokens,
                                   size_t num_tokens, kvstash_key* keys) {
+  return kvstash_chunk_keys_after(registration, nullptr, tokens, num_tokens, keys);
+}
+
+kvstash_status kvstash_chunk_keys_after(const kvstash_registration* registration,
+                                        const kvstash_key* previous, const int32_t* tokens,
+                                        size_t num_tokens, kvstash_key* keys) {
   if (!Valid(registration) || (num_tokens > 0 && (tokens == nullptr || keys == nullptr))) {
     return KVSTASH_INVALID_ARGUMENT;
   }
   try {
-    const auto computed = kvstash::ChunkKeys(FromC(*registration), tokens, num_tokens);
+    const auto computed = ChainFrom(*registration, previous, tokens, num_tokens);
     for (size_t i = 0; i < computed.size(); ++i) {
       std::memcpy(keys[i].bytes, computed[i].data(), computed[i].size());
     }
@@ -421,6 +436,14 @@ kvstash_status kvstash_prompt_chunks(const kvstash_registration* registration,
                                      const int32_t* tokens, size_t num_tokens,
                                      const uint32_t* block_table, size_t block_table_size,
                                      kvstash_chunk* chunks) {
+  return kvstash_prompt_chunks_after(registration, nullptr, tokens, num_tokens, block_table,
+                                     block_table_size, chunks);
+}
+
+kvstash_status kvstash_prompt_chunks_after(const kvstash_registration* registration,
+                                           const kvstash_key* previous, const int32_t* tokens,
+                                           size_t num_tokens, const uint32_t* block_table,
+                                           size_t block_table_size, kvstash_chunk* chunks) {
   if (!Valid(registration) || registration->chunk_tokens == 0 || registration->block_tokens == 0 ||
       registration->chunk_tokens % registration->block_tokens ||
       (num_tokens > 0 && (tokens == nullptr || block_table == nullptr || chunks == nullptr))) {
@@ -431,7 +454,7 @@ kvstash_status kvstash_prompt_chunks(const kvstash_registration* registration,
     return KVSTASH_INVALID_ARGUMENT;
   }
   try {
-    const auto keys = kvstash::ChunkKeys(FromC(*registration), tokens, num_tokens);
+    const auto keys = ChainFrom(*registration, previous, tokens, num_tokens);
     for (size_t i = 0; i < keys.size(); ++i) {
       const size_t first_token = i * registration->chunk_tokens;
       const size_t len = std::min<size_t>(registration->chunk_tokens, num_tokens - first_token);

@@ -214,6 +214,14 @@ _PROTOTYPES = {
         _status,
         [POINTER(CRegistration), c_void_p, c_size_t, c_void_p, c_size_t, c_void_p],
     ),
+    "kvstash_chunk_keys_after": (
+        _status,
+        [POINTER(CRegistration), c_void_p, c_void_p, c_size_t, c_void_p],
+    ),
+    "kvstash_prompt_chunks_after": (
+        _status,
+        [POINTER(CRegistration), c_void_p, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p],
+    ),
     "kvstash_store": (_status, [_client_p, c_uint64, c_void_p, c_size_t, c_void_p]),
     "kvstash_retrieve": (
         _status,

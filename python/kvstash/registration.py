@@ -68,6 +68,15 @@ class Chunks:
         """The chunks' 32-byte keys."""
         return [bytes(self._chunk(i).key.bytes) for i in range(self._count)]
 
+    def key(self, i: int) -> bytes:
+        """Chunk i's 32-byte key (the last one, -1, continues a chain:
+        Registration.chunks(after=))."""
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError(f"chunk {i} out of range for {self._count} chunks")
+        return bytes(self._chunk(i).key.bytes)
+
     @property
     def num_tokens(self) -> List[int]:
         return [self._chunk(i).num_tokens for i in range(self._count)]
@@ -257,26 +266,36 @@ class Registration:
         """Chunks covering num_tokens tokens (the last may be partial)."""
         return -(-num_tokens // self.chunk_tokens)
 
-    def chunk_keys(self, token_ids: Any) -> List[bytes]:
+    def chunk_keys(self, token_ids: Any, *, after: Optional[bytes] = None) -> List[bytes]:
         """The chained 32-byte keys of a prompt's chunks (the last chunk may
-        be partial). token_ids: an int32 array or tensor, or a list of ints."""
+        be partial). token_ids: an int32 array or tensor, or a list of ints.
+        after: the key of the (full) chunk just before token_ids, which then
+        start at a chunk boundary of the prompt: the chain continues from it,
+        in work proportional to len(token_ids), and the keys are those the
+        whole prompt would get. None: token_ids begin the prompt."""
+        previous = _previous_key(after)
         address, n, keep = int32_buffer(token_ids, "token_ids")
         count = self.num_chunks(n)
         out = ctypes.create_string_buffer(max(count, 1) * _KEY)
-        status = _lib.lib().kvstash_chunk_keys(byref(self._c), c_void_p(address), n, out)
+        status = _lib.lib().kvstash_chunk_keys_after(byref(self._c), previous, c_void_p(address),
+                                                     n, out)
         del keep
         if status != 0:
-            raise invalid(f"kvstash_chunk_keys failed for {n} tokens")
+            raise invalid(f"kvstash_chunk_keys_after failed for {n} tokens")
         raw = out.raw
         return [raw[i * _KEY:(i + 1) * _KEY] for i in range(count)]
 
     def chunks(self, token_ids: Any, block_table: Any, *, start_chunk: int = 0,
-               num_chunks: Optional[int] = None) -> Chunks:
+               num_chunks: Optional[int] = None, after: Optional[bytes] = None) -> Chunks:
         """The chunks of a prompt whose token t lives in
         block_table[t // block_tokens] (block_table covers the prompt from
         token 0; an int32 numpy array or CPU tensor is used in place).
         start_chunk / num_chunks select a sub-range; keys chain from token 0
-        either way."""
+        either way. after: token_ids (and block_table) start at a chunk
+        boundary of the prompt, just after the chunk keyed `after`, and the
+        keys continue its chain (chunk_keys(after=)); start_chunk counts
+        from token_ids[0]."""
+        previous = _previous_key(after)
         tokens_addr, n, tokens_keep = int32_buffer(token_ids, "token_ids")
         table_addr, table_len, table_keep = int32_buffer(block_table, "block_table")
         needed = -(-n // self.block_tokens)
@@ -294,12 +313,13 @@ class Registration:
                 f"{total} chunks ({n} tokens, {self.chunk_tokens} per chunk)"
             )
         arr = (_lib.CChunk * max(total, 1))()
-        status = _lib.lib().kvstash_prompt_chunks(
-            byref(self._c), c_void_p(tokens_addr), n, c_void_p(table_addr), table_len, arr
+        status = _lib.lib().kvstash_prompt_chunks_after(
+            byref(self._c), previous, c_void_p(tokens_addr), n, c_void_p(table_addr), table_len,
+            arr
         )
         del tokens_keep
         if status != 0:
-            raise invalid(f"kvstash_prompt_chunks failed for {n} tokens, {table_len} blocks")
+            raise invalid(f"kvstash_prompt_chunks_after failed for {n} tokens, {table_len} blocks")
         return Chunks(arr, start_chunk, num_chunks, table_keep)
 
     def chunks_from_keys(self, keys: Keys, num_tokens_per_chunk: Union[int, Sequence[int]],
@@ -535,6 +555,16 @@ class Registration:
 
     def __exit__(self, *exc: Any) -> None:
         self.unregister()
+
+
+def _previous_key(after: Optional[bytes]) -> Optional[bytes]:
+    """The C API's `previous` argument: NULL, or the 32 bytes of a key."""
+    if after is None:
+        return None
+    if not isinstance(after, (bytes, bytearray)) or len(after) != _KEY:
+        raise invalid(f"after must be a {_KEY}-byte key (from chunk_keys or Chunks.keys) or None, "
+                      f"got {after!r:.80}")
+    return bytes(after)
 
 
 def _u32(value: Any, what: str) -> int:

@@ -120,6 +120,96 @@ TEST(CApi, PromptChunksPointIntoTheBlockTable) {
       KVSTASH_INVALID_ARGUMENT);
 }
 
+TEST(CApi, AChainContinuedFromAnyChunkEqualsTheChainFromTokenZero) {
+  const kvstash_registration reg = CRegistration(64, 16);
+  std::vector<int32_t> tokens(64 * 5 + 17);  // five full chunks and a partial one
+  std::iota(tokens.begin(), tokens.end(), -40);
+  std::vector<kvstash_key> whole(kvstash_num_chunks(&reg, tokens.size()));
+  ASSERT_EQ(whole.size(), 6u);
+  ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), tokens.size(), whole.data()), KVSTASH_OK);
+  for (size_t from = 0; from < whole.size(); ++from) {
+    const kvstash_key* previous = from == 0 ? nullptr : &whole[from - 1];
+    const int32_t* rest = tokens.data() + from * 64;
+    const size_t rest_tokens = tokens.size() - from * 64;
+    std::vector<kvstash_key> keys(whole.size() - from);
+    ASSERT_EQ(kvstash_chunk_keys_after(&reg, previous, rest, rest_tokens, keys.data()), KVSTASH_OK);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_TRUE(
+          std::equal(std::begin(keys[i].bytes), std::end(keys[i].bytes), whole[from + i].bytes))
+          << "chain continued after chunk " << from << ", key " << i;
+    }
+  }
+  // Another previous key is another chain.
+  kvstash_key other = whole[0];
+  other.bytes[31] ^= 1;
+  kvstash_key key;
+  ASSERT_EQ(kvstash_chunk_keys_after(&reg, &other, tokens.data() + 64, 64, &key), KVSTASH_OK);
+  EXPECT_FALSE(std::equal(std::begin(key.bytes), std::end(key.bytes), whole[1].bytes));
+}
+
+TEST(CApi, PromptChunksContinuedFromAChunkBoundaryIndexTheirOwnBlockTable) {
+  const kvstash_registration reg = CRegistration(64, 16);
+  std::vector<int32_t> tokens(64 * 3 + 20);
+  std::iota(tokens.begin(), tokens.end(), 9);
+  std::vector<uint32_t> table(14);
+  std::iota(table.begin(), table.end(), 100);
+  std::vector<kvstash_chunk> whole(4);
+  ASSERT_EQ(kvstash_prompt_chunks(&reg, tokens.data(), tokens.size(), table.data(), table.size(),
+                                  whole.data()),
+            KVSTASH_OK);
+  // From chunk 2 on: tokens and the block table both start at token 128.
+  std::vector<kvstash_chunk> rest(2);
+  ASSERT_EQ(kvstash_prompt_chunks_after(&reg, &whole[1].key, tokens.data() + 128,
+                                        tokens.size() - 128, table.data() + 8, 6, rest.data()),
+            KVSTASH_OK);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const kvstash_chunk& expected = whole[2 + i];
+    EXPECT_TRUE(
+        std::equal(std::begin(rest[i].key.bytes), std::end(rest[i].key.bytes), expected.key.bytes))
+        << i;
+    EXPECT_EQ(rest[i].num_tokens, expected.num_tokens) << i;
+    EXPECT_EQ(rest[i].block_ids, expected.block_ids) << i;
+    EXPECT_EQ(rest[i].num_block_ids, expected.num_block_ids) << i;
+  }
+  EXPECT_EQ(rest[1].num_tokens, 20u);
+  // 84 tokens in blocks of 16 need 6 entries.
+  EXPECT_EQ(kvstash_prompt_chunks_after(&reg, &whole[1].key, tokens.data() + 128, 84,
+                                        table.data() + 8, 5, rest.data()),
+            KVSTASH_INVALID_ARGUMENT);
+}
+
+TEST(CApi, ContinuedChainsRefuseBadArguments) {
+  const kvstash_registration reg = CRegistration(64, 16);
+  std::vector<int32_t> tokens(64, 1);
+  std::vector<uint32_t> table(4, 0);
+  kvstash_key previous{};
+  kvstash_key key;
+  kvstash_chunk chunk;
+  EXPECT_EQ(kvstash_chunk_keys_after(nullptr, &previous, tokens.data(), 64, &key),
+            KVSTASH_INVALID_ARGUMENT);
+  EXPECT_EQ(kvstash_chunk_keys_after(&reg, &previous, nullptr, 64, &key), KVSTASH_INVALID_ARGUMENT);
+  EXPECT_EQ(kvstash_chunk_keys_after(&reg, &previous, tokens.data(), 64, nullptr),
+            KVSTASH_INVALID_ARGUMENT);
+  kvstash_registration short_struct = reg;
+  short_struct.struct_size = 8;
+  EXPECT_EQ(kvstash_chunk_keys_after(&short_struct, &previous, tokens.data(), 64, &key),
+            KVSTASH_INVALID_ARGUMENT);
+  EXPECT_EQ(kvstash_prompt_chunks_after(&reg, &previous, tokens.data(), 64, nullptr, 4, &chunk),
+            KVSTASH_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvstash_prompt_chunks_after(&reg, &previous, tokens.data(), 64, table.data(), 4, nullptr),
+      KVSTASH_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvstash_prompt_chunks_after(&reg, &previous, tokens.data(), 64, table.data(), 3, &chunk),
+      KVSTASH_INVALID_ARGUMENT);
+  const kvstash_registration misaligned = CRegistration(64, 24);  // 64 is no multiple of 24
+  EXPECT_EQ(kvstash_prompt_chunks_after(&misaligned, &previous, tokens.data(), 64, table.data(), 4,
+                                        &chunk),
+            KVSTASH_INVALID_ARGUMENT);
+  // No tokens: nothing to write, nothing to read.
+  EXPECT_EQ(kvstash_chunk_keys_after(&reg, &previous, nullptr, 0, nullptr), KVSTASH_OK);
+}
+
 TEST(CApi, NullArgumentsAreInvalid) {
   EXPECT_EQ(kvstash_connect(nullptr, nullptr), KVSTASH_INVALID_ARGUMENT);
   EXPECT_EQ(kvstash_ping(nullptr, nullptr), KVSTASH_INVALID_ARGUMENT);

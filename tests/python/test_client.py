@@ -113,6 +113,37 @@ def test_clear_drops_stored_chunks(client):
     assert client.clear(model="clear-me") == 0
 
 
+def test_a_chain_continued_from_a_chunk_key_gives_the_keys_from_token_zero(client):
+    reg = _small_registration(client, model="chain")
+    c = reg.chunk_tokens
+    tokens = [(t * 37) % 1000 for t in range(4 * c + 5)]
+    whole = reg.chunk_keys(tokens)
+    assert len(whole) == 5
+    for k in range(1, 5):
+        assert reg.chunk_keys(tokens[k * c:], after=whole[k - 1]) == whole[k:]
+    assert reg.chunk_keys(tokens, after=None) == whole
+    # Chunks continued from chunk 2: their own block table, the same keys
+    # and blocks as the whole prompt's chunks 2 and 3.
+    per_block = c // reg.block_tokens
+    table = list(range(8))
+    full = reg.chunks(tokens[:4 * c], table[:4 * per_block])
+    rest = reg.chunks(tokens[2 * c:4 * c], table[2 * per_block:4 * per_block], after=whole[1])
+    assert rest.keys == full.keys[2:4]
+    assert rest.key(-1) == whole[3]
+    assert [rest.block_ids(i) for i in range(2)] == [full.block_ids(i) for i in range(2, 4)]
+    # Stored through the continued chain, found by the keys from token 0.
+    reg.store(full[:2])
+    reg.store(rest)
+    hit = reg.lookup(whole[:4])
+    assert hit.hit_chunks == 4
+    reg.release(hit.lease_id)
+    for bad in (b"short", whole[0] + b"x", "a" * 32):
+        with pytest.raises(kvstash.InvalidArgument, match="after must be a 32-byte key"):
+            reg.chunk_keys(tokens, after=bad)
+        with pytest.raises(kvstash.InvalidArgument, match="after must be a 32-byte key"):
+            reg.chunks(tokens[:c], table, after=bad)
+
+
 def _small_registration(client, model):
     import numpy as np
 

@@ -45,6 +45,9 @@
  *   signal), every value already given to an enum or flag, and every
  *   function signature are fixed for the soname: changing one changes the
  *   soname and KVSTASH_ABI_VERSION.
+ * - Functions are only added within the soname, never removed: an engine
+ *   that calls a newer function (kvstash_chunk_keys_after, say) needs a
+ *   library that has it, which the dynamic linker checks when it loads.
  */
 #ifndef KVSTASH_KVSTASH_H_
 #define KVSTASH_KVSTASH_H_
@@ -346,6 +349,22 @@ KVSTASH_API kvstash_status kvstash_prompt_chunks(const kvstash_registration* reg
                                                  const int32_t* tokens, size_t num_tokens,
                                                  const uint32_t* block_table,
                                                  size_t block_table_size, kvstash_chunk* chunks);
+/* kvstash_chunk_keys continuing a chain: tokens[0:num_tokens] are a prompt's
+ * tokens from a chunk boundary on, and *previous is the key of the chunk
+ * just before them (a full chunk); previous NULL means they begin the prompt
+ * (kvstash_chunk_keys). Keys come out as if the whole prompt were hashed from
+ * token 0, in work proportional to num_tokens: an engine that keeps the last
+ * key of what it already keyed pays only for new tokens. */
+KVSTASH_API kvstash_status kvstash_chunk_keys_after(const kvstash_registration* registration,
+                                                    const kvstash_key* previous,
+                                                    const int32_t* tokens, size_t num_tokens,
+                                                    kvstash_key* keys);
+/* kvstash_prompt_chunks continuing a chain: block_table[i] holds tokens
+ * [i*block_tokens, (i+1)*block_tokens) of tokens (both start at the same
+ * chunk boundary). */
+KVSTASH_API kvstash_status kvstash_prompt_chunks_after(
+    const kvstash_registration* registration, const kvstash_key* previous, const int32_t* tokens,
+    size_t num_tokens, const uint32_t* block_table, size_t block_table_size, kvstash_chunk* chunks);
 
 /* ---- data ---- */
 

@@ -203,7 +203,7 @@ def worker_kv_caches(kv_cache_config: KVCacheConfig, layout: str = "LBNHC",
 # ---- configuration ----
 
 
-def write_tiny_llama(directory: Path) -> Path:
+def write_tiny_llama(directory: Path, max_position_embeddings: int = 4096) -> Path:
     """A Llama config.json (no weights, no tokenizer): enough for vLLM's ModelConfig."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps({
@@ -215,7 +215,7 @@ def write_tiny_llama(directory: Path) -> Path:
         "num_key_value_heads": 2,
         "num_hidden_layers": 2,
         "vocab_size": 1000,
-        "max_position_embeddings": 4096,
+        "max_position_embeddings": max_position_embeddings,
         "rms_norm_eps": 1e-5,
         "torch_dtype": "float16",
         "bos_token_id": 1,
@@ -227,11 +227,12 @@ def write_tiny_llama(directory: Path) -> Path:
 def make_vllm_config(model_dir: Path, socket: str, extra: Optional[dict] = None,
                      tp_size: int = 1, max_num_batched_tokens: int = 64,
                      failure_policy: str = "recompute", layout: str = "LBNHC",
-                     block_size: int = BLOCK_SIZE) -> VllmConfig:
+                     block_size: int = BLOCK_SIZE, max_model_len: int = 2048) -> VllmConfig:
     model_config = ModelConfig(model=str(model_dir), dtype="float16", seed=0,
-                               skip_tokenizer_init=True, max_model_len=2048)
+                               skip_tokenizer_init=True, max_model_len=max_model_len)
     scheduler_config = SchedulerConfig(
-        max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens, max_model_len=2048,
+        max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
         enable_chunked_prefill=True, is_encoder_decoder=False)
     cache_config = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9,
                                enable_prefix_caching=True)
@@ -347,10 +348,13 @@ class WorkerRank:
 
     def execute(self, scheduler_output, scheduler: Scheduler, computed: Dict[str, int],
                 before_load=None, after_layer_wait=None, after_start=None,
-                after_save=None, skip_waits=()) -> KVConnectorOutput:
+                after_save=None, skip_waits=(), write_kv: bool = True) -> KVConnectorOutput:
         """The worker's connector calls of one step, in vLLM's model-runner
         order: each attention layer waits for its load, writes its KV and
-        saves it (vLLM's maybe_transfer_kv_layer), then wait_for_save."""
+        saves it (vLLM's maybe_transfer_kv_layer), then wait_for_save, and
+        the step's transfer results and stats (kv_connector_model_runner_mixin).
+        write_kv=False leaves the KV as it is (benchmarks of the connector's
+        own cost)."""
         c = self.connector
         meta = scheduler_output.kv_connector_metadata
         c.handle_preemptions(meta)
@@ -365,7 +369,7 @@ class WorkerRank:
                 c.wait_for_layer_load(name)
             if after_layer_wait is not None:
                 after_layer_wait(self, name)
-            for req_id, n in scheduler_output.num_scheduled_tokens.items():
+            for req_id, n in (scheduler_output.num_scheduled_tokens.items() if write_kv else ()):
                 request = scheduler.requests[req_id]
                 block_ids = scheduler.kv_cache_manager.get_block_ids(req_id)
                 self.write(block_ids, request.all_token_ids, computed[req_id],
@@ -385,6 +389,7 @@ class WorkerRank:
             sending, recving = c.get_finished(scheduler_output.finished_req_ids)
             out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
                                     invalid_block_ids=c.get_block_ids_with_load_errors())
+        out.kv_connector_stats = c.get_kv_connector_stats()
         c.clear_connector_metadata()
         return out
 
@@ -393,8 +398,10 @@ class Engine:
     """vLLM's scheduler and N worker ranks, stepped together."""
 
     def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig,
-                 layout: str = "LBNHC", kernel_block_size: Optional[int] = None) -> None:
+                 layout: str = "LBNHC", kernel_block_size: Optional[int] = None,
+                 write_kv: bool = True) -> None:
         tp = vllm_config.parallel_config.tensor_parallel_size
+        self.write_kv = write_kv
         self.block_size = vllm_config.cache_config.block_size
         self.scheduler = Scheduler(
             vllm_config=vllm_config, kv_cache_config=kv_cache_config,
@@ -404,6 +411,9 @@ class Engine:
                         for r in range(tp)]
         self.aggregator = KVOutputAggregator(expected_finished_count=tp)
         self.last_outputs: List[KVConnectorOutput] = []
+        self.connector_stats: List[dict] = []
+        """What each step's SchedulerStats carried as kv_connector_stats (the
+        dict vLLM hands its front end), when there was any."""
 
     @property
     def connector(self) -> KvstashConnector:
@@ -421,7 +431,7 @@ class Engine:
         outputs = []
         for w in self.workers:
             outputs.append(w.execute(so, self.scheduler, computed, before_load=before_load,
-                                     **hooks))
+                                     write_kv=self.write_kv, **hooks))
             before_load = None
         self.last_outputs = outputs
         req_ids = list(so.num_scheduled_tokens)
@@ -436,7 +446,11 @@ class Engine:
             for out in outputs
         ]
         merged = self.aggregator.aggregate(runner_outputs)
-        self.scheduler.update_from_output(so, merged)
+        engine_outputs = self.scheduler.update_from_output(so, merged)
+        for eco in engine_outputs.values():
+            stats = eco.scheduler_stats
+            if stats is not None and stats.kv_connector_stats is not None:
+                self.connector_stats.append(stats.kv_connector_stats)
         return so
 
     def busy(self) -> bool:

@@ -31,10 +31,11 @@ def vllm_or_skip():
         pytest.skip(reason, allow_module_level=True)
 
 
-def start_daemon():
+def start_daemon(chunk_tokens: int = CHUNK_TOKENS, l1_gb: float = 0.0625):
     """kvstashd on the host backend for the connector: chunks of
-    CHUNK_TOKENS, a 64 MiB pool, one pinning and two copy threads."""
+    CHUNK_TOKENS, a 64 MiB pool, one pinning and two copy threads (the
+    tests' defaults; benchmarks ask for more)."""
     from kvstashd_process import Daemon
 
-    return Daemon("--pin-threads", "1", "--copy-threads", "2", chunk_tokens=CHUNK_TOKENS,
-                  l1_gb=0.0625)
+    return Daemon("--pin-threads", "1", "--copy-threads", "2", chunk_tokens=chunk_tokens,
+                  l1_gb=l1_gb)

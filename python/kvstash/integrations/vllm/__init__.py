@@ -14,6 +14,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from .connector import KvstashConnector
 from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
 from .settings import Settings, SettingsError
+from .stats import KvstashConnectorStats
 
 SUPPORTED_VLLM_VERSIONS = ("0.26.0", "0.33.0")
 """The oldest and the newest vLLM the connector is tested against."""
@@ -21,6 +22,7 @@ SUPPORTED_VLLM_VERSIONS = ("0.26.0", "0.33.0")
 __all__ = [
     "KvstashConnector",
     "KvstashConnectorMetadata",
+    "KvstashConnectorStats",
     "LoadSpec",
     "StoreSpec",
     "Settings",

@@ -27,6 +27,7 @@ from .layout import group_layouts
 from .metadata import KvstashConnectorMetadata
 from .scheduler import SchedulerSide
 from .settings import parse_settings, waits_per_layer
+from .stats import KvstashConnectorStats
 from .worker import WorkerSide
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,21 @@ def _tp(vllm_config: "VllmConfig") -> Tuple[int, int]:
     return parallel.rank % tp_size, tp_size
 
 
+def _check_library() -> None:
+    """The connector continues key chains (kvstash_chunk_keys_after): a
+    libkvstash older than the package would fail every store."""
+    from kvstash import _lib
+
+    library = _lib.lib()
+    missing = [name for name in ("kvstash_chunk_keys_after", "kvstash_prompt_chunks_after")
+               if name in library.missing]
+    if missing:
+        raise RuntimeError(
+            f"KvstashConnector needs {', '.join(missing)}, which {library.path} does not export: "
+            "install the libkvstash built with this kvstash package (pip install .) or point "
+            "KVSTASH_LIB at it")
+
+
 class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
     """Offloads vLLM's prefix KV to kvstashd and loads prefix hits back.
 
@@ -78,6 +94,7 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
                                        vllm_config)
         groups = group_layouts(kv_cache_config)
         tp_rank, tp_size = _tp(vllm_config)
+        _check_library()
         self.scheduler_side: Optional[SchedulerSide] = None
         self.worker_side: Optional[WorkerSide] = None
         if role == KVConnectorRole.SCHEDULER:
@@ -181,6 +198,20 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         return self._worker.take_load_errors()
+
+    # ---- stats (both sides; docs/vllm.md, "Stats") ----
+
+    def get_kv_connector_stats(self) -> Optional[KvstashConnectorStats]:
+        # Every step: a worker's after get_finished, the scheduler's after
+        # update_connector_output; vLLM merges the ranks' and the scheduler's.
+        side = self.worker_side if self.worker_side is not None else self.scheduler_side
+        return side.get_kv_connector_stats() if side is not None else None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None
+                                 ) -> Optional[KvstashConnectorStats]:
+        # The front end rebuilds the stats from the dict that crossed processes.
+        return KvstashConnectorStats(data=dict(data) if data else {})
 
     def shutdown(self) -> None:
         if self.worker_side is not None:

@@ -14,7 +14,9 @@ class LoadSpec:
 
     req_id: str
     token_ids: List[int]
-    """The prompt's tokens from 0 to the end of the last chunk to load."""
+    """The prompt's tokens from 0 to the end of the last chunk to load (a
+    load happens once per request: the workers key it from token 0, and it
+    ends their key chain at end_token // chunk_tokens)."""
     block_ids: Tuple[List[int], ...]
     """vLLM block ids per KV cache group, covering the prompt from token 0."""
     start_token: int
@@ -34,9 +36,21 @@ class StoreSpec:
 
     req_id: str
     token_ids: List[int]
+    """The prompt's tokens from chunk from_chunk to the end of the last chunk to store."""
     block_ids: Tuple[List[int], ...]
+    """vLLM block ids per KV cache group, from the block holding token
+    from_chunk * chunk_tokens (a block boundary of every group) on."""
     start_chunk: int
     num_chunks: int
+    from_chunk: int = 0
+    """0: token_ids begin the prompt and the keys chain from its namespace.
+    Otherwise from_chunk == start_chunk, and the worker continues the key
+    chain it holds for the request, which must end at chunk from_chunk (the
+    last LoadSpec or StoreSpec it saw of the request ended there); a worker
+    that holds no such chain skips the store (`chain_gaps`), never guessing
+    keys. The scheduler sends a whole prefix again (from_chunk 0) whenever
+    the workers may not hold it: a request's first store, and after a
+    preemption."""
 
 
 @dataclass

@@ -8,11 +8,21 @@ chunk format: the same fingerprint as the workers' registrations, hence the
 same key namespace. Hits are looked up in tensor-parallel rank 0's scope; a
 rank whose own chunk went missing reports the blocks as load errors and vLLM
 recomputes them.
+
+Each step costs in proportion to what is new, not to the prompt: a
+request's lookup keys are computed once (extended, never recomputed, while
+it waits), and a StoreSpec carries only the tokens and block ids of the
+chunks it stores whenever the workers hold the key chain up to its first
+chunk (they keep the last key of what they loaded or stored; see
+metadata.py). The scheduler knows what it sent: a LoadSpec carries the
+prompt from token 0 to the load's end, StoreSpecs follow one another, and
+preemption forgets it (the next StoreSpec starts again from token 0).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -23,6 +33,7 @@ import kvstash
 from .layout import GroupLayout
 from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
 from .settings import Settings
+from .stats import Recorder
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +78,17 @@ class SchedulerSide:
                 memory, model=settings.model, tenant=settings.tenant, tp_rank=0,
                 tp_size=tp_size, layout=group.lookup_geometry(),
                 replicated_across_ranks=group.is_mla))
+        # A StoreSpec starts at a chunk boundary, which must be a block
+        # boundary of every group for its block ids to start there too.
+        self._block_sizes = {g.group_id: g.block_size for g in groups}
+        self._deltas = all(self._chunk_tokens % bs == 0 for bs in self._block_sizes.values())
+        self.stats = Recorder("scheduler_step_ms")
         self._requests: Dict[str, Any] = {}
         self._hits: Dict[str, _Hit] = {}
+        self._lookup_keys: Dict[str, List[List[bytes]]] = {}  # per request, per registration
         self._loads: Dict[str, LoadSpec] = {}
         self._stored_chunks: Dict[str, int] = {}   # chunks stored or loaded, from 0
+        self._chain_chunks: Dict[str, int] = {}    # the workers hold the keys of chunks [0, n)
         self._store_issued: Set[str] = set()       # a worker may be storing its blocks
         self._sending: Set[str] = set()            # finished, blocks held until stored
         self._receiving: Set[str] = set()          # asynchronous loads in flight
@@ -96,23 +114,46 @@ class SchedulerSide:
     def _client_release(self, lease: int) -> None:
         self._regs[0].release(lease)
 
+    def _keys(self, request: Any, reg_index: int, last: int) -> List[bytes]:
+        """The keys of the prompt's chunks [0, last) in a lookup
+        registration's namespace: computed once per request, extended from
+        the last key known when more are needed."""
+        per_reg = self._lookup_keys.setdefault(request.request_id, [[] for _ in self._regs])
+        keys = per_reg[reg_index]
+        if len(keys) < last:
+            c = self._chunk_tokens
+            tokens = request.prompt_token_ids[len(keys) * c:last * c]
+            keys.extend(self._regs[reg_index].chunk_keys(tokens,
+                                                         after=keys[-1] if keys else None))
+        return keys
+
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[int, bool]:
+        began = time.perf_counter_ns()
+        try:
+            return self._matched(request, num_computed_tokens)
+        finally:
+            self.stats.add_hook_time(began)
+
+    def _matched(self, request: Any, num_computed_tokens: int) -> Tuple[int, bool]:
         previous = self._hits.pop(request.request_id, None)
         if previous is not None:
             self._release(previous.lease_ids)
-        prompt = list(request.prompt_token_ids or [])
+        num_prompt = len(request.prompt_token_ids or ())
         c = self._chunk_tokens
         # Leave at least one prompt token for vLLM to compute (it needs logits).
-        loadable = (len(prompt) - 1) // c if prompt else 0
+        loadable = (num_prompt - 1) // c if num_prompt else 0
         first = num_computed_tokens // c
         if loadable <= first:
             return 0, False
         last = min(loadable, first + self._max_keys)
         hit_chunks = last - first
         lease_ids: List[int] = []
+        self.stats.step_has_work = True
+        began = time.perf_counter_ns()
         try:
-            for reg in self._regs:
-                keys = reg.chunk_keys(prompt[: last * c])[first:last]
+            for index, reg in enumerate(self._regs):
+                keys = self._keys(request, index, last)[first:last]
+                self.stats.count("lookups")
                 result = reg.lookup(keys, lease_ms=self._settings.lease_ms)
                 lease_ids.append(result.lease_id)
                 hit_chunks = min(hit_chunks, result.hit_chunks)
@@ -121,8 +162,11 @@ class SchedulerSide:
         except kvstash.Error as error:
             # kvstash down or slow: serve the request without it, never stall vLLM.
             logger.warning("kvstash lookup for request %s failed: %s", request.request_id, error)
+            self.stats.count("lookup_failures")
             self._release(tuple(lease_ids))
             return 0, False
+        finally:
+            self.stats.observe("lookup_ms", (time.perf_counter_ns() - began) / 1e6)
         hit_end = (first + hit_chunks) * c
         if hit_end <= num_computed_tokens:
             self._release(tuple(lease_ids))
@@ -131,6 +175,15 @@ class SchedulerSide:
         return hit_end - num_computed_tokens, self._settings.async_loads
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        began = time.perf_counter_ns()
+        try:
+            self._after_alloc(request, blocks, num_external_tokens)
+        finally:
+            self.stats.add_hook_time(began)
+
+    def _after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        # Scheduled (or waiting for its load): no more lookups for it.
+        self._lookup_keys.pop(request.request_id, None)
         hit = self._hits.pop(request.request_id, None)
         if hit is None:
             return
@@ -138,6 +191,10 @@ class SchedulerSide:
             self._release(hit.lease_ids)
             return
         end = min(hit.hit_end, hit.num_local + num_external_tokens)
+        c = self._chunk_tokens
+        self.stats.count("hit_requests")
+        self.stats.count("hit_tokens", end - hit.num_local)
+        self.stats.count("hit_chunks", (end // c - hit.num_local // c) * len(self._regs))
         self._loads[request.request_id] = LoadSpec(
             req_id=request.request_id,
             token_ids=list(request.prompt_token_ids[: hit.hit_end]),
@@ -150,9 +207,11 @@ class SchedulerSide:
         if self._settings.async_loads:
             self._receiving.add(request.request_id)
         # Chunks that came from kvstash need no store.
-        done = end // self._chunk_tokens
+        done = end // c
         self._stored_chunks[request.request_id] = max(
             self._stored_chunks.get(request.request_id, 0), done)
+        # The load's keys end the workers' chain there (whatever they held).
+        self._chain_chunks[request.request_id] = done
 
     # ---- each step ----
 
@@ -187,11 +246,32 @@ class SchedulerSide:
                         + scheduler_output.num_scheduled_tokens.get(req_id, 0)))
         return out
 
+    def _blocks_from(self, group: int, ids: List[int], begin: int, full: int) -> List[int]:
+        """Group `group`'s block ids of chunks [begin, full)."""
+        if not self._deltas:
+            return list(ids)  # begin is 0
+        bs = self._block_sizes[group]
+        c = self._chunk_tokens
+        return ids[begin * c // bs:full * c // bs]
+
     def build_connector_meta(self, scheduler_output: Any) -> KvstashConnectorMetadata:
+        began = time.perf_counter_ns()
+        try:
+            return self._build_meta(scheduler_output)
+        finally:
+            self.stats.add_hook_time(began)
+
+    def _build_meta(self, scheduler_output: Any) -> KvstashConnectorMetadata:
         meta = KvstashConnectorMetadata()
         meta.loads = list(self._loads.values())
         self._loads.clear()
         meta.preempted_req_ids = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+        for req_id in meta.preempted_req_ids:
+            # Its workers forget its chain (handle_preemptions): its next
+            # store goes from token 0, unless a load on resumption ends a
+            # new chain (update_state_after_alloc; vLLM resumes a request
+            # in a later step than the one that preempted it).
+            self._chain_chunks.pop(req_id, None)
         self._track_block_ids(scheduler_output)
         c = self._chunk_tokens
         for req_id, computed in self._scheduled(scheduler_output):
@@ -203,19 +283,33 @@ class SchedulerSide:
             start = self._stored_chunks.get(req_id, 0)
             if full <= start:
                 continue
-            block_ids = tuple(list(ids) for ids in self._block_ids.get(req_id, ()))
+            block_ids = self._block_ids.get(req_id)
             if not block_ids:
                 continue
-            meta.stores.append(StoreSpec(req_id=req_id, token_ids=list(prompt[: full * c]),
-                                         block_ids=block_ids, start_chunk=start,
-                                         num_chunks=full - start))
+            # Only the new chunks when the workers hold the chain up to them.
+            begin = start if self._deltas and self._chain_chunks.get(req_id, 0) == start else 0
+            meta.stores.append(StoreSpec(
+                req_id=req_id, token_ids=list(prompt[begin * c:full * c]),
+                block_ids=tuple(self._blocks_from(g, ids, begin, full)
+                                for g, ids in enumerate(block_ids)),
+                start_chunk=start, num_chunks=full - start, from_chunk=begin))
             self._stored_chunks[req_id] = full
+            self._chain_chunks[req_id] = full
             self._store_issued.add(req_id)
+        if meta.loads or meta.stores:
+            self.stats.step_has_work = True
         return meta
 
     # ---- the end of a request ----
 
     def request_finished(self, request: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        began = time.perf_counter_ns()
+        try:
+            return self._finished(request)
+        finally:
+            self.stats.add_hook_time(began)
+
+    def _finished(self, request: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
         req_id = request.request_id
         hit = self._hits.pop(req_id, None)
         if hit is not None:
@@ -226,7 +320,9 @@ class SchedulerSide:
             self._release(load.lease_ids)
             self._receiving.discard(req_id)
         self._requests.pop(req_id, None)
+        self._lookup_keys.pop(req_id, None)
         self._stored_chunks.pop(req_id, None)
+        self._chain_chunks.pop(req_id, None)
         self._block_ids.pop(req_id, None)
         if req_id in self._receiving:
             # A worker may still write its blocks: vLLM frees them once
@@ -242,10 +338,17 @@ class SchedulerSide:
         return False, None
 
     def update_connector_output(self, connector_output: Any) -> None:
+        began = time.perf_counter_ns()
         for req_id in connector_output.finished_sending or ():
             self._sending.discard(req_id)
         for req_id in connector_output.finished_recving or ():
             self._receiving.discard(req_id)
+        self.stats.add_hook_time(began)
+
+    def get_kv_connector_stats(self) -> Any:
+        """This step's figures and the interval's (vLLM calls it once per
+        step, after update_connector_output), or None."""
+        return self.stats.take()
 
     def has_pending_push_work(self) -> bool:
         # Keeps the engine stepping until held blocks are freed.

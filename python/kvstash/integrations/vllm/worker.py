@@ -31,6 +31,13 @@ request's reuse waits for the slot on the stream (handle_preemptions).
 
 With CPU tensors (the host backend) there is no stream: the same calls run
 and the waits are CPU polls of the same slots.
+
+Keys: per request and registration the worker keeps the last chunk key of
+what it loaded or stored and the chunk that follows it, so a StoreSpec of
+new chunks only (metadata.py) is keyed from there, in work proportional to
+those chunks. It forgets them when vLLM reports the request finished
+(get_finished) or preempted. Any chain it holds is right (a request's
+prompt never changes), so keeping one longer costs memory, never keys.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import kvstash
 from .layout import GroupLayout, GroupTensors, group_tensors, kernel_block_table
 from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
 from .settings import Settings
+from .stats import KvstashConnectorStats, Recorder
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +75,14 @@ def layer_ranges(num_layers: int, wanted: int) -> List[int]:
         for i in range(k * num_layers // count, (k + 1) * num_layers // count):
             out[i] = k
     return out
+
+
+def _note_reply(load: "_Load", future: Any) -> None:
+    """Stamps load.replied_ns when its reply comes (the client's dispatcher
+    thread writes one int, read once the future is done)."""
+    def replied(_: Any) -> None:
+        load.replied_ns = time.perf_counter_ns()
+    future.add_done_callback(replied)
 
 
 def _cpu_wait(request: Any, k: int, deadline: float) -> bool:
@@ -102,6 +118,7 @@ class _Load:
     spec: LoadSpec
     registration: int
     first_chunk: int
+    num_chunks: int
     request: Any = None
     """The StreamRequest; None when the load went the fallback way."""
     future: Optional["concurrent.futures.Future[Any]"] = None
@@ -111,6 +128,9 @@ class _Load:
     waited: Set[int] = field(default_factory=set)
     failed: bool = False
     """A CPU wait ran past its deadline: every block counts as not loaded."""
+    issued_ns: int = 0
+    replied_ns: int = 0
+    """When the reply came (the future's done callback), for load_ms."""
 
 
 @dataclass
@@ -125,12 +145,23 @@ class _AsyncLoad:
 class _Store:
     """One store in flight: a StreamRequest, or store_async's Future."""
 
-    __slots__ = ("request", "future", "device")
+    __slots__ = ("request", "future", "device", "chunk_bytes", "num_chunks", "issued_ns",
+                 "replied_ns")
 
-    def __init__(self, request: Any = None, future: Any = None, device: Any = None) -> None:
+    def __init__(self, request: Any = None, future: Any = None, device: Any = None,
+                 chunk_bytes: int = 0, num_chunks: int = 0, issued_ns: int = 0) -> None:
         self.request = request
         self.future = future
         self.device = device
+        self.chunk_bytes = chunk_bytes
+        self.num_chunks = num_chunks
+        self.issued_ns = issued_ns
+        self.replied_ns = 0
+        self.outcomes.add_done_callback(self._replied)
+
+    def _replied(self, _: Any) -> None:
+        # The client's dispatcher thread: one int written, read once done.
+        self.replied_ns = time.perf_counter_ns()
 
     @property
     def outcomes(self) -> "concurrent.futures.Future[Any]":
@@ -187,9 +218,44 @@ class WorkerSide:
         self._store_reqs: Set[str] = set()
         self._finishing: Set[str] = set()
         self._warned_board_full = False
-        self.stats = {"load_chunks": 0, "load_failed_chunks": 0, "store_chunks": 0,
-                      "store_failed_chunks": 0, "layer_waits": 0, "load_fallbacks": 0,
-                      "stores_skipped": 0, "unwaited_ranges": 0}
+        self._chains: Dict[str, Dict[int, Tuple[bytes, int]]] = {}
+        """Per request, per registration: (the last chunk key it loaded or
+        stored, the chunk after it)."""
+        self._namespaces: List[bytes] = []
+        """The registrations' key namespaces while asleep (sleep mode)."""
+        self.recorder = Recorder("worker_step_ms")
+
+    @property
+    def stats(self) -> Dict[str, int]:
+        """The connector's counters since it started (stats.COUNTERS)."""
+        return self.recorder.totals
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.recorder.count(name, n)
+
+    def get_kv_connector_stats(self) -> Optional[KvstashConnectorStats]:
+        """This step's figures and the interval's, or None (vLLM calls it
+        after get_finished and get_block_ids_with_load_errors every step)."""
+        return self.recorder.take()
+
+    # ---- key chains ----
+
+    def _chain_after(self, req_id: str, index: int, from_chunk: int) -> Tuple[bool, Optional[bytes]]:
+        """(held, key) to continue req_id's chain in registration `index` at
+        chunk from_chunk: (True, None) from the namespace at chunk 0; (False,
+        None) when this worker holds no chain ending there."""
+        if from_chunk == 0:
+            return True, None
+        chain = self._chains.get(req_id, {}).get(index)
+        if chain is None or chain[1] != from_chunk:
+            return False, None
+        return True, chain[0]
+
+    def _extend_chain(self, req_id: str, index: int, key: Optional[bytes], next_chunk: int) -> None:
+        if key is None:
+            self._chains.get(req_id, {}).pop(index, None)
+        else:
+            self._chains.setdefault(req_id, {})[index] = (key, next_chunk)
 
     @property
     def registrations(self) -> List[Any]:
@@ -215,6 +281,7 @@ class WorkerSide:
         self._poll_async_loads(wait=True)
         self._load_errors.clear()  # vLLM drops every request's KV on sleep anyway
         self.wait_for_stores()
+        self._namespaces = [r.reg.namespace_id for r in self._registered]
         self._unregister_all()
         self._asleep = True
 
@@ -224,6 +291,9 @@ class WorkerSide:
             return
         self._register_all(self._kv_caches)
         self._asleep = False
+        if [r.reg.namespace_id for r in self._registered] != self._namespaces:
+            # Keys of another namespace: continuing a chain would mislabel chunks.
+            self._chains.clear()
 
     def _unregister_all(self) -> None:
         for registered in self._registered:
@@ -304,9 +374,11 @@ class WorkerSide:
 
     def begin_step(self) -> None:
         """vLLM bound a new step's metadata (before its forward pass)."""
+        began = time.perf_counter_ns()
         # A step's loads are resolved by its end (get_block_ids_with_load_errors).
         self._resolve_loads()
         self._step = _Step()
+        self.recorder.add_hook_time(began)
 
     def start_load_kv(self, meta: KvstashConnectorMetadata) -> None:
         """Issues this step's loads; never waits (but see wait_for_layer_load)."""
@@ -314,6 +386,14 @@ class WorkerSide:
             raise RuntimeError("KvstashConnector: start_load_kv before register_kv_caches")
         if not meta.loads:
             return
+        began = time.perf_counter_ns()
+        self.recorder.step_has_work = True
+        try:
+            self._start_loads(meta)
+        finally:
+            self.recorder.add_hook_time(began)
+
+    def _start_loads(self, meta: KvstashConnectorMetadata) -> None:
         step = self._step
         step.resolved = False
         c = self._chunk_tokens
@@ -328,16 +408,26 @@ class WorkerSide:
                 self._load_errors |= self._blocks_of(spec.block_ids, last * c, spec.end_token)
                 step.failed_reqs.add(spec.req_id)
             if last <= first:
+                self._seed_chains(spec, last)
                 continue
             for index, registered in enumerate(self._registered):
                 step.loads.append(self._load(index, registered, spec, first, last))
         if not self._settings.layerwise_loads:
             self._wait_all_on_cpu()
 
+    def _seed_chains(self, spec: LoadSpec, last: int) -> None:
+        """A load of no whole chunk still ends the request's key chain at
+        chunk `last` (the scheduler's next StoreSpec may continue it)."""
+        c = self._chunk_tokens
+        for index, registered in enumerate(self._registered):
+            key = registered.reg.chunk_keys(spec.token_ids[:last * c])[-1] if last else None
+            self._extend_chain(spec.req_id, index, key, last)
+
     def _load(self, index: int, registered: _Registered, spec: LoadSpec, first: int,
               last: int, on_stream: bool = True) -> _Load:
         c = self._chunk_tokens
-        load = _Load(spec, index, first, num_ranges=registered.num_ranges)
+        load = _Load(spec, index, first, last - first, num_ranges=registered.num_ranges,
+                     issued_ns=time.perf_counter_ns())
         # The lease is rank 0's scope's; other ranks' scopes hold no lease.
         lease = spec.lease_ids[index] if (self._tp_rank == 0 or registered.layout.is_mla) else 0
         skip = spec.start_token - first * c
@@ -346,14 +436,18 @@ class WorkerSide:
                 spec.token_ids[: last * c], self._table(registered, spec.block_ids),
                 start_chunk=first, num_chunks=last - first)
         except kvstash.Error as error:
+            self._extend_chain(spec.req_id, index, None, 0)
             load.future = concurrent.futures.Future()
             load.future.set_exception(error)
             return load
+        # Keyed from token 0: the request's chain now ends at chunk `last`.
+        self._extend_chain(spec.req_id, index, chunks.key(-1), last)
         if registered.board is not None and on_stream:
             try:
                 load.request = registered.reg.retrieve_on_stream(
                     chunks, stream=self._stream(registered), layer_ranges=registered.num_ranges,
                     skip_tokens=skip, lease_id=lease)
+                _note_reply(load, load.request.outcomes)
                 return load
             except kvstash.ResourceExhausted as error:
                 if not self._warned_board_full:
@@ -365,8 +459,9 @@ class WorkerSide:
                 load.future.set_exception(error)
                 return load
         if on_stream:
-            self.stats["load_fallbacks"] += 1
+            self._count("load_fallbacks")
         load.future = registered.reg.retrieve_async(chunks, skip_tokens=skip, lease_id=lease)
+        _note_reply(load, load.future)
         return load
 
     def _wait_all_on_cpu(self) -> None:
@@ -395,7 +490,7 @@ class WorkerSide:
                     pass
             load.waited.update(range(load.num_ranges))
             return
-        self.stats["layer_waits"] += 1
+        self._count("layer_waits")
         if stream is not None:
             load.request.wait(stream, k)
         elif not _cpu_wait(load.request, k, self._cpu_deadline()):
@@ -410,12 +505,14 @@ class WorkerSide:
         where = self._layer.get(layer_name)
         if where is None:
             return  # not a layer kvstash holds (e.g. a KV-sharing layer)
+        began = time.perf_counter_ns()
         index, k = where
         registered = self._registered[index]
         stream = self._stream(registered)
         for load in loads:
             if load.registration == index:
                 self._wait_range(load, registered, k, stream)
+        self.recorder.add_hook_time(began)
 
     def _resolve_loads(self) -> None:
         """Collects this step's outcomes (the CPU reply; the forward pass is
@@ -430,7 +527,7 @@ class WorkerSide:
             if unwaited:
                 # The attention of those layers may have run before the
                 # bytes landed: never trust them.
-                self.stats["unwaited_ranges"] += len(unwaited)
+                self._count("unwaited_ranges", len(unwaited))
                 logger.warning(
                     "kvstash: request %s's layer ranges %s were never waited for "
                     "(wait_for_layer_load not called for their layers); recomputing them. "
@@ -455,20 +552,25 @@ class WorkerSide:
             outcomes = future.result(max(0.0, deadline - time.monotonic()))
         except Exception as error:  # kvstash.Error, TimeoutError, anything the call raised
             logger.warning("kvstash load for request %s failed: %s", spec.req_id, error)
-            self.stats["load_failed_chunks"] += 1
+            self._count("load_failed_chunks", load.num_chunks)
             return self._blocks_of(spec.block_ids, *whole)
+        # The done callback may run just after result() returned: now, then.
+        replied_ns = load.replied_ns or time.perf_counter_ns()
+        self.recorder.observe("load_ms", (replied_ns - load.issued_ns) / 1e6)
         if load.failed:
-            self.stats["load_failed_chunks"] += len(outcomes)
+            self._count("load_failed_chunks", len(outcomes))
             return self._blocks_of(spec.block_ids, *whole)
         errors: Set[int] = set()
-        group = self._registered[load.registration].layout.group_id
+        registered = self._registered[load.registration]
+        group = registered.layout.group_id
         for i, outcome in enumerate(outcomes):
             begin = max((load.first_chunk + i) * c, spec.start_token)
             end = (load.first_chunk + i + 1) * c
             if outcome.result == kvstash.ChunkResult.RETRIEVED and outcome.num_tokens == end - begin:
-                self.stats["load_chunks"] += 1
+                self._count("load_chunks")
+                self._count("load_bytes", registered.reg.chunk_bytes * outcome.num_tokens // c)
                 continue
-            self.stats["load_failed_chunks"] += 1
+            self._count("load_failed_chunks")
             logger.warning("kvstash chunk %d of request %s (group %d) not loaded: %s",
                            load.first_chunk + i, spec.req_id, group, outcome)
             errors |= self._blocks_of(spec.block_ids, begin, end)
@@ -488,6 +590,8 @@ class WorkerSide:
             for index, registered in enumerate(self._registered):
                 pending.loads.append(self._load(index, registered, spec, first, last,
                                                 on_stream=False))
+        else:
+            self._seed_chains(spec, last)
         self._async_loads[spec.req_id] = pending
 
     def _poll_async_loads(self, wait: bool = False) -> None:
@@ -505,12 +609,14 @@ class WorkerSide:
             self._recv_unreported.add(req_id)
 
     def take_load_errors(self) -> Set[int]:
+        began = time.perf_counter_ns()
         self._resolve_loads()
         self._poll_async_loads()
         errors, self._load_errors = self._load_errors, set()
         # Their failed blocks are out: the loads may be reported finished.
         self._recv_ready |= self._recv_unreported
         self._recv_unreported = set()
+        self.recorder.add_hook_time(began)
         return errors
 
     # ---- stores ----
@@ -528,16 +634,21 @@ class WorkerSide:
         step = self._step
         if index in step.stored_regs:
             return
+        began = time.perf_counter_ns()
         saved = step.saved_layers.setdefault(index, set())
         saved.add(layer_name)
         registered = self._registered[index]
         if len(saved) == len(registered.tensors.tensors):
             step.stored_regs.add(index)
             self._submit_stores(meta, [index], load_reqs=False)
+        self.recorder.add_hook_time(began)
 
     def submit_stores(self, meta: KvstashConnectorMetadata) -> None:
         """wait_for_save: every store of the step not submitted yet."""
+        began = time.perf_counter_ns()
         step = self._step
+        if meta.stores:
+            self.recorder.step_has_work = True
         rest = [i for i in range(len(self._registered)) if i not in step.stored_regs]
         self._submit_stores(meta, rest, load_reqs=False)
         if any(spec.req_id in step.load_reqs for spec in meta.stores):
@@ -546,6 +657,7 @@ class WorkerSide:
             self._resolve_loads()
             self._submit_stores(meta, range(len(self._registered)), load_reqs=True)
         step.stored_regs.update(range(len(self._registered)))
+        self.recorder.add_hook_time(began)
 
     def _submit_stores(self, meta: KvstashConnectorMetadata, registrations: Any,
                        load_reqs: bool) -> None:
@@ -556,30 +668,53 @@ class WorkerSide:
             # Every rank reports the request's sends finished, stored or not:
             # the scheduler holds its blocks until all ranks did.
             self._store_reqs.add(spec.req_id)
-            if spec.req_id in step.failed_reqs:
-                self.stats["stores_skipped"] += 1
-                continue
+            # KV computed on a failed load is not published, but the
+            # chunks' keys still extend the chain for the next StoreSpec.
+            publish = spec.req_id not in step.failed_reqs
+            if not publish:
+                self._count("stores_skipped")
             for index in registrations:
                 registered = self._registered[index]
                 if registered.layout.is_mla and self._tp_rank != 0:
                     continue  # MLA is the same on every rank: rank 0 stores it
-                store = self._store(registered, spec)
+                store = self._store(index, registered, spec, publish)
                 if store is not None:
                     self._stores.setdefault(spec.req_id, []).append(store)
 
-    def _store(self, registered: _Registered, spec: StoreSpec) -> Optional[_Store]:
+    def _store(self, index: int, registered: _Registered, spec: StoreSpec,
+               publish: bool) -> Optional[_Store]:
+        held, after = self._chain_after(spec.req_id, index, spec.from_chunk)
+        if not held:
+            # Never guess keys: a store skipped is a later miss.
+            logger.warning(
+                "kvstash: request %s's store of chunks [%d, %d) continues a key chain this "
+                "worker does not hold (registration %d); skipped", spec.req_id,
+                spec.start_chunk, spec.start_chunk + spec.num_chunks, index)
+            self._count("chain_gaps")
+            self._count("stores_skipped")
+            self._extend_chain(spec.req_id, index, None, 0)
+            return None
+        first = spec.start_chunk - spec.from_chunk
         try:
             chunks = registered.reg.chunks(
                 spec.token_ids, self._table(registered, spec.block_ids),
-                start_chunk=spec.start_chunk, num_chunks=spec.num_chunks)
+                start_chunk=first, num_chunks=spec.num_chunks, after=after)
         except kvstash.Error as error:
             logger.warning("kvstash store for request %s refused: %s", spec.req_id, error)
-            self.stats["store_failed_chunks"] += spec.num_chunks
+            self._count("store_failed_chunks", spec.num_chunks)
+            self._extend_chain(spec.req_id, index, None, 0)
+            return None
+        self._extend_chain(spec.req_id, index, chunks.key(-1), spec.start_chunk + spec.num_chunks)
+        if not publish:
             return None
         stream = self._stream(registered)
+        chunk_bytes = registered.reg.chunk_bytes
+        issued_ns = time.perf_counter_ns()
         if registered.board is None:
             # No board: the host waits for the stream, then submits.
-            return _Store(future=registered.reg.store_async(chunks, stream=stream))
+            return _Store(future=registered.reg.store_async(chunks, stream=stream),
+                          chunk_bytes=chunk_bytes, num_chunks=spec.num_chunks,
+                          issued_ns=issued_ns)
         try:
             request = registered.reg.store_on_stream(chunks, stream=stream)
         except kvstash.ResourceExhausted as error:
@@ -588,16 +723,17 @@ class WorkerSide:
                 self._warned_board_full = True
                 logger.warning("kvstash: completion board full (%s); stores skipped (raise "
                                "board_slots)", error)
-            self.stats["stores_skipped"] += 1
+            self._count("stores_skipped")
             return None
         except kvstash.Error as error:
             logger.warning("kvstash store for request %s failed: %s", spec.req_id, error)
-            self.stats["store_failed_chunks"] += spec.num_chunks
+            self._count("store_failed_chunks", spec.num_chunks)
             return None
         if stream is None:
             # CPU tensors: the forward's writes are done when this runs.
             request.open_gate()
-        return _Store(request=request, device=registered.device)
+        return _Store(request=request, device=registered.device, chunk_bytes=chunk_bytes,
+                      num_chunks=spec.num_chunks, issued_ns=issued_ns)
 
     def _reap(self, req_id: str, wait: bool) -> bool:
         """Drops req_id's stores whose blocks may be reused (their replies
@@ -607,7 +743,7 @@ class WorkerSide:
             if wait:
                 self._wait_reusable(store)
             if store.reusable():
-                self._replies.append((req_id, store.outcomes))
+                self._replies.append((req_id, store))
             else:
                 pending.append(store)
         if pending:
@@ -619,16 +755,16 @@ class WorkerSide:
 
     def _count_replies(self, wait: bool) -> None:
         left = []
-        for req_id, outcomes in self._replies:
+        for req_id, store in self._replies:
             if wait:
                 try:
-                    outcomes.result(max(0.0, self._cpu_deadline() - time.monotonic()))
+                    store.outcomes.result(max(0.0, self._cpu_deadline() - time.monotonic()))
                 except Exception:
                     pass  # counted below
-            if outcomes.done():
-                self._count_store(req_id, outcomes)
+            if store.outcomes.done():
+                self._count_store(req_id, store)
             else:
-                left.append((req_id, outcomes))
+                left.append((req_id, store))
         self._replies = left
 
     def _wait_reusable(self, store: _Store) -> None:
@@ -639,20 +775,33 @@ class WorkerSide:
         except Exception:
             pass  # counted by _count_store
 
-    def _count_store(self, req_id: str, outcomes: "concurrent.futures.Future[Any]") -> None:
+    def _count_store(self, req_id: str, store: _Store) -> None:
+        outcomes = store.outcomes
         error = outcomes.exception() if outcomes.done() else TimeoutError("no reply")
         if error is not None:
             logger.warning("kvstash store for request %s failed: %s", req_id, error)
-            self.stats["store_failed_chunks"] += 1
+            self._count("store_failed_chunks", store.num_chunks)
             return
+        replied_ns = store.replied_ns or time.perf_counter_ns()  # as for loads
+        self.recorder.observe("store_ms", (replied_ns - store.issued_ns) / 1e6)
+        c = self._chunk_tokens
         for outcome in outcomes.result():
-            key = "store_chunks" if outcome.ok else "store_failed_chunks"
-            self.stats[key] += 1
+            if not outcome.ok:
+                self._count("store_failed_chunks")
+                continue
+            self._count("store_chunks")
+            if outcome.result == kvstash.ChunkResult.STORED:
+                self._count("store_bytes", store.chunk_bytes * outcome.num_tokens // c)
 
     def handle_preemptions(self, meta: KvstashConnectorMetadata) -> None:
         """A preempted request's blocks may be rewritten in this very step:
         the stream (CPU tensors: the CPU) waits until its stores read them."""
+        if not meta.preempted_req_ids:
+            return
+        began = time.perf_counter_ns()
         for req_id in meta.preempted_req_ids:
+            # The scheduler sends its next StoreSpec from token 0.
+            self._chains.pop(req_id, None)
             for store in self._stores.get(req_id, []):
                 if store.request is None:
                     self._wait_reusable(store)
@@ -663,6 +812,7 @@ class WorkerSide:
                 else:
                     _cpu_wait(store.request, 1, self._cpu_deadline())
             self._reap(req_id, wait=False)
+        self.recorder.add_hook_time(began)
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         """(finished_sending, finished_recving): requests whose blocks vLLM
@@ -671,6 +821,11 @@ class WorkerSide:
         already handed out by get_block_ids_with_load_errors). vLLM frees a
         finished request's blocks on either report, so one in both is
         reported once, as received, when its loads and its stores are done."""
+        began = time.perf_counter_ns()
+        if self._stores or self._async_loads or self._finishing:
+            self.recorder.step_has_work = True
+        for req_id in finished_req_ids:
+            self._chains.pop(req_id, None)
         self._poll_async_loads()
         self._finishing |= finished_req_ids & self._store_reqs
         stored = set()
@@ -686,6 +841,7 @@ class WorkerSide:
         sending = {r for r in stored if r not in loading}
         received = {r for r in self._recv_ready if r not in self._finishing}
         self._recv_ready -= received
+        self.recorder.add_hook_time(began)
         return (sending or None), (received or None)
 
     def transfer_results(self, finished_req_ids: Set[str]) -> Tuple[Set[str], Set[str], Set[str]]:
