@@ -30,7 +30,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm_gpu"))
 import engine  # noqa: E402
@@ -71,14 +71,45 @@ def wait_stored(daemon: Any, chunks: int, timeout: float = 30) -> None:
     raise RuntimeError(f"kvstashd did not store {chunks} chunks in {timeout} s")
 
 
+class LoadTimes:
+    """The connector's own load latencies (its `load_ms` figure: a load's
+    issue to its reply) in this process: with one in-process worker (tensor
+    parallel 1, VLLM_ENABLE_V1_MULTIPROCESSING=0) the bench reads them to
+    split a hit's TTFT into the load and what the engine adds around it."""
+
+    def __init__(self) -> None:
+        self.samples: List[float] = []
+        try:
+            from vllm.distributed.kv_transfer import get_kv_transfer_group
+            recorder = get_kv_transfer_group().worker_side.recorder
+        except Exception:  # no in-process worker connector: no split
+            self.available = False
+            return
+        self.available = True
+        observe = recorder.observe
+
+        def record(name: str, ms: float) -> None:
+            if name == "load_ms":
+                self.samples.append(ms)
+            observe(name, ms)
+
+        recorder.observe = record
+
+    def take(self) -> float:
+        """The summed load time of the loads since the last take (every KV
+        cache group's, one here), in ms."""
+        total, self.samples = sum(self.samples), []
+        return total
+
+
 def per_length(llm: Any, kind: str, length: int, count: int, seed: int,
-               daemon: Any) -> Dict[str, Any]:
+               daemon: Any, loads: Optional[LoadTimes] = None) -> Dict[str, Any]:
     """Each prompt cold, then again as a hit, before the next prompt: the
     working set is one prompt, whatever the offload tier's size."""
     batch = engine.prompts(count, length, seed)
     row: Dict[str, Any] = {"tokens": length}
     chunks = (length - 1) // 256
-    cold, hits = [], []
+    cold, hits, load_ms = [], [], []
     loaded = 0
     for p in batch:
         if daemon is not None:
@@ -94,7 +125,11 @@ def per_length(llm: Any, kind: str, length: int, count: int, seed: int,
         else:
             time.sleep(0.5)  # native offloading stores asynchronously
         engine.reset_gpu_prefix_cache(llm)
+        if loads is not None:
+            loads.take()
         hits.append(engine.ttft_ms(llm, p))
+        if loads is not None:
+            load_ms.append(loads.take())
         if daemon is not None:
             loaded += daemon.counter("retrieve_chunks") - before
     row["cold_ms"] = engine.median(cold)
@@ -102,6 +137,8 @@ def per_length(llm: Any, kind: str, length: int, count: int, seed: int,
     if daemon is not None:
         row["loaded_chunks"] = loaded
         row["expected_chunks"] = count * chunks
+    if load_ms:
+        row["load_ms"] = engine.median(load_ms)
     return row
 
 
@@ -211,6 +248,24 @@ def table(directory: Path) -> int:
               + "".join(multipath_cells(row_of(k, t), native) for k in multipath)
               # Multi-path: GPU prefix hit + 0.6 x one link's raw load.
               + (f" {plain['gpu_hit_ms'] + 0.6 * plain['raw_load_ms']:.1f} |" if multipath else ""))
+    split = [k for k in runs if any("load_ms" in r for r in runs[k].get("rows", []))]
+    if split:
+        print()
+        print("Where a kvstash hit's time goes (ms): the connector's load, issue to reply, "
+              "and the rest over vLLM's GPU prefix hit")
+        print()
+        print("| engine | prompt tokens | hit | GPU prefix hit | load | raw load | load / raw "
+              "| hit - GPU hit - load |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for kind in split:
+            for r in runs[kind]["rows"]:
+                if "load_ms" not in r:
+                    continue
+                gpu = row_of("plain", r["tokens"]).get("gpu_hit_ms", float("nan"))
+                print(f"| {kind} | {r['tokens']:,} | {r['offload_hit_ms']:.1f} | {gpu:.1f} | "
+                      f"{r['load_ms']:.1f} | {r['raw_load_ms']:.1f} | "
+                      f"{r['load_ms'] / r['raw_load_ms']:.2f} | "
+                      f"{r['offload_hit_ms'] - gpu - r['load_ms']:.1f} |")
     print()
     print("| loaded case | requests | rate /s | TTFT median | TTFT p90 | throughput (req/s) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -273,9 +328,11 @@ def main() -> int:
             result["l1_capacity_bytes"] = int(daemon.stats()["gauges"]["l1_capacity_bytes"])
         engine.generate(llm, engine.prompts(2, 600, seed=99), 4)  # warm-up
         rows: List[Dict[str, Any]] = []
+        loads = LoadTimes() if kvstash_engine else None
         per_token = kv_bytes_per_token(args.model)
         for n, length in enumerate(lengths):
-            row = per_length(llm, args.engine, length, args.prompts, seed=100 + n, daemon=daemon)
+            row = per_length(llm, args.engine, length, args.prompts, seed=100 + n, daemon=daemon,
+                             loads=loads)
             kv = ((length - 1) // 256 * 256) * per_token
             row["kv_mib"] = kv / 2**20
             row["raw_load_ms"] = kv / (result["raw_h2d_gbps"] * 1e9) * 1000
