@@ -164,8 +164,4 @@ bool DaemonFenceHold::Hold(uint64_t request_id) {
   return LockByte(fd_, F_OFD_SETLK, F_RDLCK, fence::RequestByte(request_id));
 }
 
-void DaemonFenceHold::Release(uint64_t request_id) {
-  (void)LockByte(fd_, F_OFD_SETLK, F_UNLCK, fence::RequestByte(request_id));
-}
-
 }  // namespace kvstash::testing

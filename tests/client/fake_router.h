@@ -85,7 +85,6 @@ class DaemonFenceHold {
   DaemonFenceHold& operator=(DaemonFenceHold&&) = delete;
   ~DaemonFenceHold();
   bool Hold(uint64_t request_id);
-  void Release(uint64_t request_id);
 
  private:
   explicit DaemonFenceHold(int fd) : fd_(fd) {}
