@@ -4,17 +4,42 @@
 #include "shm_name.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <limits>
-#include <random>
+
+#include "kvstash/copy_fence_bytes.h"
 
 namespace kvstash::client {
+
+namespace {
+
+struct flock OneByte(short type, off_t byte) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = byte;
+  lock.l_len = 1;
+  return lock;
+}
+
+// A descriptor that becomes readable once process `pid` (of this pid
+// namespace) has exited, or -1 with errno.
+int PidFdOpen(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return int(syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+}  // namespace
 
 Result<std::shared_ptr<CopyFence>> CopyFence::Create() {
   const std::string name = FreshShmName("fence");
@@ -27,11 +52,7 @@ Result<std::shared_ptr<CopyFence>> CopyFence::Create() {
   }
   // Byte 0 (no request's: ids start at 1) says the client is alive: held
   // until the descriptor closes, with the client or its process.
-  struct flock alive {};
-  alive.l_type = F_RDLCK;
-  alive.l_whence = SEEK_SET;
-  alive.l_start = 0;
-  alive.l_len = 1;
+  struct flock alive = OneByte(F_RDLCK, fence::kEngineByte);
   if (fchmod(fd, kMode) != 0 || fcntl(fd, F_OFD_SETLK, &alive) != 0) {
     const int error = errno;
     close(fd);
@@ -43,6 +64,7 @@ Result<std::shared_ptr<CopyFence>> CopyFence::Create() {
 
 CopyFence::~CopyFence() {
   Unlink();
+  if (daemon_pidfd_ >= 0) close(daemon_pidfd_);
   close(fd_);
 }
 
@@ -53,13 +75,60 @@ void CopyFence::Unlink() {
 }
 
 CopyFence::GiveUp CopyFence::TryGiveUp(uint64_t request_id) {
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  lock.l_start = off_t(request_id & uint64_t(std::numeric_limits<off_t>::max()));
-  lock.l_len = 1;
+  struct flock lock = OneByte(F_WRLCK, fence::RequestByte(request_id));
   if (fcntl(fd_, F_OFD_SETLK, &lock) == 0) return GiveUp::kDone;
   return errno == EAGAIN || errno == EACCES ? GiveUp::kBusy : GiveUp::kFailed;
+}
+
+std::optional<pid_t> CopyFence::DaemonByteHolder() const {
+  // A write lock here would conflict with kvstashd's read lock; the kernel
+  // answers with the first lock in the way and its owner's pid translated
+  // into this process's pid namespace (0: not visible here; -1: an open
+  // file description's lock, which names no process).
+  struct flock lock = OneByte(F_WRLCK, fence::kDaemonByte);
+  if (fcntl(fd_, F_OFD_GETLK, &lock) != 0 || lock.l_type == F_UNLCK) return std::nullopt;
+  return lock.l_pid;
+}
+
+Status CopyFence::WatchDaemon(uint32_t claimed_pid) {
+  if (watch_) return *watch_;
+  watch_ = [&]() -> Status {
+    if (claimed_pid == 0) return Status::Unavailable("kvstashd named no pid (an older kvstashd)");
+    const std::optional<pid_t> holder = DaemonByteHolder();
+    if (!holder) return Status::Unavailable("nobody holds kvstashd's byte of the fence");
+    if (*holder != pid_t(claimed_pid)) {
+      return Status::Unavailable(
+          "kvstashd names itself pid " + std::to_string(claimed_pid) +
+          " but its fence is held by pid " + std::to_string(*holder) +
+          " of this process's pid namespace (0: not visible from it; another pid namespace?)");
+    }
+    const int pidfd = PidFdOpen(*holder);
+    if (pidfd < 0) {
+      return Status::Unavailable("pidfd_open(" + std::to_string(*holder) +
+                                 ") failed: " + std::strerror(errno));
+    }
+    // Held before and after the pidfd was opened: the pid named kvstashd's
+    // process all along (a pid is reused only once its process is gone).
+    if (DaemonByteHolder() != holder) {
+      close(pidfd);
+      return Status::Unavailable("kvstashd (pid " + std::to_string(*holder) +
+                                 ") let go of its fence while it was identified");
+    }
+    daemon_pid_ = *holder;
+    daemon_pidfd_ = pidfd;
+    return Status::Ok();
+  }();
+  return *watch_;
+}
+
+CopyFence::Daemon CopyFence::daemon() const {
+  if (daemon_pidfd_ < 0) return Daemon::kUnknown;
+  if (DaemonByteHolder() == daemon_pid_) return Daemon::kAlive;
+  struct pollfd exited {};
+  exited.fd = daemon_pidfd_;
+  exited.events = POLLIN;
+  if (poll(&exited, 1, 0) == 1 && (exited.revents & POLLIN) != 0) return Daemon::kGone;
+  return Daemon::kExiting;
 }
 
 }  // namespace kvstash::client

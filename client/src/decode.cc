@@ -95,6 +95,7 @@ Result<ServerInfo> DecodeHello(const wire::Envelope& envelope) {
   info.max_message_bytes = r.max_message_bytes();
   info.backend = Str(r.backend());
   info.peer_timeout_ms = r.peer_timeout_ms();
+  info.pid = r.pid();
   return info;
 }
 

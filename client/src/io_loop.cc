@@ -510,9 +510,10 @@ void IoLoop::OnConnected() {
 void IoLoop::OnDisconnected() {
   connected_ = false;
   Log(LogLevel::kWarn, "lost the connection to kvstashd at " + options_.endpoint);
-  EndSession(goodbye_ ? down_why_
-                      : "the connection to kvstashd at " + options_.endpoint +
-                            " was lost (reconnecting)");
+  EndSession(
+      goodbye_ ? down_why_
+               : "the connection to kvstashd at " + options_.endpoint + " was lost (reconnecting)",
+      goodbye_ ? GiveUpCause::kGoodbye : GiveUpCause::kLostDaemon);
 }
 
 void IoLoop::OnConnectFailed() {
@@ -524,24 +525,25 @@ void IoLoop::OnConnectFailed() {
     first_hello_.reset();
   }
   if (handshaken_ || down_why_ != why) Log(LogLevel::kDebug, why + " (retrying)");
-  EndSession(why + " (retrying)");
+  EndSession(why + " (retrying)", goodbye_ ? GiveUpCause::kGoodbye : GiveUpCause::kLostDaemon);
 }
 
 void IoLoop::OnGoodbye(const std::string& reason) {
   Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint + " said goodbye: " + reason);
   goodbye_ = true;
   EndSession("kvstashd at " + options_.endpoint + " is stopping (" +
-             (reason.empty() ? std::string("Goodbye") : reason) + "); reconnecting");
+                 (reason.empty() ? std::string("Goodbye") : reason) + "); reconnecting",
+             GiveUpCause::kGoodbye);
 }
 
-void IoLoop::EndSession(const std::string& why) {
+void IoLoop::EndSession(const std::string& why, GiveUpCause cause) {
   // A daemon that restarts maps nothing of ours; the next session attaches
   // a fresh channel.
   DropChannel(why);
   handshaken_ = false;
   down_why_ = why;
   registering_again_ = 0;
-  FailSent(Status::Unavailable(why));
+  FailSent(Status::Unavailable(why), cause);
   FailQueued(Status::Unavailable(why));
 }
 
@@ -569,7 +571,19 @@ bool IoLoop::ResolveRegistration(Request& request) {
     RewriteRegistrationId(request.bytes, **where);
     request.wire_registration_id = **where;
   }
-  if (request.copies_blocks) request.fence = registrations_.Fence(request.registration_id);
+  if (request.copies_blocks) {
+    request.fence = registrations_.Fence(request.registration_id);
+    // Identified once, while the daemon that holds it is surely there.
+    if (request.fence && !request.fence->watch_decided()) {
+      if (Status watched = request.fence->WatchDaemon(daemon_pid_); !watched.ok()) {
+        Log(LogLevel::kInfo, "copy fence of registration " +
+                                 std::to_string(request.registration_id) +
+                                 ": kvstashd's process is not watched (" + watched.message() +
+                                 "); if the connection is lost, its Stores and Retrieves are " +
+                                 "reported failed at their deadline");
+      }
+    }
+  }
   return true;
 }
 
@@ -645,6 +659,7 @@ void IoLoop::OnHello(Result<Reply> reply) {
   if (info->max_message_bytes != 0) max_message_bytes_ = info->max_message_bytes;
   keepalive_ = std::chrono::milliseconds(info->peer_timeout_ms / 4);
   boot_ = info->boot_id;
+  daemon_pid_ = info->pid;
   ++session_;
   RegisterAgain(boot_);
 }
@@ -723,9 +738,10 @@ void IoLoop::FailQueued(const Status& why) {
   }
 }
 
-void IoLoop::FailSent(const Status& why) {
+void IoLoop::FailSent(const Status& why, GiveUpCause cause) {
   for (Request& request : pending_.TakeSent()) {
     const std::string name = request.Name();
+    request.cause = cause;
     GiveUp(std::move(request), Status(why.code(), name + " failed: " + why.message()));
   }
 }
@@ -742,16 +758,41 @@ void IoLoop::GiveUp(Request request, Status why) {
 }
 
 bool IoLoop::TryGiveUp(Request& request) {
+  const Clock::time_point now = Clock::now();
   if (request.fence) {
     switch (request.fence->TryGiveUp(request.id)) {
-      case CopyFence::GiveUp::kDone: Complete(request, *request.giving_up); return true;
+      case CopyFence::GiveUp::kDone:
+        if (!ProcessAllowsReport(request, now)) return false;
+        Complete(request, *request.giving_up);
+        return true;
       case CopyFence::GiveUp::kBusy: return false;  // kvstashd is copying it
       case CopyFence::GiveUp::kFailed: request.fence = nullptr; break;
     }
   }
   // Unfenced: kvstashd starts no copy unit of it past its deadline.
-  if (Clock::now() < request.deadline) return false;
+  if (now < request.deadline) return false;
   Complete(request, *request.giving_up);
+  return true;
+}
+
+bool IoLoop::ProcessAllowsReport(const Request& request, Clock::time_point now) const {
+  // kvstashd says Goodbye only once its copies have stopped.
+  if (request.cause == GiveUpCause::kGoodbye) return true;
+  // The byte is free because kvstashd let go of it, or because its process
+  // is exiting, which drops every lock while copies it queued on a GPU may
+  // still run until its files are all closed, i.e. until it is gone.
+  switch (request.fence->daemon()) {
+    case CopyFence::Daemon::kAlive:
+    case CopyFence::Daemon::kGone: return true;
+    case CopyFence::Daemon::kExiting:
+      // A process whose exit outlasts this is stuck in a driver: the engine
+      // is told at last, with the limits of an unfenced request.
+      return now >= request.deadline + request.timeout;
+    case CopyFence::Daemon::kUnknown:
+      // Not watched: a daemon known alive (connected) let go of the byte;
+      // a lost one may be exiting, so its deadline decides, as unfenced.
+      return request.cause != GiveUpCause::kLostDaemon || now >= request.deadline;
+  }
   return true;
 }
 

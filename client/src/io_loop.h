@@ -12,8 +12,9 @@
 //    within kHeartbeatTimeout) or a Goodbye from kvstashd fails every request
 //    sent or waiting with Unavailable: at once, except a sent Store or
 //    Retrieve, failed only once kvstashd can copy none of it any more (its
-//    copy fence, see GiveUp). While no connection is up, new requests fail
-//    with Unavailable at once; ZeroMQ keeps reconnecting.
+//    copy fence and kvstashd's process, see GiveUp). While no connection is
+//    up, new requests fail with Unavailable at once; ZeroMQ keeps
+//    reconnecting.
 //  - Before the first Hello, a failed connect attempt (no socket file, or
 //    nothing listening: ZeroMQ's CONNECT_RETRIED) fails Connect at once.
 //  - A Hello whose boot id differs from the last one means kvstashd
@@ -102,7 +103,7 @@ class IoLoop {
   void OnGoodbye(const std::string& reason);
   // Fails what is sent and what waits with Unavailable(why); the session
   // must start again.
-  void EndSession(const std::string& why);
+  void EndSession(const std::string& why, GiveUpCause cause);
   // Writes the daemon's current id of the request's registration into its
   // bytes; false when it was completed instead (registration not usable).
   bool ResolveRegistration(Request& request);
@@ -124,15 +125,18 @@ class IoLoop {
   void Complete(Request& request, Result<Reply> outcome);
   // Reports a request failed. One that kvstashd may still be copying (a
   // sent Store or Retrieve) is reported only once kvstashd can copy none of
-  // it any more: once its copy fence is ours, or, without a fence, once its
-  // deadline passed (docs/protocol.md "The copy fence"); until then it
-  // waits in giving_up_.
+  // it any more: once its copy fence is ours and kvstashd's process lets it
+  // (ProcessAllowsReport), or, without a fence, once its deadline passed
+  // (docs/protocol.md "The copy fence"); until then it waits in giving_up_.
   void GiveUp(Request request, Status why);
   // Completes it if it may be now; false: it still waits.
   bool TryGiveUp(Request& request);
+  // With the request's fence byte ours: whether kvstashd's process lets its
+  // failure be reported now (docs/protocol.md "The copy fence").
+  bool ProcessAllowsReport(const Request& request, Clock::time_point now) const;
   void RetryGiveUps();
   void FailQueued(const Status& why);
-  void FailSent(const Status& why);
+  void FailSent(const Status& why, GiveUpCause cause = GiveUpCause::kRequest);
   void FailAll(StatusCode code, const std::string& why);
   void Log(LogLevel level, const std::string& text) const;
 
@@ -156,6 +160,7 @@ class IoLoop {
   uint64_t session_ = 0;          // counts successful Hellos
   size_t registering_again_ = 0;  // outstanding RegisterKVs of this session
   BootId boot_{};                 // of the daemon that answered the last Hello
+  uint32_t daemon_pid_ = 0;       // what that daemon's Hello named (copy fences)
   bool handshake_wanted_ = false;
   uint64_t handshake_id_ = 0;  // the Hello in progress, 0 when none
   bool want_pollout_ = false;

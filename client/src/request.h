@@ -25,6 +25,13 @@ struct Reply {
 // the client is already shutting down). Must not throw.
 using ReplyHandler = std::function<void(Result<Reply>)>;
 
+// Why a sent Store or Retrieve was given up, as far as its report goes.
+enum class GiveUpCause {
+  kRequest,     // its deadline, a closed channel, the client destroyed: kvstashd is there
+  kLostDaemon,  // the connection was lost: kvstashd's process may be exiting
+  kGoodbye,     // kvstashd said it is stopping, once its copies had stopped
+};
+
 struct Request {
   uint64_t id = 0;
   const char* kind = "";  // "Store": for error messages
@@ -49,6 +56,8 @@ struct Request {
   std::shared_ptr<CopyFence> fence;
   // The failure to report once the fence is ours (or the deadline passed).
   std::optional<Status> giving_up;
+  // Why it was given up, as far as its report goes (IoLoop::GiveUp).
+  GiveUpCause cause = GiveUpCause::kRequest;
   bool sent = false;
   bool via_ring = false;  // sent through the shared-memory channel
   ReplyHandler on_reply;

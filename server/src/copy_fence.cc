@@ -8,22 +8,18 @@
 
 #include <cerrno>
 #include <cstring>
-#include <limits>
+
+#include "kvstash/copy_fence_bytes.h"
 
 namespace kvstash::server {
 
 namespace {
 
-// Request ids are the engine's; byte offsets must fit off_t.
-off_t ByteOf(uint64_t request_id) {
-  return off_t(request_id & uint64_t(std::numeric_limits<off_t>::max()));
-}
-
-struct flock OneByte(short type, uint64_t request_id) {
+struct flock OneByte(short type, off_t byte) {
   struct flock lock {};
   lock.l_type = type;
   lock.l_whence = SEEK_SET;
-  lock.l_start = ByteOf(request_id);
+  lock.l_start = byte;
   lock.l_len = 1;
   return lock;
 }
@@ -52,13 +48,24 @@ Result<std::shared_ptr<CopyFence>> CopyFence::Open(const std::string& shm_name,
     close(fd);
     return allowed;
   }
+  // kvstashd's own byte, under a lock of its process (not of this open file
+  // description): the kernel names the holder of such a lock to the engine,
+  // in the engine's pid namespace, and drops it as soon as the exiting
+  // process closes its files, before the requests' bytes go with the file.
+  struct flock own = OneByte(F_RDLCK, fence::kDaemonByte);
+  if (fcntl(fd, F_SETLK, &own) != 0) {
+    const int error = errno;
+    close(fd);
+    return Status::Unavailable("cannot lock kvstashd's byte of copy fence " + shm_name + ": " +
+                               std::strerror(error));
+  }
   return std::shared_ptr<CopyFence>(new CopyFence(fd, shm_name));
 }
 
 CopyFence::~CopyFence() { close(fd_); }
 
 Result<bool> CopyFence::Hold(uint64_t request_id) {
-  struct flock lock = OneByte(F_RDLCK, request_id);
+  struct flock lock = OneByte(F_RDLCK, fence::RequestByte(request_id));
   if (fcntl(fd_, F_OFD_SETLK, &lock) == 0) {
     // Held first, then looked at: a client that closes its fence after this
     // look waits for the hold (or its deadline) before it does.
@@ -72,19 +79,20 @@ Result<bool> CopyFence::Hold(uint64_t request_id) {
 }
 
 void CopyFence::Release(uint64_t request_id) {
-  struct flock lock = OneByte(F_UNLCK, request_id);
+  struct flock lock = OneByte(F_UNLCK, fence::RequestByte(request_id));
   (void)fcntl(fd_, F_OFD_SETLK, &lock);
 }
 
 bool CopyFence::GivenUp(uint64_t request_id) const {
-  struct flock lock = OneByte(F_RDLCK, request_id);
+  struct flock lock = OneByte(F_RDLCK, fence::RequestByte(request_id));
   if (fcntl(fd_, F_OFD_GETLK, &lock) != 0) return false;
   if (lock.l_type != F_UNLCK) return true;  // a write lock conflicts with our read lock
   return !EngineAlive();
 }
 
 bool CopyFence::EngineAlive() const {
-  struct flock lock = OneByte(F_WRLCK, 0);  // a write lock would conflict with its read lock
+  // A write lock would conflict with the engine's read lock.
+  struct flock lock = OneByte(F_WRLCK, fence::kEngineByte);
   if (fcntl(fd_, F_OFD_GETLK, &lock) != 0) return true;  // cannot tell: assume alive
   return lock.l_type != F_UNLCK;
 }

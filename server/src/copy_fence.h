@@ -10,7 +10,11 @@
 // read lock on byte 0 while its client lives: without it (the client was
 // destroyed, or its process ended, and its locks went with it) every
 // request is given up. The kernel drops the daemon's locks when it exits; a
-// stopped daemon keeps them.
+// stopped daemon keeps them. While the fence is open, the daemon's process
+// also holds a classic (process-associated) read lock on its own byte
+// (kvstash/copy_fence_bytes.h): the engine learns from it which process
+// holds the fence, and whether that process has begun to exit, which drops
+// this lock before the requests' (docs/protocol.md "The copy fence").
 //
 // Owned by one registration (lanes hold it through the registration).
 // Thread-safe: each call is one fcntl on bytes no other thread holds.
@@ -29,7 +33,7 @@ namespace kvstash::server {
 class CopyFence {
  public:
   // Opens the engine's object read-only, after checking that the peer could
-  // open it itself (docs/protocol.md "Trust").
+  // open it itself (docs/protocol.md "Trust"), and locks the daemon's byte.
   static Result<std::shared_ptr<CopyFence>> Open(const std::string& shm_name,
                                                  const std::optional<PeerCredentials>& opener);
   ~CopyFence();

@@ -1,6 +1,8 @@
 // Hello, Ping, and Clear, Describe and Stats on the background worker.
 #include "introspection.h"
 
+#include <unistd.h>
+
 #include <new>
 #include <random>
 
@@ -53,6 +55,7 @@ Introspection::Reply Introspection::Hello(const Request&, const HelloRequest& m)
   reply.max_message_bytes = uint64_t(config_.max_message_mb) << 20;
   reply.backend = backend_->name();
   reply.peer_timeout_ms = config_.peer_timeout_ms;
+  reply.pid = uint32_t(getpid());  // for the engine's copy fences
   return std::optional<ReplyBody>(std::move(reply));
 }
 

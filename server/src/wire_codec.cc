@@ -252,6 +252,7 @@ struct Encoder {
     reply.add_max_message_bytes(r.max_message_bytes);
     reply.add_backend(backend);
     reply.add_peer_timeout_ms(r.peer_timeout_ms);
+    reply.add_pid(r.pid);
     auto offset = reply.Finish();
     return proto::Finish(b, id, wire::Body::HelloReply, offset.Union());
   }

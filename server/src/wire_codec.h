@@ -100,6 +100,7 @@ struct HelloReply {
   uint64_t max_message_bytes = 0;
   std::string backend;
   uint32_t peer_timeout_ms = 0;
+  uint32_t pid = 0;
 };
 struct RegisterReply {
   std::shared_ptr<const Registration> registration;

@@ -25,14 +25,16 @@ using Clock = std::chrono::steady_clock;
 constexpr std::array<uint8_t, 16> kBoot1 = {1, 1, 1};
 constexpr std::array<uint8_t, 16> kBoot2 = {2, 2, 2};
 
+// daemon_pid: the daemon process the Hello names (0: none).
 std::unique_ptr<Client> ConnectTo(FakeRouter& router, milliseconds timeout = milliseconds(3000),
-                                  uint32_t max_chunks = 1024, LogSink log = nullptr) {
+                                  uint32_t max_chunks = 1024, LogSink log = nullptr,
+                                  uint32_t daemon_pid = 0) {
   ClientOptions options;
   options.socket = router.endpoint();
   options.request_timeout = timeout;
   options.log = std::move(log);
   auto connecting = std::async(std::launch::async, [options] { return Client::Connect(options); });
-  EXPECT_TRUE(router.AnswerHello(kBoot1, max_chunks));
+  EXPECT_TRUE(router.AnswerHello(kBoot1, max_chunks, daemon_pid));
   auto client = connecting.get();
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   return client.ok() ? std::move(client.value()) : nullptr;
@@ -55,10 +57,11 @@ bool ReadyWithin(std::future<T>& future, milliseconds timeout = milliseconds(300
 
 TEST(Client, ConnectKeepsTheServerInfoOfItsHello) {
   FakeRouter router;
-  auto client = ConnectTo(router);
+  auto client = ConnectTo(router, milliseconds(3000), 1024, nullptr, 4242);
   ASSERT_NE(client, nullptr);
   const ServerInfo info = client->server_info();
   EXPECT_EQ(info.boot_id, kBoot1);
+  EXPECT_EQ(info.pid, 4242u);
   EXPECT_EQ(info.chunk_tokens, 256u);
   EXPECT_EQ(info.backend, "host");
   EXPECT_EQ(info.server_version, "fake-0.0");
@@ -322,7 +325,8 @@ TEST(Client, LostConnectionFailsRequestsAndRestartRegistersAgainUnderTheSameId) 
   };
   auto first = std::make_unique<FakeRouter>();
   const std::string endpoint = first->endpoint();
-  auto client = ConnectTo(*first, milliseconds(5000), 1024, log);
+  // This process stands in for the first daemon's process.
+  auto client = ConnectTo(*first, milliseconds(5000), 1024, log, uint32_t(getpid()));
   ASSERT_NE(client, nullptr);
 
   // Register (reply id 7) in the first boot.
@@ -335,13 +339,17 @@ TEST(Client, LostConnectionFailsRequestsAndRestartRegistersAgainUnderTheSameId) 
   auto registering = client->RegisterKV(options);
   auto request = first->Receive();
   ASSERT_TRUE(request);
+  std::optional<DaemonFenceHold> fence = DaemonFenceHold::Open(FenceName(*request));
+  ASSERT_TRUE(fence) << "no copy fence to hold";
   first->Reply(*request, RegisterKVReply(request->request_id(), 7));
   auto reg = registering.get();
   ASSERT_TRUE(reg.ok()) << reg.status().ToString();
   EXPECT_EQ(reg->id, 7u);
   EXPECT_EQ(reg->groups.size(), 1u);
 
-  // The daemon dies with a store in flight: it fails at once, not at its deadline.
+  // The connection is lost with a store in flight that the daemon, whose
+  // process is alive (it holds its byte of the fence), is not copying: it
+  // fails at once, not at its deadline.
   auto in_flight = client->Store(7, DummyChunks(1));
   ASSERT_TRUE(first->Receive());
   first.reset();

@@ -1,9 +1,13 @@
 // The fake ROUTER and its canned replies.
 #include "fake_router.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+
+#include "kvstash/copy_fence_bytes.h"
 
 namespace kvstash::testing {
 
@@ -63,19 +67,20 @@ void FakeRouter::Send(const std::string& peer, const std::vector<proto::Bytes>& 
   }
 }
 
-bool FakeRouter::AnswerHello(const std::array<uint8_t, 16>& boot_id, uint32_t max_chunks) {
+bool FakeRouter::AnswerHello(const std::array<uint8_t, 16>& boot_id, uint32_t max_chunks,
+                             uint32_t pid) {
   auto hello = Receive();
   if (!hello || hello->type() != wire::Body::HelloRequest) return false;
-  Reply(*hello, HelloReply(hello->request_id(), boot_id, proto::kProtocolVersion, max_chunks));
+  Reply(*hello, HelloReply(hello->request_id(), boot_id, proto::kProtocolVersion, max_chunks, pid));
   return true;
 }
 
 proto::Bytes HelloReply(uint64_t request_id, const std::array<uint8_t, 16>& boot_id,
-                        uint32_t protocol_version, uint32_t max_chunks) {
+                        uint32_t protocol_version, uint32_t max_chunks, uint32_t pid) {
   flatbuffers::FlatBufferBuilder fbb;
   const std::vector<uint8_t> boot(boot_id.begin(), boot_id.end());
   auto body = wire::CreateHelloReplyDirect(fbb, protocol_version, "fake-0.0", &boot, 256,
-                                           max_chunks, 64 << 20, "host");
+                                           max_chunks, 64 << 20, "host", 0, pid);
   return proto::Finish(fbb, request_id, wire::Body::HelloReply, body.Union());
 }
 
@@ -121,6 +126,42 @@ proto::Bytes PingReply(uint64_t request_id, uint64_t uptime_ms) {
 size_t ChunkCount(const Received& store) {
   const auto* request = store.envelope().body_as_StoreRequest();
   return request && request->chunks() ? request->chunks()->size() : 0;
+}
+
+std::string FenceName(const Received& register_kv) {
+  const auto* request = register_kv.envelope().body_as_RegisterKVRequest();
+  return request && request->fence() ? request->fence()->str() : std::string();
+}
+
+namespace {
+
+bool LockByte(int fd, int command, short type, off_t byte) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = byte;
+  lock.l_len = 1;
+  return fcntl(fd, command, &lock) == 0;
+}
+
+}  // namespace
+
+std::optional<DaemonFenceHold> DaemonFenceHold::Open(const std::string& name) {
+  const int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  if (!LockByte(fd, F_SETLK, F_RDLCK, fence::kDaemonByte)) {
+    close(fd);
+    return std::nullopt;
+  }
+  return DaemonFenceHold(fd);
+}
+
+DaemonFenceHold::~DaemonFenceHold() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool DaemonFenceHold::Hold(uint64_t request_id) {
+  return LockByte(fd_, F_OFD_SETLK, F_RDLCK, fence::RequestByte(request_id));
 }
 
 }  // namespace kvstash::testing

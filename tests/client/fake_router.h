@@ -41,8 +41,9 @@ class FakeRouter {
   std::optional<Received> ReceiveAny(std::chrono::milliseconds timeout = std::chrono::seconds(5));
   void Reply(const Received& to, const proto::Bytes& bytes) { Send(to.peer, {bytes}); }
   void Send(const std::string& peer, const std::vector<proto::Bytes>& frames);
-  // Receives a Hello and answers it.
-  bool AnswerHello(const std::array<uint8_t, 16>& boot_id, uint32_t max_chunks = 1024);
+  // Receives a Hello and answers it; `pid`: the daemon process it names.
+  bool AnswerHello(const std::array<uint8_t, 16>& boot_id, uint32_t max_chunks = 1024,
+                   uint32_t pid = 0);
 
  private:
   std::string endpoint_;
@@ -52,9 +53,10 @@ class FakeRouter {
 
 // ---- canned replies ----
 
+// pid: the daemon process it names (0: none, as an older kvstashd).
 proto::Bytes HelloReply(uint64_t request_id, const std::array<uint8_t, 16>& boot_id,
                         uint32_t protocol_version = proto::kProtocolVersion,
-                        uint32_t max_chunks = 1024);
+                        uint32_t max_chunks = 1024, uint32_t pid = 0);
 // fenced: the daemon holds the registration's copy fence, as kvstashd does
 // on ipc (this one never copies, so it never holds a request's byte).
 proto::Bytes RegisterKVReply(uint64_t request_id, uint64_t registration_id, bool fenced = true);
@@ -65,5 +67,28 @@ proto::Bytes PingReply(uint64_t request_id, uint64_t uptime_ms);
 
 // A StoreRequest's chunk count.
 size_t ChunkCount(const Received& store);
+
+// The copy fence a RegisterKVRequest names ("" when none).
+std::string FenceName(const Received& register_kv);
+
+// An engine's copy fence held as kvstashd holds it (docs/protocol.md "The
+// copy fence"), by the calling process: kvstashd's byte under a classic
+// lock, which names this process to the client, and request bytes under
+// read locks, as a lane that copies them. Closing it, or any other
+// descriptor of the fence in this process, drops kvstashd's byte. Owned by
+// one thread.
+class DaemonFenceHold {
+ public:
+  // Opens the fence while its name exists (before the RegisterKV reply).
+  static std::optional<DaemonFenceHold> Open(const std::string& name);
+  DaemonFenceHold(DaemonFenceHold&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  DaemonFenceHold& operator=(DaemonFenceHold&&) = delete;
+  ~DaemonFenceHold();
+  bool Hold(uint64_t request_id);
+
+ private:
+  explicit DaemonFenceHold(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 }  // namespace kvstash::testing

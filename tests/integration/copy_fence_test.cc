@@ -182,6 +182,9 @@ TEST_F(CopyFence, AFrozenDaemonsRequestsAreReportedOnlyOnceItCanWriteNoMore) {
 
 TEST_F(CopyFence, AKilledDaemonsRequestsAreReportedAtOnce) {
   StartPump();
+  // Its locks go while its process closes its files; a failure is reported
+  // only once the process is gone (copies it queued on a GPU run until then).
+  pump_->CheckFailures([this] { return daemon_->exited(); });
   const auto killed = Clock::now();
   pump_->StopSending();
   daemon_->Signal(SIGKILL);
@@ -191,9 +194,11 @@ TEST_F(CopyFence, AKilledDaemonsRequestsAreReportedAtOnce) {
   EXPECT_EQ(WrittenAfterReport(), 0u);
   EXPECT_GT(counts.failed + counts.failed_chunks, 0u)
       << "the kill cut nothing off: the test proved nothing";
+  EXPECT_EQ(counts.failed_too_early, 0u)
+      << "requests were reported failed before kvstashd's process was gone";
   EXPECT_LT(counts.last_report - killed, std::chrono::seconds(2));
-  std::printf("SIGKILL: every block reusable %.1f ms after the signal\n",
-              Ms(counts.last_report - killed));
+  std::printf("SIGKILL: %llu requests failed; every block reusable %.1f ms after the signal\n",
+              (unsigned long long)counts.failed, Ms(counts.last_report - killed));
 }
 
 TEST_F(CopyFence, RequestsPastTheirDeadlineWriteNothingAfterTheirReport) {

@@ -117,6 +117,12 @@ int DaemonProcess::Wait() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
+bool DaemonProcess::exited() const {
+  if (pid_ <= 0) return true;
+  siginfo_t info{};
+  return waitid(P_PID, id_t(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0;
+}
+
 bool DaemonProcess::running() const {
   if (pid_ <= 0) return false;
   return waitpid(pid_, nullptr, WNOHANG) == 0;

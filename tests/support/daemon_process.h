@@ -48,6 +48,9 @@ class DaemonProcess {
   // Stop or Wait) and waits until it answers a ping.
   Status Restart();
   bool running() const;
+  // Whether its process has exited (every thread), without reaping it:
+  // thread-safe while nobody waits for it.
+  bool exited() const;
 
  private:
   DaemonProcess() = default;

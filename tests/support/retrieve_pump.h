@@ -50,6 +50,12 @@ class RetrievePump {
     StopSending();
     if (thread_.joinable()) thread_.join();
   }
+  // From now on, a request failed (not replied to) while allowed() is false
+  // is counted in failed_too_early.
+  void CheckFailures(std::function<bool()> allowed) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    failure_allowed_ = std::move(allowed);
+  }
   // Waits until `n` retrieves were answered with every chunk retrieved.
   bool WaitForRetrieved(uint64_t n, std::chrono::seconds limit) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -72,9 +78,10 @@ class RetrievePump {
 
   struct Counts {
     uint64_t in_flight = 0;
-    uint64_t retrieved = 0;      // replies with every chunk retrieved
-    uint64_t failed_chunks = 0;  // replies with a chunk not retrieved
-    uint64_t failed = 0;         // requests failed without a reply
+    uint64_t retrieved = 0;         // replies with every chunk retrieved
+    uint64_t failed_chunks = 0;     // replies with a chunk not retrieved
+    uint64_t failed = 0;            // requests failed without a reply
+    uint64_t failed_too_early = 0;  // of these, reported while CheckFailures said no
     Clock::time_point last_report;
     // Requests failed TimedOut: how long after they were sent, the longest.
     uint64_t timed_out = 0;
@@ -87,8 +94,8 @@ class RetrievePump {
 
  private:
   Counts counts_locked() const {
-    return Counts{in_flight_,   retrieved_, failed_chunks_,    failed_,
-                  last_report_, timed_out_, longest_timed_out_};
+    return Counts{in_flight_,        retrieved_,   failed_chunks_, failed_,
+                  failed_too_early_, last_report_, timed_out_,     longest_timed_out_};
   }
   void Run() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -111,6 +118,10 @@ class RetrievePump {
   }
   void Report(uint32_t r, Clock::time_point sent,
               const Result<std::vector<ChunkOutcome>>& outcome) {
+    if (!outcome.ok()) {
+      std::lock_guard<std::mutex> guard(mutex_);
+      failed_too_early_ += failure_allowed_ && !failure_allowed_();
+    }
     reuse_(r);  // the blocks are the engine's from now on
     std::lock_guard<std::mutex> guard(mutex_);
     busy_[r] = false;
@@ -142,6 +153,8 @@ class RetrievePump {
   uint64_t retrieved_ = 0;
   uint64_t failed_chunks_ = 0;
   uint64_t failed_ = 0;
+  uint64_t failed_too_early_ = 0;
+  std::function<bool()> failure_allowed_;
   Clock::time_point last_report_;
   uint64_t timed_out_ = 0;
   Clock::duration longest_timed_out_{0};

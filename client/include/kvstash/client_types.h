@@ -29,6 +29,8 @@ struct ServerInfo {
   // kvstashd drops the registrations of a connection silent this long; the
   // client pings on its own well within it. 0: never.
   uint32_t peer_timeout_ms = 0;
+  // kvstashd's process id in its own pid namespace (0: an older kvstashd).
+  uint32_t pid = 0;
   // Daemon restarts this client has seen (boot id changes since Connect).
   // After each one the client registered every live registration again by
   // itself: registration ids stay valid; chunks stored before are gone.
