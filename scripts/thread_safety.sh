@@ -2,8 +2,8 @@
 # scripts/thread_safety.sh: builds the server and client libraries (no tests,
 # no CUDA, no executables: cheap enough for CI) with clang 14 and
 # -Wthread-safety -Werror=thread-safety, which checks every
-# KVSTASH_GUARDED_BY / KVSTASH_REQUIRES annotation (vocab's
-# kvstash/thread_annotations.h). Exits non-zero on a violation.
+# KVSTASH_GUARDED_BY / KVSTASH_REQUIRES annotation (runtime's
+# kvstash/runtime/thread_annotations.h). Exits non-zero on a violation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${KVSTASH_TSA_BUILD_DIR:-build-thread-safety}

@@ -6,7 +6,7 @@ in microseconds) and the share of the whole call each takes.
 
     python3 bench/probes/trace_stages.py <prefix> [--json]
 
-Stages, in order (kvstash/stage_trace.h): the caller's call, client_submit
+Stages, in order (kvstash/runtime/stage_trace.h): the caller's call, client_submit
 (queued for the I/O thread), client_sent (handed to ZeroMQ), daemon_received,
 daemon_handled (answered inline or copy queued), lane_pickup, copy_done,
 reply_pushed (on the reply queue), reply_sent, client_received, client_done

@@ -1,7 +1,7 @@
 // kvstash_tier_bench: each tier against its raw limit, in the same run, on
 // the same disk and the same Redis (targets: L2 0.9 of raw, L3 0.8, an
 // index of 64 GiB rebuilt in 5 s). The L2 and L3
-// measurements are kvstash::tier_bench_core's (client/src/bench/
+// measurements are kvstash::tier_bench_core's (kvstash/bench/
 // tier_limits.h), which `kvstash bench tiers` runs too; this one adds
 //   Index rebuild: DiskTier::Open over --index-chunks chunk files (sparse
 //       payloads of --index-chunk-mb: the rebuild reads headers only), warm
@@ -30,9 +30,9 @@
 #include <utility>
 #include <vector>
 
+#include "kvstash/bench/tier_limits.h"
 #include "kvstash/tiers/disk_tier.h"
 #include "kvstash/tiers/redis_tier.h"
-#include "tier_limits.h"
 
 namespace kvstash::tiers {
 namespace {

@@ -2,7 +2,7 @@
 // exception crosses it; every failure becomes a kvstash_status and
 // per-thread text. Asynchronous calls live in c_api_async.cc.
 #include "kvstash/kvstash.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 #include <algorithm>
 #include <chrono>

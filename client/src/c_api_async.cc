@@ -21,8 +21,8 @@
 
 #include "c_api_internal.h"
 #include "c_api_versioned.h"
-#include "kvstash/adaptive_spin.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/adaptive_spin.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 struct kvstash_call {
   std::shared_ptr<kvstash::capi::CompletionQueue> queue;

@@ -13,7 +13,7 @@
 
 #include "kvstash/client.h"
 #include "kvstash/kvstash.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 namespace kvstash::capi {
 

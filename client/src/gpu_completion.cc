@@ -1,7 +1,7 @@
 // Completion boards in the engine: the shared memory, the slot allocator and
 // the words' CPU and stream access.
 #include "kvstash/gpu_completion.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 #include <string>
 

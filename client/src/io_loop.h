@@ -36,10 +36,10 @@
 #include <zmq.hpp>
 
 #include "encode.h"
-#include "kvstash/adaptive_spin.h"
 #include "kvstash/client.h"
-#include "kvstash/stage_trace.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/adaptive_spin.h"
+#include "kvstash/runtime/stage_trace.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "pending_requests.h"
 #include "registrations.h"
 #include "shm_channel_client.h"

@@ -14,8 +14,8 @@
 
 #include "copy_fence.h"
 #include "kvstash/client_types.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "kvstash/status.h"
-#include "kvstash/thread_annotations.h"
 
 namespace kvstash::client {
 

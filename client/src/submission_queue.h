@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "request.h"
 
 namespace kvstash::client {

@@ -17,10 +17,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "completion_board.h"
 #include "kvstash/kernels/chunk_copy.h"
 #include "kvstash/status.h"
 #include "l1_pool.h"
+#include "mapped_board.h"
 #include "peer.h"
 
 namespace kvstash::server {
@@ -89,7 +89,7 @@ struct CopyDeadlines {
 // after Copy returns when the copy failed or missed chunks. So a slot is
 // always released, with the right status, by the time the reply is sent.
 struct CopySignal {
-  std::shared_ptr<CompletionBoard> board;
+  std::shared_ptr<MappedBoard> board;
   uint32_t sequence = 0;
   // Retrieve: one slot per layer range; ranges[k][g] is the (first, count)
   // slice of group g's layers in range k. Empty: one range of every layer.

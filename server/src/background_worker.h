@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 namespace kvstash::server {
 

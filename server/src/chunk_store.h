@@ -43,8 +43,8 @@
 
 #include "chunk_key_hash.h"
 #include "kvstash/keys.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "kvstash/status.h"
-#include "kvstash/thread_annotations.h"
 #include "l1_pool.h"
 #include "stats.h"
 

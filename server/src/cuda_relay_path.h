@@ -22,8 +22,8 @@
 #include "cuda_copy_plan.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "kvstash/status.h"
-#include "kvstash/thread_annotations.h"
 #include "registration_cache.h"
 
 namespace kvstash::server {

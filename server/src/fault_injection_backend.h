@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backend.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 namespace kvstash::server {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "daemon_logger.h"
-#include "kvstash/stage_trace.h"
+#include "kvstash/runtime/stage_trace.h"
 
 namespace kvstash::server {
 
@@ -91,8 +91,8 @@ Result<std::string> FrontendChannels::Attach(const Peer& peer,
     return Status(charged.status().code(),
                   charged.status().message() + "; this client uses the socket");
   }
-  Result<std::unique_ptr<ShmChannel>> opened =
-      ShmChannel::Open(peer, name, request.request_ring_bytes(), request.reply_ring_bytes());
+  Result<std::unique_ptr<MappedChannel>> opened =
+      MappedChannel::Open(peer, name, request.request_ring_bytes(), request.reply_ring_bytes());
   if (!opened.ok()) return opened.status();
   const pid_t pid = (*opened)->pid();
   Logger()->debug("shared-memory channel {} attached for client pid {}", name, pid);
@@ -265,10 +265,10 @@ void FrontendChannels::Route(const PeerId& peer, const proto::Bytes& bytes) {
     if (found != channels_.end()) {
       std::string why;
       switch (found->second.channel->PushReply(bytes.data(), bytes.size(), &why)) {
-        case ShmChannel::Sent::kRing: return;
-        case ShmChannel::Sent::kRingDoorbell: send_(peer, proto::Bytes()); return;
-        case ShmChannel::Sent::kNotSent: break;
-        case ShmChannel::Sent::kCorrupt: Detach(peer, why, true); break;
+        case MappedChannel::Sent::kRing: return;
+        case MappedChannel::Sent::kRingDoorbell: send_(peer, proto::Bytes()); return;
+        case MappedChannel::Sent::kNotSent: break;
+        case MappedChannel::Sent::kCorrupt: Detach(peer, why, true); break;
       }
     }
   }

@@ -25,10 +25,10 @@
 #include "doorbell.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/proto/codec.h"
+#include "mapped_channel.h"
 #include "peer.h"
 #include "peer_budget.h"
 #include "service.h"
-#include "shm_channel.h"
 
 namespace kvstash::server {
 
@@ -82,7 +82,7 @@ class FrontendChannels {
 
  private:
   struct AttachedChannel {
-    std::unique_ptr<ShmChannel> channel;
+    std::unique_ptr<MappedChannel> channel;
     PeerBudget::Hold charge;  // its mapping and bytes, on its peer's budget
     bool awake = false;       // listed in awake_channels_
     Clock::time_point last_used;

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "backend.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "thread_pool.h"
 
 namespace kvstash::server {

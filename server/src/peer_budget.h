@@ -23,8 +23,8 @@
 #include <string>
 
 #include "kvstash/config/server_config.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "kvstash/status.h"
-#include "kvstash/thread_annotations.h"
 #include "peer.h"
 
 namespace kvstash::server {

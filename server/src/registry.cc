@@ -129,7 +129,7 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
                                                      layout->chunk_bytes()));
   if (request.board) {
     const int device = registration->device;
-    Result<std::shared_ptr<CompletionBoard>> board = CompletionBoard::Open(
+    Result<std::shared_ptr<MappedBoard>> board = MappedBoard::Open(
         request.board->shm_name, request.board->size_bytes, request.allocations[0].opener,
         [this, device](uint8_t* base, uint64_t bytes) {
           return backend_.MapBoard(device, base, bytes);

@@ -21,11 +21,11 @@
 
 #include "backend.h"
 #include "chunk_store.h"
-#include "completion_board.h"
 #include "copy_fence.h"
 #include "kvstash/chunk_layout.h"
 #include "kvstash/keys.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
+#include "mapped_board.h"
 #include "peer_budget.h"
 #include "stats.h"
 
@@ -65,8 +65,8 @@ class Registration {
   ChunkKey namespace_id{};
   int device = 0;
   std::vector<std::shared_ptr<MappedAllocation>> allocations;
-  std::vector<GroupAddresses> groups;      // per layout group, for the copy engine
-  std::shared_ptr<CompletionBoard> board;  // null: no GPU-side completion
+  std::vector<GroupAddresses> groups;  // per layout group, for the copy engine
+  std::shared_ptr<MappedBoard> board;  // null: no GPU-side completion
   // Null: no fence (none named, or it could not be opened: fence_refused
   // says why); its requests are then cut off by their deadlines alone.
   std::shared_ptr<CopyFence> fence;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kvstash/proto/codec.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 namespace kvstash::server {
 

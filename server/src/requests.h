@@ -13,8 +13,8 @@
 
 #include "chunk_store.h"
 #include "kvstash/config/server_config.h"
-#include "kvstash/stage_trace.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/stage_trace.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "peer.h"
 #include "reply_queue.h"
 #include "stats.h"

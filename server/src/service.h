@@ -26,7 +26,7 @@
 #include "introspection.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/proto/codec.h"
-#include "kvstash/stage_trace.h"
+#include "kvstash/runtime/stage_trace.h"
 #include "l1_pool.h"
 #include "leases.h"
 #include "peer.h"

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvstash/latency_histogram.h"
+#include "kvstash/runtime/latency_histogram.h"
 
 namespace kvstash::server {
 

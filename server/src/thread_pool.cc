@@ -1,6 +1,6 @@
 // A small fork-join pool for the host backend's copies.
 #include "thread_pool.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 #include <atomic>
 #include <memory>

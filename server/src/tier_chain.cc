@@ -1,7 +1,7 @@
 // L2 and L3 under the chunk store: write-behind, the lookup continuation,
 // lease pins and promotion (see tier_chain.h).
 #include "tier_chain.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 
 #include <nlohmann/json.hpp>
 

@@ -27,7 +27,7 @@
 
 #include "chunk_store.h"
 #include "kvstash/config/server_config.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "kvstash/tiers/disk_tier.h"
 #include "kvstash/tiers/redis_tier.h"
 #include "stats.h"

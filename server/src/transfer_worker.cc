@@ -1,6 +1,6 @@
 // Lanes, batching and completion.
 #include "transfer_worker.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "link_loads.h"
 
 #include <sched.h>

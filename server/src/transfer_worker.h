@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "backend.h"
-#include "kvstash/stage_trace.h"
-#include "kvstash/thread_annotations.h"
+#include "kvstash/runtime/stage_trace.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "registry.h"
 
 namespace kvstash::server {

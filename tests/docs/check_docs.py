@@ -27,9 +27,11 @@ FOREIGN_FLAGS = {
 }
 DOCS = ["README.md", "docs/*.md"]
 # Files other than docs where a KVSTASH_* variable may be defined: the
-# container's scripts, the build, the CLI and libkvstash, the tests' helpers.
+# container's scripts, the build, the CLI, the benchmarks' machinery and
+# libkvstash, the tests' helpers.
 OWNERS = ["docker/*", "scripts/*", "CMakeLists.txt", "*/CMakeLists.txt", "client/src/**/*",
-          "vocab/**/*", "server/src/*", "tests/**/*.sh", "tests/**/*.py", "packaging/**/*", "python/**/*.py"]
+          "cli/src/**/*", "bench/src/**/*", "bench/include/**/*", "vocab/**/*", "runtime/**/*",
+          "server/src/*", "tests/**/*.sh", "tests/**/*.py", "packaging/**/*", "python/**/*.py"]
 
 
 def run_help(binary, *args):

@@ -25,7 +25,6 @@
 #include <numeric>
 #include <string>
 
-#include "completion_board.h"
 #include "cuda_copy_lane.h"
 #include "cuda_relay_path.h"
 #include "gpu.h"
@@ -34,6 +33,7 @@
 #include "kvstash/cuda/peers.h"
 #include "layouts.h"
 #include "link_loads.h"
+#include "mapped_board.h"
 #include "multipath_split.h"
 
 namespace kvstash::server {
@@ -360,8 +360,8 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
         return Status::DeviceError("cannot map the board");
       return BoardMapping{static_cast<uint8_t*>(mapped), [base] { cudaHostUnregister(base); }};
     };
-    auto board = CompletionBoard::Open(board_name_, kLayers * kBoardSlotBytes,
-                                       PeerCredentials{::getuid(), ::getgid(), ::getpid()}, map);
+    auto board = MappedBoard::Open(board_name_, kLayers * kBoardSlotBytes,
+                                   PeerCredentials{::getuid(), ::getgid(), ::getpid()}, map);
     ASSERT_TRUE(board.ok()) << board.status().ToString();
     board_ = *board;
   }
@@ -511,7 +511,7 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
   std::unique_ptr<CudaCopyLane> lane_;
   std::atomic<int> relay_calls_{0};
   std::string board_name_;
-  std::shared_ptr<CompletionBoard> board_;
+  std::shared_ptr<MappedBoard> board_;
 };
 
 TEST_P(CudaMultipathTest, EveryByteMatchesTheCpuTwin) { RetrieveAndCheck(); }

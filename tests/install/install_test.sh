@@ -35,10 +35,12 @@ ls "$libdir"/libkvstash.so* >/dev/null || { echo "missing libkvstash.so"; exit 1
   { echo "missing pkg-config files"; exit 1; }
 [ -f "$libdir/cmake/kvstash/kvstashConfig.cmake" ] || { echo "missing kvstashConfig.cmake"; exit 1; }
 
-# Exactly the public headers: client/include and vocab/include (and the
-# headers the build generates for vocab), nothing from src/.
+# Exactly the public headers: client/include, vocab/include and
+# runtime/include (and the headers the build generates for vocab), nothing
+# from src/.
 expected=$({ (cd "$source_dir/client/include" && find kvstash -name '*.h');
               (cd "$source_dir/vocab/include" && find kvstash -name '*.h');
+              (cd "$source_dir/runtime/include" && find kvstash -name '*.h');
               (cd "$build/vocab/include" && find kvstash -name '*.h'); } | sort -u)
 installed=$(cd "$prefix/include" && find . -type f | sed 's|^\./||' | sort)
 if [ "$expected" != "$installed" ]; then
@@ -47,7 +49,7 @@ if [ "$expected" != "$installed" ]; then
   exit 1
 fi
 # And none of them reaches for what an engine does not have.
-if grep -lE '#include [<"](zmq|flatbuffers|cuda|spdlog|CLI|nlohmann)' "$prefix"/include/kvstash/*.h; then
+if grep -rlE '#include [<"](zmq|flatbuffers|cuda|spdlog|CLI|nlohmann)' "$prefix"/include/kvstash; then
   echo "an installed header includes a dependency of kvstash's own"
   exit 1
 fi

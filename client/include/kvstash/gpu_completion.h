@@ -29,8 +29,8 @@
 
 #include "kvstash/client_types.h"
 #include "kvstash/host_memory.h"
+#include "kvstash/runtime/thread_annotations.h"
 #include "kvstash/status.h"
-#include "kvstash/thread_annotations.h"
 
 namespace kvstash {
 
