@@ -21,6 +21,7 @@ FOREIGN_FLAGS = {
     "--target", "--label-regex", "--runtime", "--isolation", "--volume", "--user",
     "--cflags", "--libs", "--now",
     "--kv-transfer-config", "--block-size", "--no-async-scheduling",  # vllm serve
+    "--compilation-config",  # vllm serve
     "--port", "--bind", "--protected-mode", "--maxmemory", "--maxmemory-policy", "--save",
     "--appendonly", "--proto-max-bulk-len",  # redis-server
     "--check",  # scripts/format.sh
