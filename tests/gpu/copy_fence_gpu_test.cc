@@ -197,14 +197,18 @@ TEST_P(CopyFenceGpu, AKilledDaemonsRequestsAreReportedAtOnce) {
   daemon_->Wait();
   EXPECT_EQ(WrittenAfterReport(), 0u)
       << "kvstashd's GPU copies wrote blocks the engine had been told it could reuse";
-  EXPECT_EQ(counts.failed_too_early, 0u)
-      << "requests were reported failed before kvstashd's process was gone";
   // Far below the 30 s deadline: the report waits for the process, not for it.
   EXPECT_LT(counts.last_report - killed, std::chrono::seconds(10));
+  // A request no lane was copying (its byte free while kvstashd's own byte
+  // was still held) is reported at once: nothing of it can land. Only those
+  // a lane held wait for the process to be gone, and a GPU context's
+  // teardown takes a few hundred ms.
   std::printf(
-      "%s SIGKILL: %llu requests failed; every block reusable %.2f ms after the signal (the "
-      "process's exit included)\n",
-      GetParam().c_str(), (unsigned long long)counts.failed, Ms(counts.last_report - killed));
+      "%s SIGKILL: %llu requests failed (%llu of them, which no copy held, before the process "
+      "was gone); every block reusable %.2f ms after the signal (the process's exit "
+      "included)\n",
+      GetParam().c_str(), (unsigned long long)counts.failed,
+      (unsigned long long)counts.failed_too_early, Ms(counts.last_report - killed));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CopyFenceGpu, ::testing::Values("dma", "direct"));

@@ -140,14 +140,16 @@ TEST_P(CudaDaemonTest, HostSharedMemoryIsRefused) {
 TEST_P(CudaDaemonTest, DescribeShowsTheModeAndTheGpuMemoryHeld) {
   const nlohmann::json backend = Backend();
   EXPECT_EQ(backend["transfer_mode"], GetParam());
-  // dma: the staging ring (--staging-mb 32); direct: no staging at all. Both:
-  // the plan arenas of the lanes that copied so far.
+  // dma: a staging ring on every GPU kvstashd serves (--staging-mb 32);
+  // direct: no staging at all. Both: the plan arenas of the lanes that
+  // copied so far.
   uint64_t staging = 0, plans = 0;
   for (const auto& device : backend["devices"]) {
     staging += device["staging_bytes"].get<uint64_t>();
     plans += device["plan_bytes"].get<uint64_t>();
   }
-  EXPECT_EQ(staging, GetParam() == "dma" ? 32ull << 20 : 0ull);
+  const uint64_t gpus = backend["devices"].size();
+  EXPECT_EQ(staging, GetParam() == "dma" ? gpus * (32ull << 20) : 0ull);
   EXPECT_EQ(backend["gpu_memory_bytes"].get<uint64_t>(), staging + plans);
   std::printf("%s: %s\n", GetParam().c_str(), backend.dump().c_str());
 }
