@@ -33,7 +33,7 @@ import kvstash
 from .layout import GroupLayout
 from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
 from .settings import Settings
-from .stats import Recorder
+from .stats import Recorder, timed_hook
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class SchedulerSide:
         # boundary of every group for its block ids to start there too.
         self._block_sizes = {g.group_id: g.block_size for g in groups}
         self._deltas = all(self._chunk_tokens % bs == 0 for bs in self._block_sizes.values())
-        self.stats = Recorder("scheduler_step_ms")
+        self.recorder = Recorder("scheduler_step_ms")
         self._requests: Dict[str, Any] = {}
         self._hits: Dict[str, _Hit] = {}
         self._lookup_keys: Dict[str, List[List[bytes]]] = {}  # per request, per registration
@@ -127,14 +127,8 @@ class SchedulerSide:
                                                          after=keys[-1] if keys else None))
         return keys
 
+    @timed_hook
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[int, bool]:
-        began = time.perf_counter_ns()
-        try:
-            return self._matched(request, num_computed_tokens)
-        finally:
-            self.stats.add_hook_time(began)
-
-    def _matched(self, request: Any, num_computed_tokens: int) -> Tuple[int, bool]:
         previous = self._hits.pop(request.request_id, None)
         if previous is not None:
             self._release(previous.lease_ids)
@@ -148,12 +142,12 @@ class SchedulerSide:
         last = min(loadable, first + self._max_keys)
         hit_chunks = last - first
         lease_ids: List[int] = []
-        self.stats.step_has_work = True
+        self.recorder.step_has_work = True
         began = time.perf_counter_ns()
         try:
             for index, reg in enumerate(self._regs):
                 keys = self._keys(request, index, last)[first:last]
-                self.stats.count("lookups")
+                self.recorder.count("lookups")
                 result = reg.lookup(keys, lease_ms=self._settings.lease_ms)
                 lease_ids.append(result.lease_id)
                 hit_chunks = min(hit_chunks, result.hit_chunks)
@@ -162,11 +156,11 @@ class SchedulerSide:
         except kvstash.Error as error:
             # kvstash down or slow: serve the request without it, never stall vLLM.
             logger.warning("kvstash lookup for request %s failed: %s", request.request_id, error)
-            self.stats.count("lookup_failures")
+            self.recorder.count("lookup_failures")
             self._release(tuple(lease_ids))
             return 0, False
         finally:
-            self.stats.observe("lookup_ms", (time.perf_counter_ns() - began) / 1e6)
+            self.recorder.observe("lookup_ms", (time.perf_counter_ns() - began) / 1e6)
         hit_end = (first + hit_chunks) * c
         if hit_end <= num_computed_tokens:
             self._release(tuple(lease_ids))
@@ -174,14 +168,8 @@ class SchedulerSide:
         self._hits[request.request_id] = _Hit(num_computed_tokens, hit_end, tuple(lease_ids))
         return hit_end - num_computed_tokens, self._settings.async_loads
 
+    @timed_hook
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
-        began = time.perf_counter_ns()
-        try:
-            self._after_alloc(request, blocks, num_external_tokens)
-        finally:
-            self.stats.add_hook_time(began)
-
-    def _after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         # Scheduled (or waiting for its load): no more lookups for it.
         self._lookup_keys.pop(request.request_id, None)
         hit = self._hits.pop(request.request_id, None)
@@ -192,9 +180,9 @@ class SchedulerSide:
             return
         end = min(hit.hit_end, hit.num_local + num_external_tokens)
         c = self._chunk_tokens
-        self.stats.count("hit_requests")
-        self.stats.count("hit_tokens", end - hit.num_local)
-        self.stats.count("hit_chunks", (end // c - hit.num_local // c) * len(self._regs))
+        self.recorder.count("hit_requests")
+        self.recorder.count("hit_tokens", end - hit.num_local)
+        self.recorder.count("hit_chunks", (end // c - hit.num_local // c) * len(self._regs))
         self._loads[request.request_id] = LoadSpec(
             req_id=request.request_id,
             token_ids=list(request.prompt_token_ids[: hit.hit_end]),
@@ -254,14 +242,8 @@ class SchedulerSide:
         c = self._chunk_tokens
         return ids[begin * c // bs:full * c // bs]
 
+    @timed_hook
     def build_connector_meta(self, scheduler_output: Any) -> KvstashConnectorMetadata:
-        began = time.perf_counter_ns()
-        try:
-            return self._build_meta(scheduler_output)
-        finally:
-            self.stats.add_hook_time(began)
-
-    def _build_meta(self, scheduler_output: Any) -> KvstashConnectorMetadata:
         meta = KvstashConnectorMetadata()
         meta.loads = list(self._loads.values())
         self._loads.clear()
@@ -297,19 +279,13 @@ class SchedulerSide:
             self._chain_chunks[req_id] = full
             self._store_issued.add(req_id)
         if meta.loads or meta.stores:
-            self.stats.step_has_work = True
+            self.recorder.step_has_work = True
         return meta
 
     # ---- the end of a request ----
 
+    @timed_hook
     def request_finished(self, request: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        began = time.perf_counter_ns()
-        try:
-            return self._finished(request)
-        finally:
-            self.stats.add_hook_time(began)
-
-    def _finished(self, request: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
         req_id = request.request_id
         hit = self._hits.pop(req_id, None)
         if hit is not None:
@@ -337,18 +313,17 @@ class SchedulerSide:
             return True, None
         return False, None
 
+    @timed_hook
     def update_connector_output(self, connector_output: Any) -> None:
-        began = time.perf_counter_ns()
         for req_id in connector_output.finished_sending or ():
             self._sending.discard(req_id)
         for req_id in connector_output.finished_recving or ():
             self._receiving.discard(req_id)
-        self.stats.add_hook_time(began)
 
     def get_kv_connector_stats(self) -> Any:
         """This step's figures and the interval's (vLLM calls it once per
         step, after update_connector_output), or None."""
-        return self.stats.take()
+        return self.recorder.take()
 
     def has_pending_push_work(self) -> bool:
         # Keeps the engine stepping until held blocks are freed.

@@ -10,9 +10,10 @@ ints and lists of floats.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, TypeVar
 
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
@@ -151,3 +152,21 @@ class Recorder:
         self._step_ns = 0
         self.step_has_work = False
         return self.interval.take()
+
+
+_Hook = TypeVar("_Hook", bound=Callable[..., Any])
+
+
+def timed_hook(method: _Hook) -> _Hook:
+    """Counts the time spent in a connector hook toward its side's time per
+    step (the object's `recorder`, a Recorder)."""
+
+    @functools.wraps(method)
+    def hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter_ns()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.recorder.add_hook_time(began)
+
+    return hook  # type: ignore[return-value]

@@ -53,7 +53,7 @@ import kvstash
 from .layout import GroupLayout, GroupTensors, group_tensors, kernel_block_table
 from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
 from .settings import Settings
-from .stats import KvstashConnectorStats, Recorder
+from .stats import KvstashConnectorStats, Recorder, timed_hook
 
 logger = logging.getLogger(__name__)
 
@@ -372,28 +372,21 @@ class WorkerSide:
             out.update(ids[t // bs] for t in range(begin - begin % bs, end, bs) if t // bs < len(ids))
         return out
 
+    @timed_hook
     def begin_step(self) -> None:
         """vLLM bound a new step's metadata (before its forward pass)."""
-        began = time.perf_counter_ns()
         # A step's loads are resolved by its end (get_block_ids_with_load_errors).
         self._resolve_loads()
         self._step = _Step()
-        self.recorder.add_hook_time(began)
 
+    @timed_hook
     def start_load_kv(self, meta: KvstashConnectorMetadata) -> None:
         """Issues this step's loads; never waits (but see wait_for_layer_load)."""
         if not self._registered and meta.loads:
             raise RuntimeError("KvstashConnector: start_load_kv before register_kv_caches")
         if not meta.loads:
             return
-        began = time.perf_counter_ns()
         self.recorder.step_has_work = True
-        try:
-            self._start_loads(meta)
-        finally:
-            self.recorder.add_hook_time(began)
-
-    def _start_loads(self, meta: KvstashConnectorMetadata) -> None:
         step = self._step
         step.resolved = False
         c = self._chunk_tokens
@@ -496,6 +489,7 @@ class WorkerSide:
         elif not _cpu_wait(load.request, k, self._cpu_deadline()):
             load.failed = True
 
+    @timed_hook
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Orders `layer_name`'s attention after its layer range of every
         load of this step (on the stream; CPU tensors: a CPU wait)."""
@@ -505,14 +499,12 @@ class WorkerSide:
         where = self._layer.get(layer_name)
         if where is None:
             return  # not a layer kvstash holds (e.g. a KV-sharing layer)
-        began = time.perf_counter_ns()
         index, k = where
         registered = self._registered[index]
         stream = self._stream(registered)
         for load in loads:
             if load.registration == index:
                 self._wait_range(load, registered, k, stream)
-        self.recorder.add_hook_time(began)
 
     def _resolve_loads(self) -> None:
         """Collects this step's outcomes (the CPU reply; the forward pass is
@@ -608,19 +600,19 @@ class WorkerSide:
             self._load_errors |= pending.errors
             self._recv_unreported.add(req_id)
 
+    @timed_hook
     def take_load_errors(self) -> Set[int]:
-        began = time.perf_counter_ns()
         self._resolve_loads()
         self._poll_async_loads()
         errors, self._load_errors = self._load_errors, set()
         # Their failed blocks are out: the loads may be reported finished.
         self._recv_ready |= self._recv_unreported
         self._recv_unreported = set()
-        self.recorder.add_hook_time(began)
         return errors
 
     # ---- stores ----
 
+    @timed_hook
     def save_kv_layer(self, layer_name: str, meta: KvstashConnectorMetadata) -> None:
         """Once every layer of a registration has been written this step, its
         stores are gated on the stream right there (not after the rest of the
@@ -634,18 +626,16 @@ class WorkerSide:
         step = self._step
         if index in step.stored_regs:
             return
-        began = time.perf_counter_ns()
         saved = step.saved_layers.setdefault(index, set())
         saved.add(layer_name)
         registered = self._registered[index]
         if len(saved) == len(registered.tensors.tensors):
             step.stored_regs.add(index)
             self._submit_stores(meta, [index], load_reqs=False)
-        self.recorder.add_hook_time(began)
 
+    @timed_hook
     def submit_stores(self, meta: KvstashConnectorMetadata) -> None:
         """wait_for_save: every store of the step not submitted yet."""
-        began = time.perf_counter_ns()
         step = self._step
         if meta.stores:
             self.recorder.step_has_work = True
@@ -657,7 +647,6 @@ class WorkerSide:
             self._resolve_loads()
             self._submit_stores(meta, range(len(self._registered)), load_reqs=True)
         step.stored_regs.update(range(len(self._registered)))
-        self.recorder.add_hook_time(began)
 
     def _submit_stores(self, meta: KvstashConnectorMetadata, registrations: Any,
                        load_reqs: bool) -> None:
@@ -793,12 +782,12 @@ class WorkerSide:
             if outcome.result == kvstash.ChunkResult.STORED:
                 self._count("store_bytes", store.chunk_bytes * outcome.num_tokens // c)
 
+    @timed_hook
     def handle_preemptions(self, meta: KvstashConnectorMetadata) -> None:
         """A preempted request's blocks may be rewritten in this very step:
         the stream (CPU tensors: the CPU) waits until its stores read them."""
         if not meta.preempted_req_ids:
             return
-        began = time.perf_counter_ns()
         for req_id in meta.preempted_req_ids:
             # The scheduler sends its next StoreSpec from token 0.
             self._chains.pop(req_id, None)
@@ -812,8 +801,8 @@ class WorkerSide:
                 else:
                     _cpu_wait(store.request, 1, self._cpu_deadline())
             self._reap(req_id, wait=False)
-        self.recorder.add_hook_time(began)
 
+    @timed_hook
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         """(finished_sending, finished_recving): requests whose blocks vLLM
         may free now (finished, every store of theirs past its reuse slot),
@@ -821,7 +810,6 @@ class WorkerSide:
         already handed out by get_block_ids_with_load_errors). vLLM frees a
         finished request's blocks on either report, so one in both is
         reported once, as received, when its loads and its stores are done."""
-        began = time.perf_counter_ns()
         if self._stores or self._async_loads or self._finishing:
             self.recorder.step_has_work = True
         for req_id in finished_req_ids:
@@ -841,7 +829,6 @@ class WorkerSide:
         sending = {r for r in stored if r not in loading}
         received = {r for r in self._recv_ready if r not in self._finishing}
         self._recv_ready -= received
-        self.recorder.add_hook_time(began)
         return (sending or None), (received or None)
 
     def transfer_results(self, finished_req_ids: Set[str]) -> Tuple[Set[str], Set[str], Set[str]]:
