@@ -3,6 +3,7 @@ prefix cache, vLLM's native CPU offloading and kvstash, one engine kind per
 run (each owns the GPU while it runs).
 
     python bench/vllm_ttft.py --engine plain|native|kvstash|kvstash-layerwise|kvstash-multipath
+                                       |kvstash-multipath-layerwise
         [--name NAME] [--kvstashd-gpus 0,1] [--lengths ...]
     python bench/vllm_ttft.py --table OUT_DIR     # the runs side by side
 
@@ -15,7 +16,8 @@ Every figure is one request alone, one output token, the median of
   prefix cache was emptied, so the KV comes back from the offload tier.
 kvstash-multipath is kvstash with `kvstashd --multipath on` serving the GPUs
 of --kvstashd-gpus (physical ids; the engine runs on the first), so a load
-also comes through the other GPUs' PCIe links and NVLink.
+also comes through the other GPUs' PCIe links and NVLink;
+kvstash-multipath-layerwise loads that way in the step, layer by layer.
 It also measures the raw pinned host-to-device copy rate of this GPU, in the
 same process, and prints each hit's load time against it. The loaded case
 sends --loaded-prompts prompts at --rate per second, each sharing its prefix
@@ -283,7 +285,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", required=True,
                         choices=["plain", "native", "kvstash", "kvstash-layerwise",
-                                 "kvstash-multipath"])
+                                 "kvstash-multipath", "kvstash-multipath-layerwise"])
     parser.add_argument("--name", help="the run's name in --out (default: the engine)")
     parser.add_argument("--kvstashd-gpus",
                         help="CUDA_VISIBLE_DEVICES of kvstashd (default: the engine's)")
@@ -312,7 +314,7 @@ def main() -> int:
         kvstash_engine = args.engine.startswith("kvstash")
         if kvstash_engine:
             extra = args.kvstashd_args.split()
-            if args.engine == "kvstash-multipath":
+            if args.engine.startswith("kvstash-multipath"):
                 extra += ["--multipath", "on"]
             daemon = engine.Kvstashd(out, name=f"kvstashd-{name}", l1_gb=60, extra=extra,
                                      gpus=args.kvstashd_gpus)
@@ -320,7 +322,7 @@ def main() -> int:
         llm = engine.make_llm(
             model, kvstash_socket=daemon.socket if daemon else None,
             # kvstash: loads between steps (the default), or in the step, layer-wise.
-            async_loads=args.engine != "kvstash-layerwise",
+            async_loads=not args.engine.endswith("layerwise"),
             native_offload_gb=64 if args.engine == "native" else 0,
             max_model_len=max(lengths) + 64)
         result["engine_start_s"] = time.perf_counter() - start
