@@ -81,10 +81,9 @@ Status CudaCopyLane::StoreThroughStagingMultipath(
         carried[p] += piece.bytes;
         if (p > 0) {
           HeldRelay& h = held_[p - 1];
-          const Status through =
-              StoreOnRelay(h, piece, RelayCopies(piece, request.chunk_bytes, in_hops,
-                                                 relays_.hop_bytes),
-                           request, reg, first + k);
+          const Status through = StoreOnRelay(
+              h, piece, RelayCopies(piece, request.chunk_bytes, in_hops, relays_.hop_bytes),
+              request, reg, first + k);
           if (through.ok()) continue;
           // Abandon waits for whatever it enqueued; this link copies the
           // piece (the same bytes again, where some landed) and the rest.
@@ -98,8 +97,8 @@ Status CudaCopyLane::StoreThroughStagingMultipath(
           KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, region_ready_[reg].get(), 0));
           copies_waited = true;
         }
-        KVSTASH_RETURN_IF_ERROR(CopySlots(request.chunks, request.slabs, request.flats,
-                                          piece.begin, piece.end, request.chunk_bytes, first + k,
+        KVSTASH_RETURN_IF_ERROR(CopySlots(request.chunks, request.slabs, request.flats, piece.begin,
+                                          piece.end, request.chunk_bytes, first + k,
                                           piece.windows));
       }
       // This link's copies out of the region are done after this (the
@@ -134,14 +133,13 @@ Status CudaCopyLane::StoreOnRelay(HeldRelay& h, const CopyPiece& piece,
     const uint8_t* const source = request.flats[piece.begin];
     for (const RelayCopy& c : copies) {
       if (rows == 1) {
-        KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(staged + c.packed, path.device(),
-                                                         source + c.lo, options_.device, c.width,
-                                                         link));
+        KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(
+            staged + c.packed, path.device(), source + c.lo, options_.device, c.width, link));
       } else {
         // Rows a chunk apart in this GPU's staging, `width` apart there.
         cudaMemcpy3DPeerParms copy{};
-        copy.srcPtr = cudaPitchedPtr{const_cast<uint8_t*>(source) + c.lo, request.chunk_bytes,
-                                     c.width, rows};
+        copy.srcPtr =
+            cudaPitchedPtr{const_cast<uint8_t*>(source) + c.lo, request.chunk_bytes, c.width, rows};
         copy.srcDevice = options_.device;
         copy.dstPtr = cudaPitchedPtr{staged + c.packed, c.width, c.width, rows};
         copy.dstDevice = path.device();

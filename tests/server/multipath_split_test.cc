@@ -1,4 +1,4 @@
-// How a multi-path retrieve is cut into pieces: large chunks by layers, small
+// How a multi-path copy is cut into pieces: large chunks by layers, small
 // ones whole, every path the same bytes of each batch, every byte of every
 // chunk in exactly one piece (layer-wise steps, hybrid groups, odd sizes),
 // and the least loaded usable path for each piece.
@@ -194,6 +194,33 @@ TEST(MultipathSplit, AOneChunkRetrieveTakesEveryPath) {
     EXPECT_EQ(pieces[i].slices[0], (std::pair<uint32_t, uint32_t>(8 * i, 8)));
     EXPECT_EQ(pieces[i].windows.size(), 1u) << "one contiguous window: one copy";
   }
+}
+
+TEST(MultipathSplit, AStoreWithADoneSlotIsCutAsARetrieveOfTheSameChunks) {
+  // A store's signal releases one done slot and names no layer ranges: one
+  // step of every layer, no slot of its own, the same pieces as a retrieve.
+  const Groups g = Llama8b();
+  CopySignal store;
+  store.gate_slot = 0;
+  store.done_slot = 1;
+  const std::vector<CopyStep> steps = CopySteps(g.groups, &store);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(steps[0].slots.empty());
+  EXPECT_TRUE(steps[0].windows.empty());
+  EXPECT_EQ(steps[0].slices, CopySteps(g.groups, nullptr)[0].slices);
+  const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, 32 * kMiB, 3, 1, 2, 8 * kMiB);
+  ExpectExactCover(g, steps, pieces, 3, 1, "store");
+  EXPECT_EQ(BytesPerPath(pieces, 2), std::vector<uint64_t>(2, 48 * kMiB));
+  // The first batch's relay piece goes in hops that tile it once.
+  const std::vector<RelayCopy> hops = RelayCopies(pieces[1], 32 * kMiB, true, 2 * kMiB);
+  ASSERT_EQ(hops.size(), 4u);
+  uint64_t packed = 0;
+  for (const RelayCopy& c : hops) {
+    EXPECT_EQ(c.packed, packed);
+    EXPECT_EQ(c.lo, pieces[1].windows[0].first + packed);
+    packed += c.width;
+  }
+  EXPECT_EQ(packed, pieces[1].bytes);
 }
 
 TEST(MultipathSplit, SmallChunksGoWholeSeveralToAPiece) {
