@@ -30,6 +30,8 @@ Status CudaCopyLane::StoreThroughStagingMultipath(
     const std::vector<CopyPiece>& pieces, size_t per_batch, size_t regions,
     const StagedCopy& request, const CopySignal* signal,
     const std::function<bool(size_t, size_t)>& expired, size_t* stopped_at) {
+  // A relay keeps a `freed` event for each region of this GPU's staging.
+  static_assert(CudaRelayPath::kMaxRegions >= kMaxRegions);
   const size_t chunks = request.chunks.size();
   const size_t paths = 1 + held_.size();
   const size_t batches = (chunks + per_batch - 1) / per_batch;
