@@ -59,23 +59,28 @@ Result<json> DescribeWhenReady(Client& client) {
   }
 }
 
-// Bytes the daemon's NVLink peers have carried for retrieves so far.
-uint64_t RelayBytes(Client& client) {
+// Bytes the daemon's NVLink peers have carried so far for copies of
+// `direction` ("store", "retrieve").
+uint64_t RelayBytes(Client& client, const std::string& direction) {
   auto described = client.Describe().get();
   if (!described.ok()) return 0;
   const json doc = json::parse(*described, nullptr, false);
   if (doc.is_discarded()) return 0;
   const json multipath = doc.value("backend", json::object()).value("multipath", json::object());
   uint64_t bytes = 0;
-  for (const json& h : multipath.value("relays", json::array()))
-    bytes += h.value("bytes_carried", uint64_t{0});
+  for (const json& h : multipath.value("relays", json::array())) {
+    if (h.value("direction", "") == direction) bytes += h.value("bytes_carried", uint64_t{0});
+  }
   return bytes;
 }
 
-// The targets of multi-path retrieves: against one link, from 4 chunks of
-// 32 MiB (Llama-3-8B's), by the GPUs that can carry a retrieve.
-double MultipathTarget(uint64_t chunk_bytes, uint32_t n, uint32_t paths) {
+// The targets of multi-path copies: against one link, from 4 chunks of
+// 32 MiB (Llama-3-8B's), by the GPUs that can carry a copy. Stores aim
+// lower: plain D2H through peers (bench/probes' kvstash_d2h_paths_probe)
+// reached 1.97x one link with one peer and 2.53x with three on H100s.
+double MultipathTarget(uint64_t chunk_bytes, uint32_t n, uint32_t paths, bool store) {
   if (n < 4 || chunk_bytes < (24u << 20)) return 0;
+  if (store) return paths >= 4 ? 2.2 : paths == 2 ? 1.7 : 0;
   return paths >= 4 ? 2.8 : paths == 2 ? 1.8 : 0;
 }
 
@@ -393,23 +398,29 @@ Status MeasureRegistered(Client& client, const CudaBenchLayout& layout,
       out.throughput.push_back(row);
       return Status::Ok();
     };
+    // With multi-path copies on, each store and retrieve row is also set
+    // against one link: MeasurePairs timed the raw copy of the same bytes
+    // (D2H, H2D) beside each request (one untimed pair first).
+    const auto against_one_link = [&](const std::string& op, uint64_t relayed_before) {
+      if (out.multipath_paths <= 1) return;
+      const ThroughputRow& r = out.throughput.back();
+      MultipathRow m{layout.name, op, reg.chunk_bytes, n, r.gbps(), r.raw_gbps(), r.ratio()};
+      m.relay_share = double(RelayBytes(client, op) - relayed_before) / double((reps + 1) * bytes);
+      m.target = MultipathTarget(reg.chunk_bytes, n, out.multipath_paths, op == "store");
+      out.multipath.push_back(m);
+    };
+    const bool multipath = out.multipath_paths > 1;
+    const uint64_t stored_before = multipath ? RelayBytes(client, "store") : 0;
     KVSTASH_RETURN_IF_ERROR(measure("store", bytes, one_way_target, RawCopy::Way::kDeviceToHost,
                                     [&] { return run.Store(run.Fresh(n)); }));
+    against_one_link("store", stored_before);
     readable = run.Fresh(n);
     KVSTASH_RETURN_IF_ERROR(run.Store(readable));
     const std::vector<ChunkBlocks> targets = run.Into(readable);
-    const uint64_t relayed_before = out.multipath_paths > 1 ? RelayBytes(client) : 0;
+    const uint64_t retrieved_before = multipath ? RelayBytes(client, "retrieve") : 0;
     KVSTASH_RETURN_IF_ERROR(measure("retrieve", bytes, one_way_target, RawCopy::Way::kHostToDevice,
                                     [&] { return run.Retrieve(targets); }));
-    if (out.multipath_paths > 1) {
-      // The same requests against one link: MeasurePairs timed the raw H2D
-      // copy of the same bytes beside each (one untimed pair first).
-      const ThroughputRow& r = out.throughput.back();
-      MultipathRow m{layout.name, reg.chunk_bytes, n, r.gbps(), r.raw_gbps(), r.ratio()};
-      m.relay_share = double(RelayBytes(client) - relayed_before) / double((reps + 1) * bytes);
-      m.target = MultipathTarget(reg.chunk_bytes, n, out.multipath_paths);
-      out.multipath.push_back(m);
-    }
+    against_one_link("retrieve", retrieved_before);
     KVSTASH_RETURN_IF_ERROR(measure("concurrent", 2 * bytes, 0.9, RawCopy::Way::kBoth,
                                     [&] { return run.Both(run.Fresh(n), targets); }));
     if (config.engine_visible) {
@@ -572,14 +583,14 @@ Status MeasureInStep(Client& client, const CudaBenchConfig& config, CudaBenchRes
     Result<RawCopy> raw = RawCopy::Create(std::min<uint64_t>(n, 16) * reg->chunk_bytes);
     if (!raw.ok()) return raw.status();
     KVSTASH_RETURN_IF_ERROR(raw->Seconds(RawCopy::Way::kHostToDevice, bytes).status());
-    const uint64_t relayed_before = RelayBytes(client);
+    const uint64_t relayed_before = RelayBytes(client, "retrieve");
     const auto at = std::chrono::system_clock::time_point(
         std::chrono::milliseconds(config.start_retrieves_at_unix_ms));
     Result<InStepPhase> retrieve =
         RunPhase(at, config.retrieve_seconds, bytes, [&] { return run.Retrieve(targets); });
     if (!retrieve.ok()) return retrieve.status();
     retrieve->op = "retrieve";
-    retrieve->relay_bytes = RelayBytes(client) - relayed_before;
+    retrieve->relay_bytes = RelayBytes(client, "retrieve") - relayed_before;
     // Every process computes the same instant for the raw phase.
     const auto raw_at = at +
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -619,7 +630,9 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
   if (backend.contains("multipath")) {
     const json& multipath = backend["multipath"];
     out.multipath_state = multipath.value("state", "");
-    const size_t relays = multipath.value("relays", json::array()).size();
+    size_t relays = 0;  // GPUs that carry their peers' copies (one entry per direction)
+    for (const json& h : multipath.value("relays", json::array()))
+      relays += h.value("direction", "") == "retrieve" ? 1 : 0;
     if (out.multipath_state.rfind("on", 0) == 0 && relays >= 2) {
       out.multipath_paths = uint32_t(relays);  // every GPU of an NVLink node helps the others
     }
@@ -701,7 +714,7 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
   }
   for (const MultipathRow& m : out.multipath) {
     if (m.target > 0 && m.ratio < m.target) {
-      out.short_of_targets.push_back(m.layout + " multi-path retrieve x" +
+      out.short_of_targets.push_back(m.layout + " multi-path " + m.op + " x" +
                                      std::to_string(m.chunks) + ": " + std::to_string(m.ratio) +
                                      " of one link < " + std::to_string(m.target));
     }

@@ -56,14 +56,15 @@ std::string CudaBenchText(const CudaBenchResults& r) {
                   t.gbps(), t.raw_gbps(), t.ratio(), t.ratio_p10, t.ratio_p90, t.target,
                   Mark(t.ratio() >= t.target));
   }
-  if (!r.multipath_state.empty()) out += "\nmulti-path retrieves: " + r.multipath_state + "\n";
+  if (!r.multipath_state.empty())
+    out += "\nmulti-path retrieves and stores: " + r.multipath_state + "\n";
   if (!r.multipath.empty()) {
-    out += Printf("%-14s %9s %6s %9s %13s %12s %13s %7s\n", "layout", "chunk", "chunks", "GB/s",
-                  "one link GB/s", "x one link", "peers' share", "target");
+    out += Printf("%-14s %9s %-8s %6s %9s %13s %12s %13s %7s\n", "layout", "chunk", "op", "chunks",
+                  "GB/s", "one link GB/s", "x one link", "peers' share", "target");
     for (const MultipathRow& m : r.multipath) {
-      out += Printf("%-14s %6.2f MiB %6u %9.2f %13.2f %12.3f %13.2f ", m.layout.c_str(),
-                    double(m.chunk_bytes) / (1 << 20), m.chunks, m.gbps, m.one_link_gbps, m.ratio,
-                    m.relay_share);
+      out += Printf("%-14s %6.2f MiB %-8s %6u %9.2f %13.2f %12.3f %13.2f ", m.layout.c_str(),
+                    double(m.chunk_bytes) / (1 << 20), m.op.c_str(), m.chunks, m.gbps,
+                    m.one_link_gbps, m.ratio, m.relay_share);
       out += m.target > 0 ? Printf("%5.2f %s\n", m.target, Mark(m.ratio >= m.target)) : "    -\n";
     }
   }
@@ -122,6 +123,7 @@ nlohmann::ordered_json CudaBenchJson(const CudaBenchResults& r) {
   nlohmann::ordered_json multipath = nlohmann::ordered_json::array();
   for (const MultipathRow& m : r.multipath) {
     multipath.push_back({{"layout", m.layout},
+                         {"op", m.op},
                          {"chunk_bytes", m.chunk_bytes},
                          {"chunks", m.chunks},
                          {"gbps", m.gbps},

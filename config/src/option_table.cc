@@ -171,26 +171,27 @@ std::vector<OptionSpec> BuildTable() {
                  "blocking-sync event until the driver wakes the thread) or poll (sleep through "
                  "the shortest possible copy time, then check every few microseconds)"),
       EnumOption("multipath", "KVSTASH_MULTIPATH", &C::multipath, {"off", "on"},
-                 "CUDA backend: on = a retrieve into one GPU may also be carried by other GPUs "
-                 "that reach it over NVLink with peer access, each over its own PCIe link, "
-                 "while their own retrieve queues are idle; off = every retrieve over its "
-                 "GPU's own link"),
+                 "CUDA backend: on = a retrieve into one GPU, and a store out of it, may also "
+                 "be carried by other GPUs that reach it over NVLink with peer access, each over "
+                 "its own PCIe link, while their own queues of that direction are idle; off = "
+                 "every copy over its GPU's own link"),
       UintOption("multipath-staging-mb", "KVSTASH_MULTIPATH_STAGING_MB", &C::multipath_staging_mb,
-                 1, 65536,
-                 "GPU staging in MiB that each GPU keeps for the retrieves it carries for an "
-                 "NVLink peer (dma mode, --multipath on): two pieces at least, so that one goes "
-                 "over NVLink while the next lands"),
+                 2, 65536,
+                 "GPU staging in MiB that each GPU keeps for the copies it carries for its "
+                 "NVLink peers (dma mode, --multipath on), half for retrieves and half for "
+                 "stores, so that the two directions never share a region: two pieces at least "
+                 "per half, so that one goes over NVLink while the next lands"),
       UintOption("multipath-min-path-kib", "KVSTASH_MULTIPATH_MIN_PATH_KIB",
                  &C::multipath_min_path_kib, 0, 1 << 20,
-                 "Fewest KiB a path carries in a multi-path retrieve: a smaller retrieve "
+                 "Fewest KiB a path carries in a multi-path retrieve or store: a smaller one "
                  "takes fewer paths (below twice this, one), whose fixed costs it would not "
                  "repay"),
       UintOption("multipath-piece-kib", "KVSTASH_MULTIPATH_PIECE_KIB", &C::multipath_piece_kib, 64,
                  1 << 20,
-                 "KiB of the pieces a multi-path retrieve is cut into in dma mode (layer ranges "
-                 "of large chunks, runs of whole small ones), every path taking the same share "
-                 "of each: smaller pieces hide more of the NVLink hop and the scatter, larger "
-                 "ones pay fewer copies' fixed costs; at most half of --multipath-staging-mb"),
+                 "KiB of the pieces a multi-path retrieve or store is cut into in dma mode (layer "
+                 "ranges of large chunks, runs of whole small ones), every path taking the same "
+                 "share of each: smaller pieces hide more of the NVLink hop and the kernel, larger "
+                 "ones pay fewer copies' fixed costs; at most a quarter of --multipath-staging-mb"),
       UintOption("busy-poll-us", "KVSTASH_BUSY_POLL_US", &C::busy_poll_us, 0, 1000000,
                  "The spin window: microseconds the frontend and copy lanes keep polling on "
                  "a core after their last work (the frontend up to 20 windows while copies "

@@ -165,7 +165,7 @@ class Backend {
   virtual void Describe(nlohmann::json& /*out*/) const {}
   // The per-link queues the transfer workers keep up to date (bytes of the
   // jobs each device's lanes hold), where the backend decides anything from
-  // them (multi-path retrieves); null otherwise.
+  // them (multi-path retrieves and stores); null otherwise.
   virtual LinkLoads* link_loads() { return nullptr; }
 };
 

@@ -69,16 +69,21 @@ Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
   const int count = num_devices();
   const auto say = [this](std::string state) {
     multipath_state_ = std::move(state);
-    Logger()->info("multi-path retrieves: {}", multipath_state_);
+    Logger()->info("multi-path retrieves and stores: {}", multipath_state_);
     return Status::Ok();
   };
   if (count < 2) return say("one path: one GPU visible");
   // Whatever fails here leaves fewer paths (down to one), never a daemon
-  // that does not start: each retrieve still has its own GPU's link.
+  // that does not start: each copy still has its own GPU's link.
   Result<cuda::PeerTopology> topology = cuda::PeerTopology::Detect(count);
   if (!topology.ok()) return say("one path: peer links unknown: " + topology.status().message());
   topology_ = std::move(*topology);
-  relays_.resize(size_t(count));
+  // Each direction gets half of a relay's staging (as of --staging-mb): a
+  // store and a retrieve through one GPU never share a region.
+  const uint64_t staging_per_direction =
+      mode_ == TransferMode::kDma ? (uint64_t(config.multipath_staging_mb) << 20) / 2 : 0;
+  store_relays_.resize(size_t(count));
+  retrieve_relays_.resize(size_t(count));
   carries_for_.assign(size_t(count) * size_t(count), false);
   for (int relay = 0; relay < count; ++relay) {
     for (int target = 0; target < count; ++target) {
@@ -86,19 +91,23 @@ Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
       Status enabled = cuda::EnablePeerAccess(relay, target);
       if (enabled.ok()) enabled = cuda::EnablePeerAccess(target, relay);
       if (!enabled.ok()) {
-        Logger()->warn("GPU {} will not carry retrieves for GPU {}: {}", relay, target,
+        Logger()->warn("GPU {} will not carry copies for GPU {}: {}", relay, target,
                        enabled.message());
         continue;
       }
-      if (relays_[size_t(relay)] == nullptr) {
-        Result<std::unique_ptr<CudaRelayPath>> path = CudaRelayPath::Create(
-            relay, mode_ == TransferMode::kDma ? uint64_t(config.multipath_staging_mb) << 20 : 0);
-        if (!path.ok()) {
-          Logger()->warn("GPU {} will not carry retrieves for its peers: {}", relay,
-                         path.status().message());
+      if (retrieve_relays_[size_t(relay)] == nullptr) {
+        Result<std::unique_ptr<CudaRelayPath>> retrieves =
+            CudaRelayPath::Create(relay, Direction::kRetrieve, staging_per_direction);
+        Result<std::unique_ptr<CudaRelayPath>> stores =
+            retrieves.ok() ? CudaRelayPath::Create(relay, Direction::kStore, staging_per_direction)
+                           : retrieves.status();
+        if (!stores.ok()) {
+          Logger()->warn("GPU {} will not carry copies for its peers: {}", relay,
+                         stores.status().message());
           break;
         }
-        relays_[size_t(relay)] = std::move(*path);
+        retrieve_relays_[size_t(relay)] = std::move(*retrieves);
+        store_relays_[size_t(relay)] = std::move(*stores);
       }
       carries_for_[size_t(relay) * size_t(count) + size_t(target)] = true;
     }
@@ -106,20 +115,24 @@ Status CudaBackend::SetUpMultipath(const config::ServerConfig& config) {
   loads_ = std::make_unique<LinkLoads>(count);
   int linked_targets = 0;
   for (int target = 0; target < count; ++target) {
-    CudaCopyLane::Relays relays;
-    relays.loads = loads_.get();
-    relays.policy.min_path_bytes = uint64_t(config.multipath_min_path_kib) << 10;
-    relays.piece_bytes = uint64_t(config.multipath_piece_kib) << 10;
-    for (int relay = 0; relay < count; ++relay) {
-      if (CarriesFor(relay, target)) relays.paths.push_back(relays_[size_t(relay)].get());
+    for (Direction direction : {Direction::kStore, Direction::kRetrieve}) {
+      CudaCopyLane::Relays relays;
+      relays.loads = loads_.get();
+      relays.policy.min_path_bytes = uint64_t(config.multipath_min_path_kib) << 10;
+      relays.piece_bytes = uint64_t(config.multipath_piece_kib) << 10;
+      const auto& paths = direction == Direction::kStore ? store_relays_ : retrieve_relays_;
+      for (int relay = 0; relay < count; ++relay) {
+        if (CarriesFor(relay, target)) relays.paths.push_back(paths[size_t(relay)].get());
+      }
+      if (direction == Direction::kRetrieve) linked_targets += relays.paths.empty() ? 0 : 1;
+      Device& d = devices_[size_t(target)];
+      (direction == Direction::kStore ? d.store : d.retrieve)->SetRelays(std::move(relays));
     }
-    linked_targets += relays.paths.empty() ? 0 : 1;
-    devices_[size_t(target)].retrieve->SetRelays(std::move(relays));
   }
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   return say(linked_targets > 0
                  ? "on: " + std::to_string(linked_targets) + " of " + std::to_string(count) +
-                       " GPUs have NVLink peers to carry their retrieves"
+                       " GPUs have NVLink peers to carry their retrieves and stores"
                  : "one path: no two GPUs have NVLink and peer access");
 }
 
@@ -133,11 +146,11 @@ Result<std::shared_ptr<MappedAllocation>> CudaBackend::Open(const AllocationSpec
   }
   Result<int> device = cuda::DeviceWithUuid(spec.gpu_uuid, "kvstashd");
   if (!device.ok()) return device.status();
-  // Direct-mode multi-path: the relays' kernels write this memory, so it
-  // is opened on each of them too.
+  // Direct-mode multi-path: the relays' kernels write (retrieves) and read
+  // (stores) this memory, so it is opened on each of them too.
   std::vector<int> peers;
   if (mode_ == TransferMode::kDirect && topology_) {
-    for (size_t h = 0; h < relays_.size(); ++h) {
+    for (size_t h = 0; h < retrieve_relays_.size(); ++h) {
       if (CarriesFor(int(h), *device)) peers.push_back(int(h));
     }
   }
@@ -238,23 +251,32 @@ void CudaBackend::Describe(nlohmann::json& out) const {
     }
     multipath["nvlink_from"] = topology_->source();
     multipath["links"] = links;
+    // One entry per GPU and direction it carries for its peers.
     nlohmann::json relays = nlohmann::json::array();
-    for (size_t d = 0; d < relays_.size(); ++d) {
-      const CudaRelayPath* h = relays_[d].get();
-      if (h == nullptr) continue;
-      nlohmann::json one = {{"device", h->device()},
-                            {"staging_bytes", h->staging_bytes()},
-                            {"retrieves_relayed", h->retrieves_relayed()},
-                            {"bytes_carried", h->bytes_carried()},
-                            {"failed", h->failed()}};
-      if (h->failed()) one["failure"] = h->failure();
-      relays.push_back(one);
-      gpu_bytes += h->staging_bytes();
+    for (const auto* paths : {&retrieve_relays_, &store_relays_}) {
+      for (const std::unique_ptr<CudaRelayPath>& h : *paths) {
+        if (h == nullptr) continue;
+        nlohmann::json one = {
+            {"device", h->device()},
+            {"direction", h->direction() == Direction::kStore ? "store" : "retrieve"},
+            {"staging_bytes", h->staging_bytes()},
+            {"copies_relayed", h->copies_relayed()},
+            {"bytes_carried", h->bytes_carried()},
+            {"failed", h->failed()}};
+        if (h->failed()) one["failure"] = h->failure();
+        relays.push_back(one);
+        gpu_bytes += h->staging_bytes();
+      }
     }
     multipath["relays"] = relays;
     nlohmann::json retrieves = nlohmann::json::array();
-    for (const Device& d : devices_) retrieves.push_back(d.retrieve->multipath_retrieves());
+    nlohmann::json stores = nlohmann::json::array();
+    for (const Device& d : devices_) {
+      retrieves.push_back(d.retrieve->multipath_copies());
+      stores.push_back(d.store->multipath_copies());
+    }
     multipath["multipath_retrieves"] = retrieves;  // per target GPU
+    multipath["multipath_stores"] = stores;        // per target GPU
     out["gpu_memory_bytes"] = gpu_bytes;
   }
   out["multipath"] = multipath;

@@ -51,21 +51,23 @@ class CudaBackend : public Backend {
     std::unique_ptr<CudaCopyLane> retrieve;
   };
   CudaBackend(TransferMode mode, CompletionWait wait) : mode_(mode), wait_(wait) {}
-  // Multi-path retrieves: the topology, peer access, each GPU's relay and
-  // each retrieve lane's relays; otherwise why there is one path.
+  // Multi-path copies: the topology, peer access, each GPU's relays (one
+  // per direction) and each lane's relays; otherwise why there is one path.
   Status SetUpMultipath(const config::ServerConfig& config);
-  // Whether `relay` carries retrieves for `target`.
+  // Whether `relay` carries retrieves and stores for `target`.
   bool CarriesFor(int relay, int target) const {
     return !carries_for_.empty() && carries_for_[size_t(relay) * devices_.size() + size_t(target)];
   }
 
   const TransferMode mode_;
   const CompletionWait wait_;
-  // Multi-path retrieves; all fixed after Create. Null / empty: one path,
-  // for the reason in multipath_state_.
+  // Multi-path copies; all fixed after Create. Null / empty: one path, for
+  // the reason in multipath_state_.
   std::unique_ptr<LinkLoads> loads_;
   std::optional<cuda::PeerTopology> topology_;
-  std::vector<std::unique_ptr<CudaRelayPath>> relays_;  // index = CUDA ordinal; may be null
+  // index = CUDA ordinal; may be null; a GPU has both or neither.
+  std::vector<std::unique_ptr<CudaRelayPath>> retrieve_relays_;
+  std::vector<std::unique_ptr<CudaRelayPath>> store_relays_;
   std::vector<bool> carries_for_;  // [relay * devices + target]: NVLink, peer access on, a relay
   std::string multipath_state_ = "off (--multipath off)";
   std::vector<Device> devices_;  // index = CUDA ordinal; fixed after Create

@@ -122,8 +122,7 @@ Status CudaCopyLane::Copy(const CopyLayout& layout,
   // worker checks it from the CPU): no stream here waits on an engine.
   if (options_.mode == TransferMode::kDirect) {
     copied = CopyDirect(layout, **addresses, CopySteps(layout.groups, signal), chunks, signal);
-  } else if (options_.direction == Direction::kRetrieve &&
-             AcquireRelays(layout, chunks.size()) > 0) {
+  } else if (AcquireRelays(layout, chunks.size()) > 0) {
     copied = CopyThroughStagingMultipath(layout, **addresses, chunks, slabs, signal, expired,
                                          &stopped_at);
   } else {
@@ -213,7 +212,7 @@ Status CudaCopyLane::CopyDirect(const CopyLayout& layout, const LayerAddresses& 
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&mapped, chunks[i].flat, 0));
     flats[i] = static_cast<uint8_t*>(mapped);
   }
-  if (options_.direction == Direction::kRetrieve && AcquireRelays(layout, chunks.size()) > 0) {
+  if (AcquireRelays(layout, chunks.size()) > 0) {
     // Relays on which the engine's memory is not open stay out.
     for (size_t h = 0; h < held_.size();) {
       Result<const LayerAddresses*> there = RelayAddressesOf(*held_[h].path, layout);
@@ -270,11 +269,7 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
   const bool reuse = batches > regions;
   cudaStream_t kernels = kernel_stream_.get();
   cudaStream_t copies = copy_stream_.get();
-  std::vector<uint8_t*> flats(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const size_t region = (i / per_region) % regions;
-    flats[i] = staging_.data() + (region * per_region + i % per_region) * chunk_bytes;
-  }
+  const std::vector<uint8_t*> flats = StagingSlots(chunks.size(), per_region, regions, chunk_bytes);
   KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
   KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernels));
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -317,6 +312,16 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
     for (uint32_t slot : step.slots) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, slot));
   }
   return Status::Ok();
+}
+
+std::vector<uint8_t*> CudaCopyLane::StagingSlots(size_t chunks, size_t per_region, size_t regions,
+                                                 uint64_t chunk_bytes) const {
+  std::vector<uint8_t*> flats(chunks);
+  for (size_t i = 0; i < chunks; ++i) {
+    const size_t region = (i / per_region) % regions;
+    flats[i] = staging_.data() + (region * per_region + i % per_region) * chunk_bytes;
+  }
+  return flats;
 }
 
 Status CudaCopyLane::Launch(const CopyLayout& layout, const LayerAddresses& addresses,

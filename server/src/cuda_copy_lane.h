@@ -39,6 +39,21 @@
 //          is given no further piece (checked before each batch). A piece
 //          is enqueued in two parts, so that every path's first piece of a
 //          batch starts before the NVLink copies are enqueued.
+//   multi-path stores (with relays): the same relays' store halves, while
+//          their own store lanes are idle, cut and assigned as retrieves.
+//          dma: each batch is gathered once into this GPU's staging; a
+//          relay's piece then goes cudaMemcpyPeerAsync over NVLink (the
+//          relay pulls it) -> its staging (packed) -> cudaMemcpyAsync on
+//          the relay's host stream -> the L1 slots; the first batch's
+//          pieces go in hops, each sent to L1 once it crossed. This GPU's
+//          region is gathered into again only once its own copies and every
+//          relay's NVLink copies out of it are done (region_free_, freed);
+//          a relay's region once its host copy is done (landed).
+//          direct: each path's gather kernel reads its piece of the
+//          engine's blocks over NVLink and writes the mapped L1 slots.
+//          The done slot is written on this kernel stream once every
+//          path's reads of the engine's blocks are done: after the last
+//          gather here (dma), after every relay's kernels too (direct).
 //
 // Every group's layer addresses go to the GPU once per registration (cached
 // by registration id); a request uploads only its chunk entries and block
@@ -92,25 +107,28 @@ class CudaCopyLane {
   };
   static Result<std::unique_ptr<CudaCopyLane>> Create(const Options& options);
 
-  // Multi-path retrieves (dma mode): the GPUs that may carry part of this
-  // lane's retrieves, and the per-link queues that say when they are idle.
+  // Multi-path copies: the GPUs that may carry part of this lane's copies
+  // (their relay paths of this lane's direction), and the per-link queues
+  // that say when they are idle.
   struct Relays {
     std::vector<CudaRelayPath*> paths;  // reach this GPU over NVLink, peer access on
     const LinkLoads* loads = nullptr;   // required with paths
     MultipathPolicy policy;
-    // dma mode: a retrieve is cut into pieces of about this many bytes
+    // dma mode: a copy is cut into pieces of about this many bytes
     // (multipath_split.h; at most half a relay's staging).
     uint64_t piece_bytes = 8 << 20;
-    // A relay's piece at the end of a step goes over NVLink in hops of this
-    // size, each sent once it has landed: the scatter then waits for the
-    // last hop only, not for the NVLink copy of the whole piece.
+    // A retrieve relay's piece at the end of a step goes over NVLink in
+    // hops of this size, each sent once it has landed: the scatter then
+    // waits for the last hop only, not for the NVLink copy of the whole
+    // piece. A store relay's pieces of the first batch go in hops, each
+    // sent to L1 once it crossed NVLink.
     uint64_t hop_bytes = 2 << 20;
     // Tests: called once per piece a relay carries, before its first copy
-    // over NVLink (dma: its first host copy enqueued) or its scatter
-    // (direct); an error makes that relay fail as a CUDA error would.
+    // over NVLink (dma retrieve: its first host copy enqueued) or its
+    // kernel (direct); an error makes that relay fail as a CUDA error would.
     std::function<Status(int relay_device, size_t piece)> fault;
   };
-  // Set once, before the first Copy; without it a retrieve has one path.
+  // Set once, before the first Copy; without it every copy has one path.
   void SetRelays(Relays relays) { relays_ = std::move(relays); }
 
   // Chunks past their deadline are left out before anything is enqueued;
@@ -118,7 +136,8 @@ class CudaCopyLane {
   // before it is enqueued, and once one is past, it and the rest are left
   // out (deadlines.missed).
   // With a signal (may be null): a store's done slot is written after the
-  // last gather (its gate was open before the store reached the lane); a
+  // last gather of every path (its gate was open before the store reached
+  // the lane); a
   // retrieve writes each layer range's slot after that range's scatter
   // (cuStreamWriteValue32). slabs[i]: chunk i's L1 slab; adjacent slots are
   // copied as one only inside one slab (each slab is pinned on its own).
@@ -130,10 +149,8 @@ class CudaCopyLane {
   // The plan arena and the cached layer addresses on the GPU (the arena
   // takes as much pinned host memory again).
   uint64_t plan_bytes() const { return plan_bytes_.load(std::memory_order_relaxed); }
-  // Retrieves that more than one path carried.
-  uint64_t multipath_retrieves() const {
-    return multipath_retrieves_.load(std::memory_order_relaxed);
-  }
+  // Copies (of this lane's direction) that more than one path carried.
+  uint64_t multipath_copies() const { return multipath_copies_.load(std::memory_order_relaxed); }
 
  private:
   explicit CudaCopyLane(const Options& options) : options_(options) {}
@@ -167,7 +184,12 @@ class CudaCopyLane {
                    size_t begin, size_t end, uint64_t chunk_bytes, size_t trace_step,
                    const std::vector<std::pair<uint64_t, uint64_t>>& windows,
                    cudaStream_t stream = nullptr);
-  // A relay held for the current retrieve, and how it lays out pieces.
+  // Each of `chunks` chunks' slot in the staging ring, for the whole
+  // request (one plan serves every step): chunk i in region
+  // (i / per_region) % regions.
+  std::vector<uint8_t*> StagingSlots(size_t chunks, size_t per_region, size_t regions,
+                                     uint64_t chunk_bytes) const;
+  // A relay held for the current copy, and how it lays out pieces.
   struct HeldRelay {
     CudaRelayPath* path = nullptr;
     size_t regions = 0;                         // of region_bytes each in its staging
@@ -180,16 +202,17 @@ class CudaCopyLane {
   // them (the engine's allocations opened there), uploaded at first use.
   Result<const LayerAddresses*> RelayAddressesOf(CudaRelayPath& path, const CopyLayout& layout);
   // Direct mode with relays held: each step's pieces, one per path, each
-  // scattered by its path's GPU; a step's slots wait for every path.
+  // scattered (gathered) by its path's GPU; a step's slots, and a store's
+  // done slot, wait for every path.
   Status CopyDirectMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
                              const std::vector<CopyStep>& steps,
                              const std::vector<kernels::ChunkCopy>& chunks,
                              const std::vector<uint8_t*>& flats, const CopySignal* signal);
-  // The scatter of `piece` on the relay's link stream, from its own plan of
-  // every chunk; the kernel stream waits for it.
-  Status LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const RetrievePiece& piece,
+  // The scatter (store: gather) of `piece` on the relay's link stream, from
+  // its own plan of every chunk; the kernel stream waits for it.
+  Status LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const CopyPiece& piece,
                        size_t piece_index);
-  // dma mode with relays held: the retrieve cut into pieces, each through
+  // dma mode with relays held: the copy cut into pieces, each through
   // the path that has carried the fewest bytes (CopyThroughStaging's
   // arguments; that one runs it where no relay can take a piece).
   Status CopyThroughStagingMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
@@ -197,15 +220,15 @@ class CudaCopyLane {
                                      const std::vector<uint32_t>& slabs, const CopySignal* signal,
                                      const std::function<bool(size_t, size_t)>& expired,
                                      size_t* stopped_at);
-  // Takes the relays the policy picks for a retrieve of `chunks` chunks of
+  // Takes the relays the policy picks for a copy of `chunks` chunks of
   // `layout` (their queues read now) into held_; returns how many.
   size_t AcquireRelays(const CopyLayout& layout, size_t chunks);
   // Whether held relay h may take another piece: not failed, and its own
-  // retrieve queue still idle.
+  // queue of this lane's direction still idle.
   bool RelayUsable(const HeldRelay& h) const;
-  // What the pieces of one dma retrieve read and write: its chunks, their
-  // L1 slabs, their slots in this GPU's staging.
-  struct StagedRetrieve {
+  // What the pieces of one dma copy read and write: its chunks, their L1
+  // slabs, their slots in this GPU's staging.
+  struct StagedCopy {
     const std::vector<kernels::ChunkCopy>& chunks;
     const std::vector<uint32_t>& slabs;
     const std::vector<uint8_t*>& flats;
@@ -218,17 +241,34 @@ class CudaCopyLane {
   // there); Finish the rest of its host copies, every NVLink copy into
   // `flats` (after this GPU's `region` is free where wait_free), and the
   // kernel stream's wait for them. Both return on this lane's GPU.
-  Status StartOnRelay(HeldRelay& h, const RetrievePiece& piece,
-                      const std::vector<RelayCopy>& copies, const StagedRetrieve& request,
-                      size_t* relay_region);
-  Status FinishOnRelay(HeldRelay& h, const RetrievePiece& piece,
-                       const std::vector<RelayCopy>& copies, const StagedRetrieve& request,
-                       bool wait_free, size_t region, size_t relay_region, size_t piece_index);
-  // Copy `c` of `piece` from L1 into region r of relay h's staging, on its
-  // host stream (its GPU current): one per run of chunks adjacent in L1
-  // and in one slab.
-  Status CopyToRelay(HeldRelay& h, size_t r, const RetrievePiece& piece, const RelayCopy& c,
-                     const StagedRetrieve& request);
+  Status StartOnRelay(HeldRelay& h, const CopyPiece& piece, const std::vector<RelayCopy>& copies,
+                      const StagedCopy& request, size_t* relay_region);
+  Status FinishOnRelay(HeldRelay& h, const CopyPiece& piece, const std::vector<RelayCopy>& copies,
+                       const StagedCopy& request, bool wait_free, size_t region,
+                       size_t relay_region, size_t piece_index);
+  // Copy `c` of `piece` between L1 and region r of relay h's staging (a
+  // retrieve from L1, a store to it), on its host stream (its GPU
+  // current): one per run of chunks adjacent in L1 and in one slab.
+  Status CopyOnRelayLink(HeldRelay& h, size_t r, const CopyPiece& piece, const RelayCopy& c,
+                         const StagedCopy& request);
+  // dma store with relays held, its pieces cut (CopyThroughStagingMultipath
+  // cuts them, builds the plan and calls it): batch by batch, one gather
+  // into this GPU's `regions` regions of `per_batch` chunks, then each
+  // piece to L1 over its path.
+  Status StoreThroughStagingMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
+                                      const std::vector<CopyStep>& steps,
+                                      const std::vector<CopyPiece>& pieces, size_t per_batch,
+                                      size_t regions, const StagedCopy& request,
+                                      const CopySignal* signal,
+                                      const std::function<bool(size_t, size_t)>& expired,
+                                      size_t* stopped_at);
+  // A store's piece through relay h, once this GPU's `region` holds it
+  // (region_ready_): over NVLink into a region of the relay's staging
+  // (once its previous bytes went to L1), then to L1 on the relay's host
+  // stream; freed(region) marks the end of its NVLink copies. Returns on
+  // this lane's GPU.
+  Status StoreOnRelay(HeldRelay& h, const CopyPiece& piece, const std::vector<RelayCopy>& copies,
+                      const StagedCopy& request, size_t region, size_t piece_index);
   // Waits on the CPU for everything enqueued on h, then never uses it again.
   void Abandon(HeldRelay& h, const Status& why);
   // The kernel stream waits for the ends of the held relays' streams, so
@@ -263,7 +303,7 @@ class CudaCopyLane {
   uint32_t max_ctas_ = 0;        // grid cap of the kernels (direct mode); 0: none
   Relays relays_;                // set before the first Copy
   std::vector<HeldRelay> held_;  // during a retrieve only
-  std::atomic<uint64_t> multipath_retrieves_{0};
+  std::atomic<uint64_t> multipath_copies_{0};
 };
 
 }  // namespace kvstash::server

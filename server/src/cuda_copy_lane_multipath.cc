@@ -1,6 +1,7 @@
-// Multi-path retrieves of one copy lane: the relays it takes, the pieces it
-// sends through them (dma: their links, staging and an NVLink copy; direct:
-// their scatter kernels over NVLink), and giving them back.
+// Multi-path copies of one copy lane: the relays it takes, the pieces of a
+// retrieve it sends through them (dma: their links, staging and an NVLink
+// copy; direct: their scatter or gather kernels over NVLink), and giving
+// them back. A dma store's pieces: cuda_copy_lane_multipath_store.cc.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ size_t CudaCopyLane::AcquireRelays(const CopyLayout& layout, size_t chunks) {
     // dma: pieces are cut to fit its staging twice (checked once cut).
     c.available =
         !path->failed() && (options_.mode == TransferMode::kDirect || path->staging_bytes() > 0);
-    c.queued_bytes = relays_.loads->Bytes(path->device(), Direction::kRetrieve);
+    c.queued_bytes = relays_.loads->Bytes(path->device(), options_.direction);
     candidates.push_back(c);
   }
   // Chunks times layers: a piece holds one layer of one chunk at least.
@@ -49,7 +50,7 @@ size_t CudaCopyLane::AcquireRelays(const CopyLayout& layout, size_t chunks) {
 
 bool CudaCopyLane::RelayUsable(const HeldRelay& h) const {
   return !h.path->failed() &&
-         RelayIdle(relays_.policy, relays_.loads->Bytes(h.path->device(), Direction::kRetrieve));
+         RelayIdle(relays_.policy, relays_.loads->Bytes(h.path->device(), options_.direction));
 }
 
 Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
@@ -74,14 +75,14 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
   // while the next lands.
   const size_t max_per_batch = std::min(chunks.size(), std::max<size_t>(1, slots / 2));
   size_t per_batch = 1;
-  std::vector<RetrievePiece> pieces;
+  std::vector<CopyPiece> pieces;
   for (;;) {
     const size_t paths = 1 + held_.size();
     per_batch = ChunksPerBatch(chunk_bytes, paths, piece_bytes, max_per_batch);
-    pieces = SplitRetrieve(layout.groups, steps, chunk_bytes, chunks.size(), per_batch, paths,
-                           piece_bytes);
+    pieces =
+        SplitCopy(layout.groups, steps, chunk_bytes, chunks.size(), per_batch, paths, piece_bytes);
     uint64_t largest = 0;
-    for (const RetrievePiece& piece : pieces) largest = std::max(largest, piece.bytes);
+    for (const CopyPiece& piece : pieces) largest = std::max(largest, piece.bytes);
     // A piece larger than piece_bytes (one layer of a batch is) may not fit
     // a relay twice: that relay stays out, and the rest share the pieces.
     const size_t before = held_.size();
@@ -114,14 +115,14 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
   const bool reuse = batches > regions;
   cudaStream_t kernels = kernel_stream_.get();
   cudaStream_t copies = copy_stream_.get();
-  std::vector<uint8_t*> flats(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const size_t region = (i / per_batch) % regions;
-    flats[i] = staging_.data() + (region * per_batch + i % per_batch) * chunk_bytes;
-  }
+  const std::vector<uint8_t*> flats = StagingSlots(chunks.size(), per_batch, regions, chunk_bytes);
   KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
   KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernels));
-  const StagedRetrieve request{chunks, slabs, flats, chunk_bytes};
+  const StagedCopy request{chunks, slabs, flats, chunk_bytes};
+  if (options_.direction == Direction::kStore) {
+    return StoreThroughStagingMultipath(layout, addresses, steps, pieces, per_batch, regions,
+                                        request, signal, expired, stopped_at);
+  }
   std::vector<uint64_t> carried(paths, 0);  // bytes each path took so far
   std::vector<bool> usable(paths, true);
   size_t next = 0;  // pieces come step by step, batch by batch
@@ -171,7 +172,7 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
       bool copies_waited = false;
       // H2D copy into this GPU's staging (once the batch's region is free).
       const auto copy_here = [&](size_t k) -> Status {
-        const RetrievePiece& piece = pieces[first + k];
+        const CopyPiece& piece = pieces[first + k];
         if (wait_free && !copies_waited) {
           KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, region_free_[reg].get(), 0));
           copies_waited = true;
@@ -206,7 +207,7 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
         started[k] = true;
       }
       for (size_t k = 0; k < count; ++k) {
-        const RetrievePiece& piece = pieces[first + k];
+        const CopyPiece& piece = pieces[first + k];
         const size_t p = path_of[k];
         if (p > 0) {
           HeldRelay& h = held_[p - 1];
@@ -240,9 +241,9 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
   return Status::Ok();
 }
 
-Status CudaCopyLane::StartOnRelay(HeldRelay& h, const RetrievePiece& piece,
-                                  const std::vector<RelayCopy>& copies,
-                                  const StagedRetrieve& request, size_t* relay_region) {
+Status CudaCopyLane::StartOnRelay(HeldRelay& h, const CopyPiece& piece,
+                                  const std::vector<RelayCopy>& copies, const StagedCopy& request,
+                                  size_t* relay_region) {
   CudaRelayPath& path = *h.path;
   if (h.regions == 0 || piece.bytes > h.region_bytes || copies.empty())
     return Status::Internal("no room for the piece in the relay's staging");
@@ -254,7 +255,7 @@ Status CudaCopyLane::StartOnRelay(HeldRelay& h, const RetrievePiece& piece,
     if (h.used >= h.regions)
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(path.host_stream(), path.pulled(r), 0));
     ++h.used;
-    KVSTASH_RETURN_IF_ERROR(CopyToRelay(h, r, piece, copies[0], request));
+    KVSTASH_RETURN_IF_ERROR(CopyOnRelayLink(h, r, piece, copies[0], request));
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
     return Status::Ok();
   }();
@@ -263,10 +264,10 @@ Status CudaCopyLane::StartOnRelay(HeldRelay& h, const RetrievePiece& piece,
   return started.ok() ? back : started;
 }
 
-Status CudaCopyLane::FinishOnRelay(HeldRelay& h, const RetrievePiece& piece,
-                                   const std::vector<RelayCopy>& copies,
-                                   const StagedRetrieve& request, bool wait_free, size_t region,
-                                   size_t relay_region, size_t piece_index) {
+Status CudaCopyLane::FinishOnRelay(HeldRelay& h, const CopyPiece& piece,
+                                   const std::vector<RelayCopy>& copies, const StagedCopy& request,
+                                   bool wait_free, size_t region, size_t relay_region,
+                                   size_t piece_index) {
   CudaRelayPath& path = *h.path;
   const size_t r = relay_region;
   const Status sent = [&]() -> Status {
@@ -283,7 +284,7 @@ Status CudaCopyLane::FinishOnRelay(HeldRelay& h, const RetrievePiece& piece,
     for (size_t k = 0; k < copies.size(); ++k) {
       const RelayCopy& c = copies[k];
       if (k > 0) {  // the first one went in StartOnRelay
-        KVSTASH_RETURN_IF_ERROR(CopyToRelay(h, r, piece, c, request));
+        KVSTASH_RETURN_IF_ERROR(CopyOnRelayLink(h, r, piece, c, request));
         // A wait takes the event's latest record: one event serves every copy.
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(path.landed(r), path.host_stream()));
       }
@@ -314,8 +315,9 @@ Status CudaCopyLane::FinishOnRelay(HeldRelay& h, const RetrievePiece& piece,
   return Status::Ok();
 }
 
-Status CudaCopyLane::CopyToRelay(HeldRelay& h, size_t r, const RetrievePiece& piece,
-                                 const RelayCopy& c, const StagedRetrieve& request) {
+Status CudaCopyLane::CopyOnRelayLink(HeldRelay& h, size_t r, const CopyPiece& piece,
+                                     const RelayCopy& c, const StagedCopy& request) {
+  const bool store = options_.direction == Direction::kStore;
   uint8_t* const rows = h.path->staging() + r * h.region_bytes + c.packed;
   cudaStream_t host = h.path->host_stream();
   for (size_t first = piece.begin; first < piece.end;) {
@@ -326,14 +328,17 @@ Status CudaCopyLane::CopyToRelay(HeldRelay& h, size_t r, const RetrievePiece& pi
       ++last;
     }
     uint8_t* const row = rows + (first - piece.begin) * c.width;
-    const uint8_t* const slot = request.chunks[first].flat + c.lo;
+    uint8_t* const slot = request.chunks[first].flat + c.lo;
     if (last - first == 1) {
       KVSTASH_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(row, slot, c.width, cudaMemcpyHostToDevice, host));
-    } else {
-      KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(row, c.width, slot, request.chunk_bytes,
-                                                     c.width, last - first, cudaMemcpyHostToDevice,
-                                                     host));
+          store ? cudaMemcpyAsync(slot, row, c.width, cudaMemcpyDeviceToHost, host)
+                : cudaMemcpyAsync(row, slot, c.width, cudaMemcpyHostToDevice, host));
+    } else {  // rows `width` apart in the relay's staging, a chunk apart in L1
+      KVSTASH_CUDA_RETURN_IF_ERROR(
+          store ? cudaMemcpy2DAsync(slot, request.chunk_bytes, row, c.width, c.width, last - first,
+                                    cudaMemcpyDeviceToHost, host)
+                : cudaMemcpy2DAsync(row, c.width, slot, request.chunk_bytes, c.width, last - first,
+                                    cudaMemcpyHostToDevice, host));
     }
     first = last;
   }
@@ -379,9 +384,9 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
   const size_t paths = 1 + held_.size();
   // No staging to pipeline through: one piece per path and step, the
   // paths' kernels running side by side.
-  const std::vector<RetrievePiece> pieces =
-      SplitRetrieve(layout.groups, steps, layout.chunk_bytes, chunks.size(), chunks.size(), paths,
-                    std::numeric_limits<uint64_t>::max());
+  const std::vector<CopyPiece> pieces =
+      SplitCopy(layout.groups, steps, layout.chunk_bytes, chunks.size(), chunks.size(), paths,
+                std::numeric_limits<uint64_t>::max());
   // Every GPU's plan holds every chunk, so that any path can scatter any
   // piece (this GPU those of a relay that fails).
   KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
@@ -411,7 +416,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
   size_t next = 0;
   for (size_t s = 0; s < steps.size(); ++s) {
     for (; next < pieces.size() && pieces[next].step == s; ++next) {
-      const RetrievePiece& piece = pieces[next];
+      const CopyPiece& piece = pieces[next];
       for (size_t p = 1; p < paths; ++p) usable[p] = usable[p] && RelayUsable(held_[p - 1]);
       const size_t p = LeastLoadedPath(carried, usable);
       if (p > 0) {
@@ -436,8 +441,8 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
   return Status::Ok();
 }
 
-Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout,
-                                   const RetrievePiece& piece, size_t piece_index) {
+Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const CopyPiece& piece,
+                                   size_t piece_index) {
   CudaRelayPath& path = *h.path;
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
   const Status launched = [&]() -> Status {
@@ -447,7 +452,10 @@ Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout,
       const auto [first, layers] = piece.slices[g];
       if (layers == 0) continue;
       const kernels::DeviceGroupCopy group = h.addresses->Slice(layout.groups, g, first, layers);
-      KVSTASH_RETURN_IF_ERROR(kernels::ScatterChunks(group, batch, path.link_stream(), max_ctas_));
+      KVSTASH_RETURN_IF_ERROR(
+          options_.direction == Direction::kStore
+              ? kernels::GatherChunks(group, batch, path.link_stream(), max_ctas_)
+              : kernels::ScatterChunks(group, batch, path.link_stream(), max_ctas_));
     }
     return cuda::CudaStatus(cudaEventRecord(path.pulled(0), path.link_stream()),
                             "cudaEventRecord(pulled)");
@@ -455,15 +463,16 @@ Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout,
   const Status back = cuda::CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice");
   if (!launched.ok()) return launched;
   if (!back.ok()) return back;
-  // The step's slots, written after this on the kernel stream, wait for it.
+  // The step's slots (a store's done slot), written after this on the
+  // kernel stream, wait for it.
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernel_stream_.get(), path.pulled(0), 0));
   return Status::Ok();
 }
 
 void CudaCopyLane::Abandon(HeldRelay& h, const Status& why) {
-  // Nothing it enqueued may still be writing this GPU's staging (or, in
-  // direct mode, the engine's blocks) when the own link takes its pieces
-  // over.
+  // Nothing it enqueued may still be writing this GPU's staging, L1 slots
+  // (or, in direct mode, the engine's blocks) when the own link takes its
+  // pieces over.
   if (cudaSetDevice(h.path->device()) == cudaSuccess) {
     (void)cudaStreamSynchronize(h.path->host_stream());
     (void)cudaStreamSynchronize(h.path->link_stream());
@@ -471,9 +480,9 @@ void CudaCopyLane::Abandon(HeldRelay& h, const Status& why) {
   (void)cudaGetLastError();
   (void)cudaSetDevice(options_.device);
   h.path->Fail(why);
-  Logger()->warn(
-      "GPU {} stops carrying retrieves for GPU {}: {}; they go over GPU {}'s own link now",
-      h.path->device(), options_.device, why.ToString(), options_.device);
+  Logger()->warn("GPU {} stops carrying {} for GPU {}: {}; they go over GPU {}'s own link now",
+                 h.path->device(), options_.direction == Direction::kStore ? "stores" : "retrieves",
+                 options_.device, why.ToString(), options_.device);
 }
 
 void CudaCopyLane::JoinRelays() {
@@ -516,7 +525,7 @@ void CudaCopyLane::ReleaseRelays(bool drained) {
     h.path->Count(h.bytes > 0 ? 1 : 0, h.bytes);
     h.path->Release();
   }
-  if (any) multipath_retrieves_.fetch_add(1, std::memory_order_relaxed);
+  if (any) multipath_copies_.fetch_add(1, std::memory_order_relaxed);
   held_.clear();
 }
 

@@ -14,8 +14,8 @@ namespace kvstash::server {
 // Opens `spec` on `device` (the ordinal of its GPU UUID) and checks the
 // declared size against the real size of the opened allocation. `open_count`
 // counts allocations open at once (for describe and tests).
-// `peers`: devices that also open it (multi-path retrieves in direct mode,
-// whose kernels there write it over NVLink); where that fails, the
+// `peers`: devices that also open it (multi-path copies in direct mode,
+// whose kernels there write or read it over NVLink); where that fails, the
 // allocation is simply not open there (base_on is null), with a warning.
 Result<std::shared_ptr<MappedAllocation>> OpenIpcAllocation(
     const AllocationSpec& spec, int device, std::shared_ptr<std::atomic<int64_t>> open_count,

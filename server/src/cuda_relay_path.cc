@@ -1,4 +1,5 @@
-// A GPU's streams, events and staging for carrying its peers' retrieves.
+// A GPU's streams, events and staging for carrying one direction of its
+// peers' copies.
 #include "cuda_relay_path.h"
 
 #include <cuda_runtime_api.h>
@@ -9,8 +10,9 @@
 
 namespace kvstash::server {
 
-Result<std::unique_ptr<CudaRelayPath>> CudaRelayPath::Create(int device, uint64_t staging_bytes) {
-  std::unique_ptr<CudaRelayPath> path(new CudaRelayPath(device));
+Result<std::unique_ptr<CudaRelayPath>> CudaRelayPath::Create(int device, Direction direction,
+                                                             uint64_t staging_bytes) {
+  std::unique_ptr<CudaRelayPath> path(new CudaRelayPath(device, direction));
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   for (cuda::Stream* stream : {&path->host_stream_, &path->link_stream_}) {
     Result<cuda::Stream> created = cuda::Stream::Create();
@@ -21,6 +23,7 @@ Result<std::unique_ptr<CudaRelayPath>> CudaRelayPath::Create(int device, uint64_
   for (size_t r = 0; r < kMaxRegions; ++r) {
     events.push_back(&path->landed_[r]);
     events.push_back(&path->pulled_[r]);
+    events.push_back(&path->freed_[r]);
   }
   for (cuda::Event* event : events) {
     Result<cuda::Event> created = cuda::Event::Create(cuda::Event::Wait::kSpin);
@@ -30,10 +33,11 @@ Result<std::unique_ptr<CudaRelayPath>> CudaRelayPath::Create(int device, uint64_
   if (staging_bytes == 0) return path;
   Result<cuda::DeviceBuffer> staging = cuda::DeviceBuffer::Allocate(staging_bytes);
   if (!staging.ok()) {
-    return Status::Exhausted("cannot allocate " + std::to_string(staging_bytes >> 20) +
-                             " MiB of multi-path staging on GPU " + std::to_string(device) + ": " +
-                             staging.status().message() +
-                             "; lower --multipath-staging-mb or use --multipath off");
+    return Status::Exhausted(
+        "cannot allocate " + std::to_string(staging_bytes >> 20) + " MiB of multi-path " +
+        (direction == Direction::kStore ? "store" : "retrieve") + " staging on GPU " +
+        std::to_string(device) + ": " + staging.status().message() +
+        "; lower --multipath-staging-mb or use --multipath off");
   }
   path->staging_ = std::move(*staging);
   return path;

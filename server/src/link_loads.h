@@ -1,6 +1,7 @@
 // Bytes each GPU's copy lanes hold, queued or in flight, per direction: the
-// per-link queues from which multi-path retrieves decide whether a GPU's
-// PCIe link is idle enough to carry part of another GPU's retrieve. The
+// per-link queues from which multi-path copies decide whether a GPU's PCIe
+// link is idle enough, in that direction, to carry part of another GPU's
+// retrieve or store. The
 // transfer workers add a job's bytes when it is queued and take them away
 // once it has completed; copy lanes read them.
 // Thread-safe: relaxed atomics, a snapshot is only ever a hint.

@@ -1,4 +1,4 @@
-// The path choice of multi-path retrieves.
+// The path choice of multi-path copies.
 #include "multipath_policy.h"
 
 #include <algorithm>

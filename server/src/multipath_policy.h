@@ -1,18 +1,20 @@
-// Which GPUs carry a retrieve into one GPU. Plain C++ over the topology and
-// the per-link queues (LinkLoads), so that the choice is tested everywhere,
-// without a GPU; how the retrieve is then cut between them is
-// multipath_split.h's.
+// Which GPUs carry a retrieve into one GPU, or a store out of it. Plain C++
+// over the topology and the per-link queues (LinkLoads), so that the choice
+// is tested everywhere, without a GPU; how the copy is then cut between them
+// is multipath_split.h's.
 //
 // A relay is another GPU that reaches the target over NVLink with peer
-// access. It carries pieces of the retrieve over its own PCIe link (host ->
-// its staging -> NVLink -> the target's staging, in dma mode). It is taken
-// only while its own retrieve lane holds no more than `idle_bytes` (queued
-// or in flight) and no other retrieve holds it, and the lane gives it no
-// further piece once its own queue fills: the retrieves of a GPU that loads
-// for its own engine never wait behind a peer's pieces queued after theirs,
-// and when every GPU loads at once each uses its own link. A request too
-// small to repay the relays' fixed costs (an NVLink copy and a cross-GPU
-// wait per piece) takes fewer paths.
+// access. It carries pieces of the copy over its own PCIe link (dma mode:
+// a retrieve host -> its staging -> NVLink -> the target's staging, a store
+// the reverse). It is taken only while its own lane of the same direction
+// holds no more than `idle_bytes` (queued or in flight) and no other copy
+// of that direction holds it, and the lane gives it no further piece once
+// its own queue fills: the copies of a GPU that loads (or saves) for its
+// own engine never wait behind a peer's pieces queued after theirs, and
+// when every GPU copies at once each uses its own link. PCIe is full
+// duplex: a relay's store direction is judged apart from its retrieve
+// direction. A request too small to repay the relays' fixed costs (an
+// NVLink copy and a cross-GPU wait per piece) takes fewer paths.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +24,8 @@
 namespace kvstash::server {
 
 struct MultipathPolicy {
-  // A relay whose own retrieve lane holds more bytes than this is busy.
+  // A relay whose own lane of the copy's direction holds more bytes than
+  // this is busy.
   uint64_t idle_bytes = 0;
   // Each path carries at least this many bytes, or fewer paths are used.
   uint64_t min_path_bytes = 2 << 20;
@@ -33,17 +36,17 @@ struct MultipathPolicy {
 struct RelayCandidate {
   int device = 0;
   bool linked = false;        // NVLink and peer access both ways with the target
-  bool available = false;     // not failed, not held by another retrieve
-  uint64_t queued_bytes = 0;  // its own retrieve lane: queued + in flight
+  bool available = false;     // not failed, not held by another copy of its direction
+  uint64_t queued_bytes = 0;  // its own lane of that direction: queued + in flight
 };
 
-// Whether a relay whose own retrieve lane holds `queued_bytes` may carry
-// (more of) another GPU's retrieve.
+// Whether a relay whose own lane of the copy's direction holds
+// `queued_bytes` may carry (more of) another GPU's copy.
 inline bool RelayIdle(const MultipathPolicy& policy, uint64_t queued_bytes) {
   return queued_bytes <= policy.idle_bytes;
 }
 
-// The candidates (indices into `candidates`) that carry part of a retrieve
+// The candidates (indices into `candidates`) that carry part of a copy
 // of `bytes` bytes that can be cut into at most `max_shares` parts (its
 // chunks times its layers), in the order given; empty: the target's own
 // link alone.

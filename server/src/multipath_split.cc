@@ -1,4 +1,4 @@
-// The pieces of a multi-path retrieve.
+// The pieces of a multi-path copy.
 #include "multipath_split.h"
 
 #include <algorithm>
@@ -26,7 +26,7 @@ struct LayerUnit {
 // The pieces of `step` over chunks [begin, end) of one batch.
 void SplitBatch(const std::vector<GroupAddresses>& groups, const CopyStep& step, size_t step_index,
                 size_t batch, size_t begin, size_t end, uint64_t chunk_bytes, size_t paths,
-                uint64_t piece_bytes, std::vector<RetrievePiece>& out) {
+                uint64_t piece_bytes, std::vector<CopyPiece>& out) {
   std::vector<LayerUnit> units;
   for (size_t g = 0; g < step.slices.size() && g < groups.size(); ++g) {
     const auto [first, count] = step.slices[g];
@@ -73,7 +73,7 @@ void SplitBatch(const std::vector<GroupAddresses>& groups, const CopyStep& step,
     cuts[j] = u;
   }
   for (size_t j = 0; j < k; ++j) {
-    RetrievePiece piece{step_index, batch, begin, end};
+    CopyPiece piece{step_index, batch, begin, end};
     piece.slices.assign(step.slices.size(), {0, 0});
     for (size_t u = cuts[j]; u < cuts[j + 1]; ++u) {
       auto& [first, count] = piece.slices[units[u].group];
@@ -101,11 +101,11 @@ size_t ChunksPerBatch(uint64_t chunk_bytes, size_t paths, uint64_t piece_bytes, 
   return size_t(std::clamp<uint64_t>(chunks, 1, max_chunks));
 }
 
-std::vector<RetrievePiece> SplitRetrieve(const std::vector<GroupAddresses>& groups,
-                                         const std::vector<CopyStep>& steps, uint64_t chunk_bytes,
-                                         size_t chunks, size_t chunks_per_batch, size_t paths,
-                                         uint64_t piece_bytes) {
-  std::vector<RetrievePiece> pieces;
+std::vector<CopyPiece> SplitCopy(const std::vector<GroupAddresses>& groups,
+                                 const std::vector<CopyStep>& steps, uint64_t chunk_bytes,
+                                 size_t chunks, size_t chunks_per_batch, size_t paths,
+                                 uint64_t piece_bytes) {
+  std::vector<CopyPiece> pieces;
   const size_t per_batch = std::max<size_t>(1, chunks_per_batch);
   paths = std::max<size_t>(1, paths);
   piece_bytes = std::max<uint64_t>(1, piece_bytes);
@@ -118,7 +118,7 @@ std::vector<RetrievePiece> SplitRetrieve(const std::vector<GroupAddresses>& grou
   return pieces;
 }
 
-std::vector<RelayCopy> RelayCopies(const RetrievePiece& piece, uint64_t chunk_bytes, bool in_hops,
+std::vector<RelayCopy> RelayCopies(const CopyPiece& piece, uint64_t chunk_bytes, bool in_hops,
                                    uint64_t hop_bytes) {
   const uint64_t rows = piece.end - piece.begin;
   const std::vector<std::pair<uint64_t, uint64_t>> whole = {{0, chunk_bytes}};
@@ -143,11 +143,11 @@ size_t LeastLoadedPath(const std::vector<uint64_t>& carried, const std::vector<b
   return best;
 }
 
-std::vector<size_t> AssignPieces(const std::vector<RetrievePiece>& pieces, size_t paths) {
+std::vector<size_t> AssignPieces(const std::vector<CopyPiece>& pieces, size_t paths) {
   std::vector<uint64_t> carried(std::max<size_t>(1, paths), 0);
   const std::vector<bool> usable(carried.size(), true);
   std::vector<size_t> path;
-  for (const RetrievePiece& piece : pieces) {
+  for (const CopyPiece& piece : pieces) {
     path.push_back(LeastLoadedPath(carried, usable));
     carried[path.back()] += piece.bytes;
   }

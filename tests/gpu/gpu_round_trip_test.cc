@@ -2,7 +2,9 @@
 // two GPU engine processes: one stores a prompt from its cudaMalloc'd KV, the
 // other retrieves it into poisoned blocks of its own and compares all of its
 // memory with what the kernels' CPU twins predict. Every layout in both
-// transfer modes, with and without multi-path retrieves. Skips without a GPU.
+// transfer modes, with and without multi-path retrieves and stores (then
+// NVLink peers carry part of both the store and the retrieve). Skips
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,9 +68,11 @@ class GpuRoundTripTest : public ::testing::TestWithParam<std::tuple<RoundTrip, s
     return daemon.get();
   }
 
-  // Whether the daemon's retrieves may take several paths, and the bytes
-  // its NVLink peers have carried so far.
-  static std::pair<bool, uint64_t> Multipath(const std::string& socket) {
+  // Whether the daemon's copies may take several paths, and the bytes its
+  // NVLink peers have carried so far for copies of `direction` ("store",
+  // "retrieve").
+  static std::pair<bool, uint64_t> Multipath(const std::string& socket,
+                                             const std::string& direction) {
     ClientOptions options;
     options.socket = socket;
     auto client = Client::Connect(options);
@@ -77,8 +81,9 @@ class GpuRoundTripTest : public ::testing::TestWithParam<std::tuple<RoundTrip, s
     if (!described.ok()) return {false, 0};
     const nlohmann::json multipath = nlohmann::json::parse(*described)["backend"]["multipath"];
     uint64_t carried = 0;
-    for (const auto& h : multipath.value("relays", nlohmann::json::array()))
-      carried += h.value("bytes_carried", uint64_t{0});
+    for (const auto& h : multipath.value("relays", nlohmann::json::array())) {
+      if (h.value("direction", "") == direction) carried += h.value("bytes_carried", uint64_t{0});
+    }
     return {multipath.value("state", "").rfind("on:", 0) == 0, carried};
   }
 
@@ -97,9 +102,10 @@ TEST_P(GpuRoundTripTest, AnotherEngineRetrievesEveryByteStored) {
     args.insert(args.begin(), common.begin(), common.end());
     return args;
   };
+  const uint64_t stored_before = Multipath(daemon->socket(), "store").second;
   const ProcessResult stored = RunBinary("kvstash_gpu_test_engine", with({"--role", "store"}));
   ASSERT_EQ(stored.exit_code, 0) << stored.output;
-  const auto [multipath_on, carried_before] = Multipath(daemon->socket());
+  const auto [multipath_on, carried_before] = Multipath(daemon->socket(), "retrieve");
   const ProcessResult verified =
       RunBinary("kvstash_gpu_test_engine",
                 with({"--role", "verify", "--skip-tokens", std::to_string(trip.skip_tokens)}));
@@ -107,7 +113,10 @@ TEST_P(GpuRoundTripTest, AnotherEngineRetrievesEveryByteStored) {
   EXPECT_NE(verified.output.find("bytes equal"), std::string::npos) << verified.output;
   if (multipath_on && trip.prompt_tokens > 64 && trip.skip_tokens == 0) {
     // Idle peers and no size floor: the NVLink peer carried part of it.
-    EXPECT_GT(Multipath(daemon->socket()).second, carried_before) << "no peer carried any byte";
+    EXPECT_GT(Multipath(daemon->socket(), "retrieve").second, carried_before)
+        << "no peer carried any byte of the retrieve";
+    EXPECT_GT(Multipath(daemon->socket(), "store").second, stored_before)
+        << "no peer carried any byte of the store";
   }
   EXPECT_TRUE(daemon->running());
 }

@@ -1,4 +1,4 @@
-// The per-link queues the transfer workers keep for multi-path retrieves: a
+// The per-link queues the transfer workers keep for multi-path copies: a
 // job's bytes count on its device and direction from the moment it is
 // queued until it has completed, and not at all where the backend decides
 // nothing from them.

@@ -1,6 +1,6 @@
-// The path choice of multi-path retrieves: which NVLink peers help, from
-// the topology and the per-link queues (multipath_split_test.cc: how the
-// retrieve is then cut between them).
+// The path choice of multi-path retrieves and stores: which NVLink peers
+// help, from the topology and the per-link queues of the copy's direction
+// (multipath_split_test.cc: how the copy is then cut between them).
 #include "multipath_policy.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +55,19 @@ TEST(MultipathPolicy, StoresOnAPeerDoNotMakeItsRetrieveLinkBusy) {
   EXPECT_EQ(ChooseRelays({}, 128 * kMiB, 4, {{1, true, true, loads.Bytes(1, Direction::kRetrieve)}})
                 .size(),
             1u);
+}
+
+TEST(MultipathPolicy, RetrievesOnAPeerDoNotMakeItsStoreLinkBusy) {
+  // A store is carried by a peer whose own store queue is idle, whatever
+  // it retrieves (the other direction of PCIe); its own stores keep it.
+  LinkLoads loads(2);
+  loads.Add(1, Direction::kRetrieve, 512 * kMiB);
+  EXPECT_EQ(
+      ChooseRelays({}, 128 * kMiB, 4, {{1, true, true, loads.Bytes(1, Direction::kStore)}}).size(),
+      1u);
+  loads.Add(1, Direction::kStore, 32 * kMiB);
+  EXPECT_TRUE(ChooseRelays({}, 128 * kMiB, 4, {{1, true, true, loads.Bytes(1, Direction::kStore)}})
+                  .empty());
 }
 
 TEST(MultipathPolicy, AHeldOrFailedPeerIsNotUsed) {

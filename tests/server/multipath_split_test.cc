@@ -1,4 +1,4 @@
-// How a multi-path retrieve is cut into pieces: large chunks by layers, small
+// How a multi-path copy is cut into pieces: large chunks by layers, small
 // ones whole, every path the same bytes of each batch, every byte of every
 // chunk in exactly one piece (layer-wise steps, hybrid groups, odd sizes),
 // and the least loaded usable path for each piece.
@@ -77,7 +77,7 @@ CopySignal LayerWise(uint32_t layers) {
   return signal;
 }
 
-std::vector<uint64_t> BytesPerPath(const std::vector<RetrievePiece>& pieces, size_t paths) {
+std::vector<uint64_t> BytesPerPath(const std::vector<CopyPiece>& pieces, size_t paths) {
   const std::vector<size_t> path = AssignPieces(pieces, paths);
   std::vector<uint64_t> bytes(paths, 0);
   for (size_t i = 0; i < pieces.size(); ++i) bytes[path[i]] += pieces[i].bytes;
@@ -88,19 +88,19 @@ std::vector<uint64_t> BytesPerPath(const std::vector<RetrievePiece>& pieces, siz
 // bytes; each chunk's windows over every piece tile the bytes of every
 // step's layers once; pieces come step by step, batch by batch.
 void ExpectExactCover(const Groups& g, const std::vector<CopyStep>& steps,
-                      const std::vector<RetrievePiece>& pieces, size_t chunks, size_t per_batch,
+                      const std::vector<CopyPiece>& pieces, size_t chunks, size_t per_batch,
                       const std::string& what) {
   SCOPED_TRACE(what);
   const uint64_t chunk_bytes = g.layout.chunk_bytes();
   std::map<size_t, std::vector<std::pair<uint64_t, uint64_t>>> seen;  // per chunk
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const RetrievePiece& p = pieces[i];
+    const CopyPiece& p = pieces[i];
     ASSERT_LT(p.begin, p.end) << "piece " << i;
     ASSERT_LE(p.end, chunks) << "piece " << i;
     EXPECT_EQ(p.batch, p.begin / per_batch) << "piece " << i;
     EXPECT_EQ(p.batch, (p.end - 1) / per_batch) << "piece " << i << " spans two batches";
     if (i > 0) {
-      const RetrievePiece& q = pieces[i - 1];
+      const CopyPiece& q = pieces[i - 1];
       EXPECT_TRUE(q.step < p.step || (q.step == p.step && q.batch <= p.batch))
           << "piece " << i << " out of order";
     }
@@ -161,14 +161,14 @@ TEST(MultipathSplit, ALargeChunkIsCutByLayersIntoEqualPiecesForEveryPath) {
   for (const size_t paths : {2, 3, 4}) {
     const size_t per_batch = ChunksPerBatch(32 * kMiB, paths, 8 * kMiB, 4);
     ASSERT_EQ(per_batch, 1u);
-    const std::vector<RetrievePiece> pieces =
-        SplitRetrieve(g.groups, steps, 32 * kMiB, 4, per_batch, paths, 8 * kMiB);
+    const std::vector<CopyPiece> pieces =
+        SplitCopy(g.groups, steps, 32 * kMiB, 4, per_batch, paths, 8 * kMiB);
     ExpectExactCover(g, steps, pieces, 4, per_batch, std::to_string(paths) + " paths");
     // A multiple of the paths per chunk, none past 8 MiB by more than a
     // layer: two paths take 4 pieces of 8 layers, three 6 of 5-6, four 4 of 8.
     ASSERT_EQ(pieces.size() % (4 * paths), 0u);
     EXPECT_EQ(pieces.size(), paths == 3 ? 24u : 16u);
-    for (const RetrievePiece& p : pieces) {
+    for (const CopyPiece& p : pieces) {
       EXPECT_EQ(p.end - p.begin, 1u);
       EXPECT_LE(p.bytes, 8 * kMiB);
       EXPECT_GE(p.bytes, 5 * kMiB);
@@ -180,16 +180,14 @@ TEST(MultipathSplit, ALargeChunkIsCutByLayersIntoEqualPiecesForEveryPath) {
     EXPECT_LE(*most - *least, paths == 3 ? 6 * kMiB : 0) << paths << " paths";
   }
   // Four paths: every path carries exactly a quarter of each chunk.
-  const std::vector<RetrievePiece> pieces =
-      SplitRetrieve(g.groups, steps, 32 * kMiB, 4, 1, 4, 8 * kMiB);
+  const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, 32 * kMiB, 4, 1, 4, 8 * kMiB);
   EXPECT_EQ(BytesPerPath(pieces, 4), std::vector<uint64_t>(4, 32 * kMiB));
 }
 
 TEST(MultipathSplit, AOneChunkRetrieveTakesEveryPath) {
   const Groups g = Llama8b();
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
-  const std::vector<RetrievePiece> pieces =
-      SplitRetrieve(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
+  const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
   ASSERT_EQ(pieces.size(), 4u);
   EXPECT_EQ(AssignPieces(pieces, 4), (std::vector<size_t>{0, 1, 2, 3}));
   for (size_t i = 0; i < 4; ++i) {
@@ -198,28 +196,54 @@ TEST(MultipathSplit, AOneChunkRetrieveTakesEveryPath) {
   }
 }
 
+TEST(MultipathSplit, AStoreWithADoneSlotIsCutAsARetrieveOfTheSameChunks) {
+  // A store's signal releases one done slot and names no layer ranges: one
+  // step of every layer, no slot of its own, the same pieces as a retrieve.
+  const Groups g = Llama8b();
+  CopySignal store;
+  store.gate_slot = 0;
+  store.done_slot = 1;
+  const std::vector<CopyStep> steps = CopySteps(g.groups, &store);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(steps[0].slots.empty());
+  EXPECT_TRUE(steps[0].windows.empty());
+  EXPECT_EQ(steps[0].slices, CopySteps(g.groups, nullptr)[0].slices);
+  const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, 32 * kMiB, 3, 1, 2, 8 * kMiB);
+  ExpectExactCover(g, steps, pieces, 3, 1, "store");
+  EXPECT_EQ(BytesPerPath(pieces, 2), std::vector<uint64_t>(2, 48 * kMiB));
+  // The first batch's relay piece goes in hops that tile it once.
+  const std::vector<RelayCopy> hops = RelayCopies(pieces[1], 32 * kMiB, true, 2 * kMiB);
+  ASSERT_EQ(hops.size(), 4u);
+  uint64_t packed = 0;
+  for (const RelayCopy& c : hops) {
+    EXPECT_EQ(c.packed, packed);
+    EXPECT_EQ(c.lo, pieces[1].windows[0].first + packed);
+    packed += c.width;
+  }
+  EXPECT_EQ(packed, pieces[1].bytes);
+}
+
 TEST(MultipathSplit, SmallChunksGoWholeSeveralToAPiece) {
   const Groups g = Qwen05b();
   ASSERT_EQ(g.layout.chunk_bytes(), 3 * kMiB);
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const size_t per_batch = ChunksPerBatch(3 * kMiB, 4, 8 * kMiB, 21);
   ASSERT_EQ(per_batch, 8u);
-  const std::vector<RetrievePiece> pieces =
-      SplitRetrieve(g.groups, steps, 3 * kMiB, 16, per_batch, 4, 8 * kMiB);
+  const std::vector<CopyPiece> pieces =
+      SplitCopy(g.groups, steps, 3 * kMiB, 16, per_batch, 4, 8 * kMiB);
   ExpectExactCover(g, steps, pieces, 16, per_batch, "qwen");
   ASSERT_EQ(pieces.size(), 8u);
-  for (const RetrievePiece& p : pieces) {
+  for (const CopyPiece& p : pieces) {
     EXPECT_EQ(p.end - p.begin, 2u);
     EXPECT_TRUE(p.windows.empty()) << "whole chunks";
     EXPECT_EQ(p.bytes, 6 * kMiB);
   }
   EXPECT_EQ(BytesPerPath(pieces, 4), std::vector<uint64_t>(4, 12 * kMiB));
   // Fewer chunks than paths: their layers are cut instead.
-  const std::vector<RetrievePiece> two =
-      SplitRetrieve(g.groups, steps, 3 * kMiB, 2, 8, 3, 8 * kMiB);
+  const std::vector<CopyPiece> two = SplitCopy(g.groups, steps, 3 * kMiB, 2, 8, 3, 8 * kMiB);
   ExpectExactCover(g, steps, two, 2, 8, "two chunks, three paths");
   ASSERT_EQ(two.size(), 3u);
-  for (const RetrievePiece& p : two) {
+  for (const CopyPiece& p : two) {
     EXPECT_EQ(p.end - p.begin, 2u);
     EXPECT_EQ(p.bytes, 2 * kMiB) << "8 layers of 128 KiB, two chunks";
   }
@@ -230,12 +254,12 @@ TEST(MultipathSplit, HybridGroupsAreCutByBytes) {
   ASSERT_EQ(g.groups.size(), 2u);
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const uint64_t chunk_bytes = g.layout.chunk_bytes();
-  const std::vector<RetrievePiece> pieces =
-      SplitRetrieve(g.groups, steps, chunk_bytes, 1, 1, 4, chunk_bytes);
+  const std::vector<CopyPiece> pieces =
+      SplitCopy(g.groups, steps, chunk_bytes, 1, 1, 4, chunk_bytes);
   ExpectExactCover(g, steps, pieces, 1, 1, "hybrid");
   ASSERT_EQ(pieces.size(), 4u);
   const uint64_t largest_layer = kMiB;
-  for (const RetrievePiece& p : pieces) {
+  for (const CopyPiece& p : pieces) {
     EXPECT_LE(p.bytes, GroupBytes(g) / 4 + largest_layer);
     EXPECT_GE(p.bytes + largest_layer, GroupBytes(g) / 4);
   }
@@ -252,8 +276,8 @@ TEST(MultipathSplit, LargeLayersAfterManySmallOnesGetPiecesOfTheirOwn) {
   ASSERT_EQ(g.groups.size(), 2u);
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const uint64_t chunk_bytes = g.layout.chunk_bytes();
-  const std::vector<RetrievePiece> pieces =
-      SplitRetrieve(g.groups, steps, chunk_bytes, 1, 1, 4, chunk_bytes);
+  const std::vector<CopyPiece> pieces =
+      SplitCopy(g.groups, steps, chunk_bytes, 1, 1, 4, chunk_bytes);
   ExpectExactCover(g, steps, pieces, 1, 1, "small then large");
   ASSERT_EQ(pieces.size(), 4u);
   EXPECT_EQ(pieces[2].slices[1], (std::pair<uint32_t, uint32_t>(0, 1)));
@@ -266,12 +290,11 @@ TEST(MultipathSplit, LayerWiseStepsAreCutStepByStep) {
   const CopySignal signal = LayerWise(32);
   const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
   ASSERT_EQ(steps.size(), 6u);
-  const std::vector<RetrievePiece> pieces =
-      SplitRetrieve(g.groups, steps, 32 * kMiB, 3, 1, 4, 8 * kMiB);
+  const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, 32 * kMiB, 3, 1, 4, 8 * kMiB);
   ExpectExactCover(g, steps, pieces, 3, 1, "layer-wise");
   // A step of fewer layers than paths: a piece per layer.
   std::vector<size_t> per_step(steps.size(), 0);
-  for (const RetrievePiece& p : pieces) ++per_step[p.step];
+  for (const CopyPiece& p : pieces) ++per_step[p.step];
   EXPECT_EQ(per_step, (std::vector<size_t>{3, 3, 6, 12, 12, 12}));
 }
 
@@ -299,8 +322,8 @@ TEST(MultipathSplit, EveryByteIsInExactlyOnePieceWhateverTheSizes) {
           for (const uint64_t piece :
                {uint64_t{4096}, chunk_bytes / 3, 8 * kMiB, std::numeric_limits<uint64_t>::max()}) {
             const size_t per_batch = ChunksPerBatch(chunk_bytes, paths, piece, 6);
-            const std::vector<RetrievePiece> pieces =
-                SplitRetrieve(g.groups, steps, chunk_bytes, chunks, per_batch, paths, piece);
+            const std::vector<CopyPiece> pieces =
+                SplitCopy(g.groups, steps, chunk_bytes, chunks, per_batch, paths, piece);
             ExpectExactCover(g, steps, pieces, chunks, per_batch,
                              name + (ranges ? " layer-wise" : "") + ", " + std::to_string(chunks) +
                                  " chunks, " + std::to_string(paths) + " paths, pieces of " +
@@ -318,11 +341,11 @@ TEST(MultipathSplit, OnePiecePerPathAndStepWithoutAPieceSize) {
   const Groups g = Llama8b();
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const uint64_t whole = std::numeric_limits<uint64_t>::max();
-  const std::vector<RetrievePiece> many = SplitRetrieve(g.groups, steps, 32 * kMiB, 8, 8, 3, whole);
+  const std::vector<CopyPiece> many = SplitCopy(g.groups, steps, 32 * kMiB, 8, 8, 3, whole);
   ASSERT_EQ(many.size(), 3u);
   EXPECT_EQ(many[0].end - many[0].begin, 2u) << "runs of whole chunks";
   EXPECT_TRUE(many[0].windows.empty());
-  const std::vector<RetrievePiece> one = SplitRetrieve(g.groups, steps, 32 * kMiB, 1, 1, 3, whole);
+  const std::vector<CopyPiece> one = SplitCopy(g.groups, steps, 32 * kMiB, 1, 1, 3, whole);
   ASSERT_EQ(one.size(), 3u);
   EXPECT_EQ(one[0].slices[0].second + one[1].slices[0].second + one[2].slices[0].second, 32u);
 }
@@ -330,8 +353,7 @@ TEST(MultipathSplit, OnePiecePerPathAndStepWithoutAPieceSize) {
 TEST(MultipathSplit, ARelaysCopiesTileItsPieceAndHopOnlyOneChunkWindows) {
   const Groups g = Llama8b();
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
-  const std::vector<RetrievePiece> one =
-      SplitRetrieve(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
+  const std::vector<CopyPiece> one = SplitCopy(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
   // 8 MiB of one chunk: four hops of 2 MiB at the end of a step, one copy
   // elsewhere.
   const std::vector<RelayCopy> hops = RelayCopies(one[1], 32 * kMiB, true, 2 * kMiB);
@@ -350,8 +372,7 @@ TEST(MultipathSplit, ARelaysCopiesTileItsPieceAndHopOnlyOneChunkWindows) {
     const uint64_t chunk_bytes = groups.layout.chunk_bytes();
     const std::vector<CopyStep> all = CopySteps(groups.groups, nullptr);
     for (const uint64_t piece_bytes : {chunk_bytes / 5, 2 * chunk_bytes, 8 * kMiB}) {
-      for (const RetrievePiece& p :
-           SplitRetrieve(groups.groups, all, chunk_bytes, 6, 3, 2, piece_bytes)) {
+      for (const CopyPiece& p : SplitCopy(groups.groups, all, chunk_bytes, 6, 3, 2, piece_bytes)) {
         SCOPED_TRACE(name + " pieces of " + std::to_string(piece_bytes));
         const uint64_t rows = p.end - p.begin;
         const std::vector<RelayCopy> copies = RelayCopies(p, chunk_bytes, true, 4096);

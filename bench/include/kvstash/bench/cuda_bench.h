@@ -6,9 +6,10 @@
 // p50/p99 latency of a 1-chunk retrieve and of a 64-key lookup against a raw
 // ZeroMQ round trip, and the GPU memory the daemon holds. The engine side
 // is this process: its KV lives in cudaMalloc memory, registered through
-// kvstash/cuda_memory.h, on the daemon's GPU. With multi-path retrieves on
-// in the daemon, each retrieve's GB/s is also set against one PCIe link's,
-// with the share of bytes that NVLink peers carried.
+// kvstash/cuda_memory.h, on the daemon's GPU. With multi-path copies on in
+// the daemon, each store's and retrieve's GB/s is also set against one PCIe
+// link's (the raw D2H or H2D copy of the same bytes), with the share of
+// bytes that NVLink peers carried.
 //
 // With --start-retrieves-at, it measures instead one layout and chunk count
 // in step with other bench processes (one per GPU, say): it stores and
@@ -73,17 +74,19 @@ struct LatencyRow {
   double ratio() const { return reference_us > 0 ? p50_us / reference_us : 0; }
 };
 
-// A retrieve of n chunks with multi-path retrieves on (kvstashd
-// --multipath on): its GB/s against one PCIe link's (the raw H2D copy of the
-// same bytes), and the share of the bytes the NVLink peers carried.
+// A store or retrieve of n chunks with multi-path copies on (kvstashd
+// --multipath on): its GB/s against one PCIe link's (the raw D2H or H2D copy
+// of the same bytes), and the share of the bytes the NVLink peers carried.
 struct MultipathRow {
   std::string layout;
+  std::string op;  // "store" or "retrieve"
+
   uint64_t chunk_bytes = 0;
   uint32_t chunks = 0;
   double gbps = 0;
   double one_link_gbps = 0;
   double ratio = 0;        // median of the pairs' ratios (gbps / one_link_gbps)
-  double relay_share = 0;  // bytes the relays carried / bytes retrieved
+  double relay_share = 0;  // bytes the relays carried / bytes copied
   double target = 0;       // 0: none for this size or GPU count
 };
 
@@ -110,7 +113,7 @@ struct CudaBenchResults {
   std::string gpu;
   std::string transfer_mode;
   // kvstashd's multi-path state (describe's backend.multipath.state) and
-  // the GPUs that can carry retrieves (1: one path).
+  // the GPUs that can carry stores and retrieves (1: one path).
   std::string multipath_state;
   uint32_t multipath_paths = 1;
   std::vector<MultipathRow> multipath;

@@ -64,9 +64,9 @@ struct ServerConfig {
   CompletionWait completion_wait = CompletionWait::kBlock;  // CUDA backend
   // "on" or "off": retrieves into one GPU also through idle NVLink peers
   std::string multipath = "off";
-  uint32_t multipath_staging_mb = 64;      // each helping GPU's staging (dma mode)
+  uint32_t multipath_staging_mb = 128;     // each helping GPU's staging, half per direction (dma)
   uint32_t multipath_min_path_kib = 2048;  // fewer bytes per path: fewer paths
-  uint32_t multipath_piece_kib = 8192;     // the size a multi-path retrieve is cut to (dma)
+  uint32_t multipath_piece_kib = 8192;     // the size a multi-path copy is cut to (dma)
   uint32_t busy_poll_us = 50;              // the spin window (kvstash::AdaptiveSpin); 0 = never
   std::string shm_channel = "on";  // or "off": attach same-host clients' shared-memory channels
   std::string l2_path;             // L2 directory; empty = no L2
