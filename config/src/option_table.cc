@@ -173,8 +173,8 @@ std::vector<OptionSpec> BuildTable() {
       EnumOption("multipath", "KVSTASH_MULTIPATH", &C::multipath, {"off", "on"},
                  "CUDA backend: on = a retrieve into one GPU, and a store out of it, may also "
                  "be carried by other GPUs that reach it over NVLink with peer access, each over "
-                 "its own PCIe link, while their own queues of that direction are idle; off = "
-                 "every copy over its GPU's own link"),
+                 "its own PCIe link, while their own queues of that direction are idle (the "
+                 "default); off = every copy over its GPU's own link"),
       UintOption("multipath-staging-mb", "KVSTASH_MULTIPATH_STAGING_MB", &C::multipath_staging_mb,
                  2, 65536,
                  "GPU staging in MiB that each GPU keeps for the copies it carries for its "

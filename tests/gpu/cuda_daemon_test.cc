@@ -150,21 +150,30 @@ TEST_P(CudaDaemonTest, DescribeShowsTheModeAndTheGpuMemoryHeld) {
   }
   const uint64_t gpus = backend["devices"].size();
   EXPECT_EQ(staging, GetParam() == "dma" ? gpus * (32ull << 20) : 0ull);
-  EXPECT_EQ(backend["gpu_memory_bytes"].get<uint64_t>(), staging + plans);
+  // Multi-path (on by default): each relay's staging, where GPUs have NVLink peers.
+  uint64_t relays = 0;
+  for (const auto& relay : backend["multipath"].value("relays", nlohmann::json::array())) {
+    relays += relay["staging_bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(backend["gpu_memory_bytes"].get<uint64_t>(), staging + plans + relays);
   std::printf("%s: %s\n", GetParam().c_str(), backend.dump().c_str());
 }
 
 TEST_P(CudaDaemonTest, DescribeSaysWhetherRetrievesTakeSeveralPaths) {
-  EXPECT_EQ(Backend()["multipath"]["state"], "off (--multipath off)");
-  auto daemon = StartCudaDaemon(GetParam(), {"--multipath", "on"});
-  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  ClientOptions options;
-  options.socket = (*daemon)->socket();
-  auto client = Client::Connect(options);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
-  auto described = (*client)->Describe().get();
-  ASSERT_TRUE(described.ok()) << described.status().ToString();
-  const nlohmann::json multipath = nlohmann::json::parse(*described)["backend"]["multipath"];
+  {
+    auto off = StartCudaDaemon(GetParam(), {"--multipath", "off"});
+    ASSERT_TRUE(off.ok()) << off.status().ToString();
+    ClientOptions options;
+    options.socket = (*off)->socket();
+    auto client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    auto described = (*client)->Describe().get();
+    ASSERT_TRUE(described.ok()) << described.status().ToString();
+    EXPECT_EQ(nlohmann::json::parse(*described)["backend"]["multipath"]["state"],
+              "off (--multipath off)");
+  }
+  // On by default: the fixture's daemon.
+  const nlohmann::json multipath = Backend()["multipath"];
   const std::string state = multipath["state"];
   int devices = 0;
   ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);

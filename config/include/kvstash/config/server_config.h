@@ -63,7 +63,7 @@ struct ServerConfig {
   uint32_t staging_mb = 256;                        // GPU staging ring per device (dma mode)
   CompletionWait completion_wait = CompletionWait::kBlock;  // CUDA backend
   // "on" or "off": retrieves into one GPU also through idle NVLink peers
-  std::string multipath = "off";
+  std::string multipath = "on";
   uint32_t multipath_staging_mb = 128;     // each helping GPU's staging, half per direction (dma)
   uint32_t multipath_min_path_kib = 2048;  // fewer bytes per path: fewer paths
   uint32_t multipath_piece_kib = 8192;     // the size a multi-path copy is cut to (dma)
