@@ -77,9 +77,23 @@ bool CompletionBoard::Released(const BoardSignal& signal, uint32_t k) const {
 }
 
 void CompletionBoard::Release(uint32_t slot, uint32_t sequence, uint32_t status) {
-  if (slot >= slots_) return;
-  StoreBoardWord(memory_.data(), slot, kBoardStatusOffset, status);
-  StoreBoardWord(memory_.data(), slot, kBoardValueOffset, sequence);
+  ReleaseSlots(&slot, 1, sequence, status);
+}
+
+void CompletionBoard::Release(const BoardSignal& signal, uint32_t first, uint32_t status) {
+  std::vector<uint32_t> slots;
+  for (uint32_t k = first; k < signal.count; ++k) slots.push_back(signal.slot + k);
+  ReleaseSlots(slots.data(), uint32_t(slots.size()), signal.sequence, status);
+}
+
+void CompletionBoard::ReleaseSlots(const uint32_t* slots, uint32_t count, uint32_t sequence,
+                                   uint32_t status) {
+  ReleaseBoardSlots(slots, count, sequence, status,
+                    [this](uint32_t slot, uint32_t offset, uint32_t value) {
+                      if (slot >= slots_) return false;
+                      StoreBoardWord(memory_.data(), slot, offset, value);
+                      return true;
+                    });
 }
 
 Status CompletionBoard::WaitLayerRange(void* stream, const BoardSignal& signal, uint32_t k) const {
