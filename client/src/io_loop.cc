@@ -289,15 +289,15 @@ void IoLoop::ReceiveRing() {
 }
 
 void IoLoop::AttachChannel() {
-  const ClientChannel* attaching = channel_.Begin();
-  if (attaching == nullptr) return;
+  std::string name;
+  uint64_t ring_bytes = 0;
+  const uint64_t attaching = channel_.Begin(&name, &ring_bytes);
+  if (attaching == 0) return;
   ClientRequest attach = OwnRequest("AttachChannel", [this, attaching](Result<Reply> reply) {
     channel_.Attached(attaching, reply);
   });
   flatbuffers::FlatBufferBuilder fbb(128);
-  auto body = wire::CreateAttachChannelRequestDirect(fbb, attaching->name().c_str(),
-                                                     attaching->request_ring_bytes(),
-                                                     attaching->reply_ring_bytes());
+  auto body = wire::CreateAttachChannelRequestDirect(fbb, name.c_str(), ring_bytes, ring_bytes);
   attach.bytes = proto::Finish(fbb, attach.id, wire::Body::AttachChannelRequest, body.Union(),
                                HeaderOf(attach).deadline_ns);
   attach.session = true;

@@ -35,7 +35,6 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "channel_route.h"
 #include "encode.h"
 #include "kvstash/client.h"
 #include "kvstash/runtime/adaptive_spin.h"
@@ -43,6 +42,7 @@
 #include "kvstash/runtime/thread_annotations.h"
 #include "pending_requests.h"
 #include "registration_table.h"
+#include "shm_channel_client.h"
 #include "submission_queue.h"
 
 namespace kvstash::client {
@@ -163,7 +163,7 @@ class IoLoop {
   bool handshake_wanted_ = false;
   uint64_t handshake_id_ = 0;  // the Hello in progress, 0 when none
   bool want_pollout_ = false;
-  ChannelRoute channel_;
+  ClientChannel channel_;
   bool queue_woken_ = true;      // the submission queue's eventfd fired since the last Drain
   AdaptiveSpin spin_;            // polls on the core for a while after activity
   Clock::time_point last_sent_;  // the last message to kvstashd
