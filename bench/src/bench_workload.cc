@@ -79,7 +79,7 @@ class RegistrationScope {
 
 class Workload {
  public:
-  Workload(Client& client, const BenchConfig& config, SyntheticKv& kv, const Registration& reg)
+  Workload(Client& client, const BenchConfig& config, SyntheticKv& kv, const RegisteredKv& reg)
       : client_(client),
         config_(config),
         kv_(kv),
@@ -212,7 +212,7 @@ class Workload {
   Client& client_;
   const BenchConfig& config_;
   SyntheticKv& kv_;
-  const Registration& reg_;
+  const RegisteredKv& reg_;
   const uint32_t blocks_per_prompt_;
   std::vector<uint32_t> source_;       // where prompts are filled and stored from
   std::vector<uint32_t> destination_;  // where they are retrieved to

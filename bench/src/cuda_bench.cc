@@ -87,7 +87,7 @@ double MultipathTarget(uint64_t chunk_bytes, uint32_t n, uint32_t paths, bool st
 // One registered layout and the requests the bench sends for it.
 class LayoutRun {
  public:
-  LayoutRun(Client& client, const Registration& reg, std::vector<uint32_t> blocks,
+  LayoutRun(Client& client, const RegisteredKv& reg, std::vector<uint32_t> blocks,
             uint32_t max_chunks)
       : client_(client), reg_(reg), blocks_(std::move(blocks)), max_chunks_(max_chunks) {
     nonce_ = std::random_device{}();
@@ -144,7 +144,7 @@ class LayoutRun {
   }
 
   Client& client_;
-  const Registration& reg_;
+  const RegisteredKv& reg_;
   const std::vector<uint32_t> blocks_;  // shuffled: engines' blocks are scattered
   const uint32_t max_chunks_;
   uint64_t nonce_ = 0;
@@ -250,7 +250,7 @@ std::vector<uint32_t> BlocksOf(const std::vector<ChunkBlocks>& chunks) {
 // until the blocks may be reused), each paired with the raw copy of the same
 // bytes and the in-process baseline, in turns. Then a layer-wise retrieve:
 // the time to the first and to the last layer range.
-Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& run,
+Status MeasureEngineVisible(Client& client, const RegisteredKv& reg, LayoutRun& run,
                             EngineSide& engine, RawCopy& raw, const std::string& layout,
                             uint32_t layers, uint32_t n, const std::vector<ChunkBlocks>& targets,
                             CudaBenchResults& out) {
@@ -378,7 +378,7 @@ Status MeasureEngineVisible(Client& client, const Registration& reg, LayoutRun& 
 // The measurements of one registered layout.
 Status MeasureRegistered(Client& client, const CudaBenchLayout& layout,
                          const CudaBenchConfig& config, RawCopy& raw, EngineSide& engine,
-                         const Registration& reg, uint32_t num_blocks, uint32_t max_chunks,
+                         const RegisteredKv& reg, uint32_t num_blocks, uint32_t max_chunks,
                          CudaBenchResults& out) {
   std::vector<uint32_t> blocks(num_blocks);
   std::iota(blocks.begin(), blocks.end(), 0u);

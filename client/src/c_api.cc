@@ -132,8 +132,8 @@ void ToOutcomes(const std::vector<kvstash::ChunkOutcome>& in, kvstash_chunk_outc
   }
 }
 
-kvstash::Registration FromC(const kvstash_registration& r) {
-  kvstash::Registration out;
+kvstash::RegisteredKv FromC(const kvstash_registration& r) {
+  kvstash::RegisteredKv out;
   out.id = r.id;
   out.chunk_tokens = r.chunk_tokens;
   out.block_tokens = r.block_tokens;

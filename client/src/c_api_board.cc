@@ -1,6 +1,17 @@
 // The C API of completion boards (kvstash.h, "GPU-side completion").
+#include <cstddef>
+
 #include "c_api_internal.h"
+#include "kvstash/completion_board.h"
 #include "kvstash/gpu_completion.h"
+
+static_assert(KVSTASH_MAX_BOARD_SLOTS == kvstash::kMaxBoardSlots);
+static_assert(KVSTASH_MAX_LAYER_RANGES == kvstash::kMaxLayerRanges);
+// kvstash_board_signal is the C spelling of kvstash::BoardSignal.
+static_assert(sizeof(kvstash_board_signal) == sizeof(kvstash::BoardSignal));
+static_assert(offsetof(kvstash_board_signal, slot) == offsetof(kvstash::BoardSignal, slot));
+static_assert(offsetof(kvstash_board_signal, count) == offsetof(kvstash::BoardSignal, count));
+static_assert(offsetof(kvstash_board_signal, sequence) == offsetof(kvstash::BoardSignal, sequence));
 
 namespace kvstash::capi {
 
@@ -9,6 +20,15 @@ HostShm BoardShm(const kvstash_board* board) { return board->board->shm(); }
 }  // namespace kvstash::capi
 
 extern "C" {
+
+uint32_t kvstash_max_board_slots(void) { return kvstash::kMaxBoardSlots; }
+
+uint32_t kvstash_max_layer_ranges(void) { return kvstash::kMaxLayerRanges; }
+
+uint32_t kvstash_layer_range_begin(uint32_t num_layers, uint32_t ranges, uint32_t k) {
+  if (ranges == 0 || k > ranges) return 0;
+  return kvstash::LayerRangeBegin(num_layers, ranges, k);
+}
 
 kvstash_status kvstash_board_create(kvstash_client* client, uint32_t slots, int gpu,
                                     kvstash_board** board) {

@@ -6,12 +6,12 @@
 
 namespace kvstash {
 
-std::vector<ChunkKey> ChunkKeys(const Registration& registration, const int32_t* tokens,
+std::vector<ChunkKey> ChunkKeys(const RegisteredKv& registration, const int32_t* tokens,
                                 size_t num_tokens) {
   return ChainChunkKeys(registration.namespace_id, tokens, num_tokens, registration.chunk_tokens);
 }
 
-Result<std::vector<ChunkBlocks>> PromptChunks(const Registration& registration,
+Result<std::vector<ChunkBlocks>> PromptChunks(const RegisteredKv& registration,
                                               const int32_t* tokens, size_t num_tokens,
                                               const uint32_t* block_table,
                                               size_t block_table_size) {

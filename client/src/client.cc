@@ -45,7 +45,7 @@ class Client::Impl {
   template <typename R, typename Encode, typename Decode>
   void Call(const char* kind, uint64_t registration_id, Encode encode, Decode decode,
             std::function<void(R)> done) {
-    client::Request request;
+    client::ClientRequest request;
     request.unregisters = std::string_view(kind) == "UnregisterKV";
     request.copies_blocks =
         std::string_view(kind) == "Store" || std::string_view(kind) == "Retrieve";
@@ -82,7 +82,7 @@ class Client::Impl {
   uint64_t wire_id(uint64_t registration_id) const {
     return registration_id == 0 ? 0 : transport_->registrations().WireId(registration_id);
   }
-  client::Registrations& registrations() { return transport_->registrations(); }
+  client::RegistrationTable& registrations() { return transport_->registrations(); }
 
   // TooLarge when a request carries more chunks or keys than the daemon takes.
   Status CheckCount(const char* what, size_t count) const {
@@ -120,7 +120,7 @@ Client::~Client() = default;
 
 ServerInfo Client::server_info() const { return impl_->transport().server_info(); }
 
-std::future<Result<Registration>> Client::RegisterKV(const RegisterOptions& options) {
+std::future<Result<RegisteredKv>> Client::RegisterKV(const RegisterOptions& options) {
   Impl* impl = impl_.get();
   // Without a fence (it could not be created) the registration's requests
   // are cut off by their deadlines alone (docs/protocol.md "The copy fence").
@@ -129,15 +129,15 @@ std::future<Result<Registration>> Client::RegisterKV(const RegisterOptions& opti
     Result<std::shared_ptr<client::CopyFence>> created = client::CopyFence::Create();
     if (created.ok()) fence = std::move(*created);
   }
-  return impl_->Call<Result<Registration>>(
+  return impl_->Call<Result<RegisteredKv>>(
       "RegisterKV", 0,
       [&](const client::Header& h) {
         return client::EncodeRegisterKV(h, options, fence ? fence->name() : std::string());
       },
       // Kept for registering again after a restart of kvstashd.
-      [impl, options, fence](const client::Reply& reply) -> Result<Registration> {
+      [impl, options, fence](const client::Reply& reply) -> Result<RegisteredKv> {
         if (fence) fence->Unlink();  // opened by now, or never
-        Result<Registration> registration = client::DecodeRegisterKV(*reply.envelope);
+        Result<RegisteredKv> registration = client::DecodeRegisterKV(*reply.envelope);
         if (!registration.ok()) return registration;
         return impl->registrations().Add(std::move(registration.value()), options,
                                          impl->transport().server_info().boot_id,
@@ -224,11 +224,8 @@ Client::Done<Result<std::vector<ChunkOutcome>>> ReleasingDone(
     Client::Done<Result<std::vector<ChunkOutcome>>> done) {
   return [&board, signal, store, done = std::move(done)](Result<std::vector<ChunkOutcome>> result) {
     if (!result.ok()) {
-      const uint32_t code = uint32_t(result.status().code());
-      const uint32_t first = store ? 1 : 0;  // a store's gate is the engine's
-      for (uint32_t k = first; k < signal.count; ++k) {
-        board.Release(signal.slot + k, signal.sequence, code);
-      }
+      // A store's gate (its first slot) is the engine's.
+      board.Release(signal, store ? 1 : 0, uint32_t(result.status().code()));
     }
     const StatusCode code = result.ok() ? StatusCode::kOk : result.status().code();
     if (code != StatusCode::kTimedOut && code != StatusCode::kUnavailable &&

@@ -99,11 +99,11 @@ Result<ServerInfo> DecodeHello(const wire::Envelope& envelope) {
   return info;
 }
 
-Result<Registration> DecodeRegisterKV(const wire::Envelope& envelope) {
+Result<RegisteredKv> DecodeRegisterKV(const wire::Envelope& envelope) {
   auto reply = BodyAs<wire::RegisterKVReply>(envelope);
   if (!reply.ok()) return reply.status();
   const wire::RegisterKVReply& r = **reply;
-  Registration out;
+  RegisteredKv out;
   out.id = r.registration_id();
   out.chunk_tokens = r.chunk_tokens();
   out.chunk_bytes = r.chunk_bytes();

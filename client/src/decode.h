@@ -15,7 +15,7 @@
 namespace kvstash::client {
 
 Result<ServerInfo> DecodeHello(const wire::Envelope& envelope);
-Result<Registration> DecodeRegisterKV(const wire::Envelope& envelope);
+Result<RegisteredKv> DecodeRegisterKV(const wire::Envelope& envelope);
 // Whether the daemon holds the registration's copy fence (copy_fence.h).
 bool DecodeFenced(const wire::Envelope& envelope);
 Status DecodeUnregisterKV(const wire::Envelope& envelope);

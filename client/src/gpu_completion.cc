@@ -5,10 +5,18 @@
 
 #include <string>
 
-#include "board_gpu.h"
 #include "kvstash/completion_board.h"
+#include "kvstash/cuda/board_device.h"
 
 namespace kvstash {
+
+namespace {
+// Where GPU streams address a slot's value word.
+uint64_t ValueWord(const uint8_t* device_base, uint32_t slot) {
+  return reinterpret_cast<uint64_t>(device_base) + uint64_t(slot) * kBoardSlotBytes +
+         kBoardValueOffset;
+}
+}  // namespace
 
 Result<std::unique_ptr<CompletionBoard>> CompletionBoard::Create(uint32_t slots, int gpu) {
   if (slots == 0 || slots > kMaxBoardSlots) {
@@ -20,8 +28,7 @@ Result<std::unique_ptr<CompletionBoard>> CompletionBoard::Create(uint32_t slots,
   if (!memory.ok()) return memory.status();
   std::unique_ptr<CompletionBoard> board(new CompletionBoard(std::move(*memory), slots));
   if (gpu >= 0) {
-    Result<uint8_t*> mapped =
-        client::MapBoardForGpu(board->memory_.data(), board->memory_.size(), gpu);
+    Result<uint8_t*> mapped = cuda::MapBoard(board->memory_.data(), board->memory_.size(), gpu);
     if (!mapped.ok()) return mapped.status();
     board->gpu_ = gpu;
     board->device_base_ = *mapped;
@@ -30,7 +37,7 @@ Result<std::unique_ptr<CompletionBoard>> CompletionBoard::Create(uint32_t slots,
 }
 
 CompletionBoard::~CompletionBoard() {
-  if (device_base_ != nullptr) client::UnmapBoardForGpu(memory_.data());
+  if (device_base_ != nullptr) cuda::UnmapBoard(memory_.data());
 }
 
 Result<BoardSignal> CompletionBoard::Take(uint32_t count) {
@@ -77,9 +84,23 @@ bool CompletionBoard::Released(const BoardSignal& signal, uint32_t k) const {
 }
 
 void CompletionBoard::Release(uint32_t slot, uint32_t sequence, uint32_t status) {
-  if (slot >= slots_) return;
-  StoreBoardWord(memory_.data(), slot, kBoardStatusOffset, status);
-  StoreBoardWord(memory_.data(), slot, kBoardValueOffset, sequence);
+  ReleaseSlots(&slot, 1, sequence, status);
+}
+
+void CompletionBoard::Release(const BoardSignal& signal, uint32_t first, uint32_t status) {
+  std::vector<uint32_t> slots;
+  for (uint32_t k = first; k < signal.count; ++k) slots.push_back(signal.slot + k);
+  ReleaseSlots(slots.data(), uint32_t(slots.size()), signal.sequence, status);
+}
+
+void CompletionBoard::ReleaseSlots(const uint32_t* slots, uint32_t count, uint32_t sequence,
+                                   uint32_t status) {
+  ReleaseBoardSlots(slots, count, sequence, status,
+                    [this](uint32_t slot, uint32_t offset, uint32_t value) {
+                      if (slot >= slots_) return false;
+                      StoreBoardWord(memory_.data(), slot, offset, value);
+                      return true;
+                    });
 }
 
 Status CompletionBoard::WaitLayerRange(void* stream, const BoardSignal& signal, uint32_t k) const {
@@ -90,16 +111,15 @@ Status CompletionBoard::WaitLayerRange(void* stream, const BoardSignal& signal, 
   if (device_base_ == nullptr) {
     return Status::InvalidArgument("this completion board is CPU-only (created with gpu < 0)");
   }
-  return client::StreamWaitWord(stream, device_base_ + uint64_t(signal.slot + k) * kBoardSlotBytes,
-                                signal.sequence);
+  return cuda::StreamWaitBoardWord(stream, ValueWord(device_base_, signal.slot + k),
+                                   signal.sequence);
 }
 
 Status CompletionBoard::SignalGate(void* stream, const BoardSignal& signal) const {
   if (device_base_ == nullptr) {
     return Status::InvalidArgument("this completion board is CPU-only (created with gpu < 0)");
   }
-  return client::StreamWriteWord(stream, device_base_ + uint64_t(signal.slot) * kBoardSlotBytes,
-                                 signal.sequence);
+  return cuda::StreamWriteBoardWord(stream, ValueWord(device_base_, signal.slot), signal.sequence);
 }
 
 }  // namespace kvstash

@@ -57,7 +57,7 @@ std::string Millis(std::chrono::milliseconds ms) { return std::to_string(ms.coun
 }  // namespace
 
 IoLoop::IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue& queue,
-               std::atomic<uint64_t>& next_id, Registrations& registrations,
+               std::atomic<uint64_t>& next_id, RegistrationTable& registrations,
                std::promise<Result<ServerInfo>> first_hello)
     : options_(std::move(options)),
       context_(context),
@@ -65,6 +65,10 @@ IoLoop::IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue&
       next_id_(next_id),
       registrations_(registrations),
       first_hello_(std::move(first_hello)),
+      channel_(
+          options_.shm_channel, options_.endpoint, options_.channel_ring_bytes,
+          [this](LogLevel level, const std::string& text) { Log(level, text); },
+          [this](bool attached) { SetChannelInfo(attached); }),
       spin_(options_.busy_poll),
       max_message_bytes_(kDefaultMaxMessageBytes) {}
 
@@ -140,12 +144,12 @@ void IoLoop::CloseSockets() {
 }
 
 bool IoLoop::Step() {
-  retired_channel_.reset();
+  channel_.FreeDropped();
   // Every Push and Close wakes the queue's eventfd: a busy-polling loop need
   // not read it idly.
   if (queue_woken_) {
     queue_woken_ = false;
-    for (Request& request : queue_.Drain()) {
+    for (ClientRequest& request : queue_.Drain()) {
       Accept(std::move(request));
       spin_.Activity(Clock::now());
     }
@@ -153,16 +157,11 @@ bool IoLoop::Step() {
   if (queue_.closed()) return false;
   KeepAlive();
   Flush();
-  if (doorbell_wanted_) {
-    // One byte to the daemon's doorbell socket (one kernel wake-up of its
-    // frontend); without one, or if it failed, an empty message: "look at
-    // your ring". A full pipe needs none (the daemon reads the ring before
-    // each message of ours).
-    doorbell_wanted_ = false;
-    if (!channel_ready_ || !channel_->RingDoorbell()) {
-      zmq::message_t doorbell;
-      (void)dealer_->send(doorbell, zmq::send_flags::dontwait);
-    }
+  if (!channel_.WakeDaemon()) {
+    // No doorbell, or ringing it failed: an empty message, "look at your
+    // ring".
+    zmq::message_t doorbell;
+    (void)dealer_->send(doorbell, zmq::send_flags::dontwait);
   }
   ExpireDeadlines();
   if (!giving_up_.empty()) RetryGiveUps();
@@ -176,7 +175,7 @@ void IoLoop::RunBroken(const Status& why) {
     first_hello_.reset();
   }
   for (;;) {
-    for (Request& request : queue_.Drain()) {
+    for (ClientRequest& request : queue_.Drain()) {
       Complete(request, Status(why.code(), request.Name() + " failed: " + why.message()));
     }
     if (queue_.closed()) return;
@@ -184,7 +183,7 @@ void IoLoop::RunBroken(const Status& why) {
   }
 }
 
-void IoLoop::Accept(Request request) {
+void IoLoop::Accept(ClientRequest request) {
   if (!connected_ || goodbye_) {
     // Nobody to send it to: say so now rather than at its deadline.
     Complete(request, Status::Unavailable(request.Name() + " not sent: " + down_why_));
@@ -200,7 +199,7 @@ void IoLoop::Flush() {
   if (!handshaken_ && handshake_id_ == 0 && handshake_wanted_) StartHandshake();
   while (!outbox_.empty()) {
     const uint64_t id = outbox_.front();
-    Request* request = pending_.Find(id);
+    ClientRequest* request = pending_.Find(id);
     if (request == nullptr) {  // ended (timed out) before it was sent
       outbox_.pop_front();
       continue;
@@ -220,22 +219,13 @@ void IoLoop::Flush() {
     }
     // Before the send: the daemon may read it before this thread runs again.
     MarkStage(options_.trace, id, TraceStage::kClientSent);
-    if (channel_ready_ && handshaken_) {
-      // The ring when the daemon polls it; otherwise the socket, whose
-      // message wakes it (and it reads the ring before that message).
-      const ClientChannel::Sent sent = channel_->Push(request->bytes);
-      if (sent == ClientChannel::Sent::kRing || sent == ClientChannel::Sent::kRingDoorbell) {
-        doorbell_wanted_ = doorbell_wanted_ || sent == ClientChannel::Sent::kRingDoorbell;
-        request->sent = true;
-        request->via_ring = true;
-        last_sent_ = Clock::now();
-        proto::Bytes().swap(request->bytes);
-        outbox_.pop_front();
-        continue;
-      }
-      if (sent == ClientChannel::Sent::kCorrupt) {
-        DropChannel("kvstashd's head of the request ring is impossible");
-      }
+    if (handshaken_ && channel_.Push(request->bytes)) {
+      request->sent = true;
+      request->via_ring = true;
+      last_sent_ = Clock::now();
+      proto::Bytes().swap(request->bytes);
+      outbox_.pop_front();
+      continue;
     }
     zmq::message_t message(request->bytes.data(), request->bytes.size());
     if (!dealer_->send(message, zmq::send_flags::dontwait)) {
@@ -274,14 +264,7 @@ void IoLoop::Poll() {
   // so that neither a reply nor the engine's next request waits for this
   // thread to wake up.
   if (spin_.Spinning(Clock::now(), pending_.size() > 0)) timeout = std::chrono::milliseconds(0);
-  if (channel_ready_) {
-    // The eventcount's consumer side: say "asleep", then look once more.
-    if (timeout.count() != 0) {
-      if (channel_->SetAwake(false)) timeout = std::chrono::milliseconds(0);
-    } else {
-      channel_->SetAwake(true);
-    }
-  }
+  if (channel_.BeforePoll(timeout.count() != 0)) timeout = std::chrono::milliseconds(0);
   try {
     if (zmq::poll(items, 3, timeout) > 0) {
       spin_.Activity(Clock::now());
@@ -294,62 +277,27 @@ void IoLoop::Poll() {
   }
   if (items[2].revents & ZMQ_POLLIN) queue_woken_ = true;
   if (items[1].revents & ZMQ_POLLIN) HandleMonitorEvents();
-  if (channel_ready_) ReceiveRing();
+  ReceiveRing();
   if (items[0].revents & ZMQ_POLLIN) ReceiveReplies();
 }
 
 void IoLoop::ReceiveRing() {
-  for (int n = 0; n < 4096 && channel_ready_; ++n) {
-    const uint8_t* data = nullptr;
-    uint32_t size = 0;
-    // The frame lives in the channel's buffer; a handler that drops the
-    // channel retires it (freed at the next Step), so it stays valid here.
-    const channel::RingResult popped = channel_->Pop(&data, &size);
-    if (popped == channel::RingResult::kEmpty) return;
-    if (popped != channel::RingResult::kOk) {
-      DropChannel("kvstashd's reply ring holds an impossible frame");
-      return;
-    }
+  channel_.Receive([this](const void* data, size_t size) {
     spin_.Activity(Clock::now());
     HandleReply(data, size);
-  }
+  });
 }
 
 void IoLoop::AttachChannel() {
-  if (!options_.shm_channel || channel_ || options_.endpoint.rfind("ipc://", 0) != 0) return;
-  Result<std::unique_ptr<ClientChannel>> created =
-      ClientChannel::Create(options_.channel_ring_bytes);
-  if (!created.ok()) {
-    Log(LogLevel::kWarn, "no shared-memory channel (" + created.status().message() +
-                             "): requests travel over the socket");
-    return;
-  }
-  channel_ = std::move(*created);
-  ClientChannel* const attaching = channel_.get();
-  Request attach = OwnRequest("AttachChannel", [this, attaching](Result<Reply> reply) {
-    if (channel_.get() != attaching) return;  // dropped meanwhile (the session ended)
-    channel_->Unlink();                       // mapped by the daemon, or never will be
-    if (!reply.ok()) {
-      Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint +
-                               " attached no shared-memory channel: " + reply.status().message() +
-                               "; requests travel over the socket");
-      retired_channel_ = std::move(channel_);
-      return;
-    }
-    const wire::AttachChannelReply* attached = reply->envelope->body_as_AttachChannelReply();
-    if (attached != nullptr && attached->doorbell() != nullptr) {
-      if (Status rung = channel_->OpenDoorbell(attached->doorbell()->str()); !rung.ok()) {
-        Log(LogLevel::kWarn,
-            "no doorbell (" + rung.message() + "): a sleeping kvstashd is woken over the socket");
-      }
-    }
-    channel_ready_ = true;
-    SetChannelInfo(true);
-    Log(LogLevel::kDebug, "shared-memory channel " + channel_->name() + " attached");
+  std::string name;
+  uint64_t ring_bytes = 0;
+  const uint64_t attaching = channel_.Begin(&name, &ring_bytes);
+  if (attaching == 0) return;
+  ClientRequest attach = OwnRequest("AttachChannel", [this, attaching](Result<Reply> reply) {
+    channel_.Attached(attaching, reply);
   });
   flatbuffers::FlatBufferBuilder fbb(128);
-  auto body = wire::CreateAttachChannelRequestDirect(
-      fbb, channel_->name().c_str(), channel_->request_ring_bytes(), channel_->reply_ring_bytes());
+  auto body = wire::CreateAttachChannelRequestDirect(fbb, name.c_str(), ring_bytes, ring_bytes);
   attach.bytes = proto::Finish(fbb, attach.id, wire::Body::AttachChannelRequest, body.Union(),
                                HeaderOf(attach).deadline_ns);
   attach.session = true;
@@ -357,26 +305,14 @@ void IoLoop::AttachChannel() {
   pending_.Add(std::move(attach));
 }
 
-void IoLoop::DropChannel(const std::string& why) {
-  if (!channel_) return;
-  if (channel_ready_) {
-    Log(LogLevel::kDebug, "shared-memory channel " + channel_->name() + " dropped: " + why);
-  }
-  channel_ready_ = false;
-  doorbell_wanted_ = false;
-  channel_->MarkClosed();
-  retired_channel_ = std::move(channel_);  // unmapped at the next Step
-  SetChannelInfo(false);
-}
-
 void IoLoop::OnChannelClosed(const std::string& reason) {
-  if (!channel_ready_) return;
+  if (!channel_.ready()) return;
   Log(LogLevel::kError, "kvstashd at " + options_.endpoint +
                             " closed this client's shared-memory channel: " + reason);
-  DropChannel(reason);
+  channel_.Drop(reason);
   // What the daemon read from the ring before is answered over the socket;
   // what it did not will never be: fail them all now, not at their deadline.
-  for (Request& request : pending_.TakeSentThroughRing()) {
+  for (ClientRequest& request : pending_.TakeSentThroughRing()) {
     const std::string name = request.Name();
     GiveUp(std::move(request), Status::Unavailable(name + " was sent through the shared-memory " +
                                                    "channel, which kvstashd closed: " + reason));
@@ -389,7 +325,7 @@ void IoLoop::SetChannelInfo(bool attached) {
 }
 
 void IoLoop::ExpireDeadlines() {
-  for (Request& request : pending_.TakeExpired(Clock::now())) {
+  for (ClientRequest& request : pending_.TakeExpired(Clock::now())) {
     Status why;
     if (request.sent) {
       Status timed_out = Status::TimedOut(request.Name() + " got no reply from kvstashd at " +
@@ -413,7 +349,7 @@ void IoLoop::ReceiveReplies() {
   while (dealer_->recv(message, zmq::recv_flags::dontwait)) {
     // Replies the daemon put in the ring before this message come first;
     // an empty message is the ring's doorbell.
-    if (channel_ready_) ReceiveRing();
+    ReceiveRing();
     if (message.size() == 0 && !message.more()) continue;
     if (!message.more()) {
       HandleReply(message);
@@ -441,7 +377,7 @@ void IoLoop::HandleReply(const void* data, size_t size) {
   auto verified = proto::VerifyEnvelope(data, size, max_message_bytes_);
   if (!verified.ok()) {
     const uint64_t id = PeekRequestId(data, size);
-    if (Request* request = id != 0 ? pending_.Find(id) : nullptr) {
+    if (ClientRequest* request = id != 0 ? pending_.Find(id) : nullptr) {
       Complete(*request, Status(verified.status().code(),
                                 "the reply to " + request->Name() +
                                     " is unusable: " + verified.status().message()));
@@ -470,12 +406,12 @@ void IoLoop::HandleReply(const void* data, size_t size) {
     if (id == 0) {
       FailSent(
           Status(code, "kvstashd at " + options_.endpoint + " could not read a request: " + text));
-    } else if (Request* request = pending_.Find(id)) {
+    } else if (ClientRequest* request = pending_.Find(id)) {
       Complete(*request, Status(code, text));
     }
     return;
   }
-  Request* request = pending_.Find(id);
+  ClientRequest* request = pending_.Find(id);
   if (request == nullptr || !request->sent) {
     Log(LogLevel::kDebug,
         "dropped a reply to request " + std::to_string(id) + ", which already ended (timed out?)");
@@ -539,7 +475,7 @@ void IoLoop::OnGoodbye(const std::string& reason) {
 void IoLoop::EndSession(const std::string& why, GiveUpCause cause) {
   // A daemon that restarts maps nothing of ours; the next session attaches
   // a fresh channel.
-  DropChannel(why);
+  channel_.Drop(why);
   handshaken_ = false;
   down_why_ = why;
   registering_again_ = 0;
@@ -547,7 +483,7 @@ void IoLoop::EndSession(const std::string& why, GiveUpCause cause) {
   FailQueued(Status::Unavailable(why));
 }
 
-bool IoLoop::ResolveRegistration(Request& request) {
+bool IoLoop::ResolveRegistration(ClientRequest& request) {
   std::optional<Result<uint64_t>> where = registrations_.Resolve(request.registration_id, boot_);
   if (!where) return true;  // not this client's: kvstashd judges the id
   if (!where->ok()) {
@@ -587,8 +523,8 @@ bool IoLoop::ResolveRegistration(Request& request) {
   return true;
 }
 
-Request IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
-  Request request;
+ClientRequest IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
+  ClientRequest request;
   request.id = next_id_.fetch_add(1);
   request.kind = kind;
   request.timeout = options_.timeout;
@@ -597,14 +533,15 @@ Request IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
   return request;
 }
 
-Header IoLoop::HeaderOf(const Request& request, uint64_t registration_id) {
+Header IoLoop::HeaderOf(const ClientRequest& request, uint64_t registration_id) {
   const auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(request.deadline.time_since_epoch());
   return Header{request.id, uint64_t(ns.count()), registration_id};
 }
 
 void IoLoop::StartHandshake() {
-  Request hello = OwnRequest("Hello", [this](Result<Reply> reply) { OnHello(std::move(reply)); });
+  ClientRequest hello =
+      OwnRequest("Hello", [this](Result<Reply> reply) { OnHello(std::move(reply)); });
   hello.bytes = EncodeHello(HeaderOf(hello), options_.client_name);
   hello.session = true;
   handshake_wanted_ = false;
@@ -616,7 +553,8 @@ void IoLoop::StartHandshake() {
 void IoLoop::KeepAlive() {
   if (!handshaken_ || keepalive_.count() == 0 || !outbox_.empty()) return;
   if (Clock::now() - last_sent_ < keepalive_) return;
-  Request ping = OwnRequest("Ping (keep-alive)", [](Result<Reply>) {});  // only its arrival matters
+  ClientRequest ping =
+      OwnRequest("Ping (keep-alive)", [](Result<Reply>) {});  // only its arrival matters
   ping.bytes = EncodePing(HeaderOf(ping));
   outbox_.push_back(ping.id);
   pending_.Add(std::move(ping));
@@ -665,7 +603,7 @@ void IoLoop::OnHello(Result<Reply> reply) {
 }
 
 void IoLoop::RegisterAgain(const BootId& boot) {
-  std::vector<Registrations::Stale> stale = registrations_.StaleFor(boot);
+  std::vector<RegistrationTable::Stale> stale = registrations_.StaleFor(boot);
   if (stale.empty()) return Ready();
   registering_again_ = stale.size();
   // Ahead of everything that waits for the session, in registration order.
@@ -677,12 +615,12 @@ void IoLoop::RegisterAgain(const BootId& boot) {
       Result<std::shared_ptr<CopyFence>> created = CopyFence::Create();
       if (created.ok()) fence = std::move(*created);
     }
-    Request again = OwnRequest(
+    ClientRequest again = OwnRequest(
         "RegisterKV (again: kvstashd restarted)",
         [this, engine_id, session, boot, fence](Result<Reply> reply) {
           if (fence) fence->Unlink();  // opened by now, or never
-          Result<Registration> registered = reply.ok() ? DecodeRegisterKV(*reply->envelope)
-                                                       : Result<Registration>(reply.status());
+          Result<RegisteredKv> registered = reply.ok() ? DecodeRegisterKV(*reply->envelope)
+                                                       : Result<RegisteredKv>(reply.status());
           const bool fenced = reply.ok() && DecodeFenced(*reply->envelope);
           if (!registered.ok()) {
             Log(LogLevel::kWarn, "could not register registration " + std::to_string(engine_id) +
@@ -693,7 +631,7 @@ void IoLoop::RegisterAgain(const BootId& boot) {
             Log(LogLevel::kError,
                 "registration " + std::to_string(engine_id) +
                     " is unusable on the restarted kvstashd: its configuration changed");
-            Request drop =
+            ClientRequest drop =
                 OwnRequest("UnregisterKV (unusable after restart)", [](Result<Reply>) {});
             drop.bytes = EncodeUnregisterKV(HeaderOf(drop), *unused);
             drop.session = true;
@@ -719,10 +657,10 @@ void IoLoop::Ready() {
   }
 }
 
-void IoLoop::Complete(Request& request, Result<Reply> outcome) {
+void IoLoop::Complete(ClientRequest& request, Result<Reply> outcome) {
   // Take it out first: the handler may run code that touches pending_.
-  std::optional<Request> taken = pending_.Take(request.id);
-  Request& owned = taken ? *taken : request;
+  std::optional<ClientRequest> taken = pending_.Take(request.id);
+  ClientRequest& owned = taken ? *taken : request;
   ReplyHandler handler = std::move(owned.on_reply);
   MarkStage(options_.trace, owned.id, TraceStage::kClientDone);
   if (handler) handler(std::move(outcome));
@@ -732,21 +670,21 @@ void IoLoop::FailQueued(const Status& why) {
   std::deque<uint64_t> ids;
   ids.swap(outbox_);
   for (uint64_t id : ids) {
-    if (Request* request = pending_.Find(id)) {
+    if (ClientRequest* request = pending_.Find(id)) {
       Complete(*request, Status(why.code(), request->Name() + " not sent: " + why.message()));
     }
   }
 }
 
 void IoLoop::FailSent(const Status& why, GiveUpCause cause) {
-  for (Request& request : pending_.TakeSent()) {
+  for (ClientRequest& request : pending_.TakeSent()) {
     const std::string name = request.Name();
     request.cause = cause;
     GiveUp(std::move(request), Status(why.code(), name + " failed: " + why.message()));
   }
 }
 
-void IoLoop::GiveUp(Request request, Status why) {
+void IoLoop::GiveUp(ClientRequest request, Status why) {
   // A daemon says Goodbye only once its copies have stopped: an unfenced
   // request may fail at once then too.
   if (!request.copies_blocks || !request.sent || (goodbye_ && !request.fence)) {
@@ -757,7 +695,7 @@ void IoLoop::GiveUp(Request request, Status why) {
   if (!TryGiveUp(request)) giving_up_.push_back(std::move(request));
 }
 
-bool IoLoop::TryGiveUp(Request& request) {
+bool IoLoop::TryGiveUp(ClientRequest& request) {
   const Clock::time_point now = Clock::now();
   if (request.fence) {
     switch (request.fence->TryGiveUp(request.id)) {
@@ -775,7 +713,7 @@ bool IoLoop::TryGiveUp(Request& request) {
   return true;
 }
 
-bool IoLoop::ProcessAllowsReport(const Request& request, Clock::time_point now) const {
+bool IoLoop::ProcessAllowsReport(const ClientRequest& request, Clock::time_point now) const {
   // kvstashd says Goodbye only once its copies have stopped.
   if (request.cause == GiveUpCause::kGoodbye) return true;
   // The byte is free because kvstashd let go of it, or because its process
@@ -797,25 +735,25 @@ bool IoLoop::ProcessAllowsReport(const Request& request, Clock::time_point now) 
 }
 
 void IoLoop::RetryGiveUps() {
-  std::vector<Request> trying;
+  std::vector<ClientRequest> trying;
   trying.swap(giving_up_);
-  for (Request& request : trying) {
+  for (ClientRequest& request : trying) {
     if (!TryGiveUp(request)) giving_up_.push_back(std::move(request));
   }
 }
 
 void IoLoop::FailAll(StatusCode code, const std::string& why) {
   outbox_.clear();
-  std::vector<Request> all = pending_.TakeAll();
-  for (Request& request : queue_.Drain()) all.push_back(std::move(request));
-  for (Request& request : all) {
+  std::vector<ClientRequest> all = pending_.TakeAll();
+  for (ClientRequest& request : queue_.Drain()) all.push_back(std::move(request));
+  for (ClientRequest& request : all) {
     const std::string name = request.Name();
     GiveUp(std::move(request), Status(code, name + " did not complete: " + why));
   }
   // The loop ends here: wait for the fences now (until each request's
   // deadline at most: the engine is tearing its client down).
   while (!giving_up_.empty()) {
-    for (Request& request : giving_up_) {
+    for (ClientRequest& request : giving_up_) {
       if (Clock::now() >= request.deadline) request.fence = nullptr;
     }
     RetryGiveUps();

@@ -19,7 +19,7 @@
 //    nothing listening: ZeroMQ's CONNECT_RETRIED) fails Connect at once.
 //  - A Hello whose boot id differs from the last one means kvstashd
 //    restarted: `restarts` counts it, and every registration this client
-//    holds is registered again (Registrations) before the session is ready;
+//    holds is registered again (RegistrationTable) before the session is ready;
 //    requests naming one get the new daemon id written into their bytes.
 #pragma once
 
@@ -41,7 +41,7 @@
 #include "kvstash/runtime/stage_trace.h"
 #include "kvstash/runtime/thread_annotations.h"
 #include "pending_requests.h"
-#include "registrations.h"
+#include "registration_table.h"
 #include "shm_channel_client.h"
 #include "submission_queue.h"
 
@@ -62,7 +62,7 @@ class IoLoop {
  public:
   // first_hello is satisfied by the outcome of the first Hello.
   IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue& queue,
-         std::atomic<uint64_t>& next_id, Registrations& registrations,
+         std::atomic<uint64_t>& next_id, RegistrationTable& registrations,
          std::promise<Result<ServerInfo>> first_hello);
 
   // Runs on the I/O thread until the queue is closed, then fails whatever is
@@ -80,7 +80,7 @@ class IoLoop {
   // After a setup or socket failure: fail everything with `why` until closed.
   void RunBroken(const Status& why);
 
-  void Accept(Request request);
+  void Accept(ClientRequest request);
   void Flush();
   void Poll();
   void ExpireDeadlines();
@@ -91,7 +91,6 @@ class IoLoop {
   // attached once a session is ready, on ipc endpoints; dropped when the
   // session ends (a restarted daemon gets a fresh one) or kvstashd closes it.
   void AttachChannel();
-  void DropChannel(const std::string& why);
   void OnChannelClosed(const std::string& reason);
   // Replies waiting in the reply ring, in order.
   void ReceiveRing();
@@ -106,12 +105,12 @@ class IoLoop {
   void EndSession(const std::string& why, GiveUpCause cause);
   // Writes the daemon's current id of the request's registration into its
   // bytes; false when it was completed instead (registration not usable).
-  bool ResolveRegistration(Request& request);
+  bool ResolveRegistration(ClientRequest& request);
 
   // A request of the loop's own (Hello, keep-alive Ping) with a fresh id and
   // the session's timeout; the caller encodes its bytes and queues it.
-  Request OwnRequest(const char* kind, ReplyHandler on_reply);
-  static Header HeaderOf(const Request& request, uint64_t registration_id = 0);
+  ClientRequest OwnRequest(const char* kind, ReplyHandler on_reply);
+  static Header HeaderOf(const ClientRequest& request, uint64_t registration_id = 0);
   void StartHandshake();
   void OnHello(Result<Reply> reply);
   // Registers again what the daemon of `boot` does not hold; then Ready.
@@ -122,18 +121,18 @@ class IoLoop {
   // registrations.
   void KeepAlive();
 
-  void Complete(Request& request, Result<Reply> outcome);
+  void Complete(ClientRequest& request, Result<Reply> outcome);
   // Reports a request failed. One that kvstashd may still be copying (a
   // sent Store or Retrieve) is reported only once kvstashd can copy none of
   // it any more: once its copy fence is ours and kvstashd's process lets it
   // (ProcessAllowsReport), or, without a fence, once its deadline passed
   // (docs/protocol.md "The copy fence"); until then it waits in giving_up_.
-  void GiveUp(Request request, Status why);
+  void GiveUp(ClientRequest request, Status why);
   // Completes it if it may be now; false: it still waits.
-  bool TryGiveUp(Request& request);
+  bool TryGiveUp(ClientRequest& request);
   // With the request's fence byte ours: whether kvstashd's process lets its
   // failure be reported now (docs/protocol.md "The copy fence").
-  bool ProcessAllowsReport(const Request& request, Clock::time_point now) const;
+  bool ProcessAllowsReport(const ClientRequest& request, Clock::time_point now) const;
   void RetryGiveUps();
   void FailQueued(const Status& why);
   void FailSent(const Status& why, GiveUpCause cause = GiveUpCause::kRequest);
@@ -144,15 +143,15 @@ class IoLoop {
   zmq::context_t& context_;
   SubmissionQueue& queue_;
   std::atomic<uint64_t>& next_id_;
-  Registrations& registrations_;
+  RegistrationTable& registrations_;
   std::optional<std::promise<Result<ServerInfo>>> first_hello_;
 
   // I/O thread only.
   std::optional<zmq::socket_t> dealer_;
   std::optional<zmq::socket_t> monitor_;
   PendingRequests pending_;
-  std::deque<uint64_t> outbox_;     // ids not yet sent, in order (may hold ended ids)
-  std::vector<Request> giving_up_;  // failed, waiting for their fence (GiveUp)
+  std::deque<uint64_t> outbox_;           // ids not yet sent, in order (may hold ended ids)
+  std::vector<ClientRequest> giving_up_;  // failed, waiting for their fence (GiveUp)
   bool connected_ = false;
   bool handshaken_ = false;       // the session is ready (see the session rules)
   bool goodbye_ = false;          // kvstashd said it is stopping; until the next connection
@@ -164,13 +163,10 @@ class IoLoop {
   bool handshake_wanted_ = false;
   uint64_t handshake_id_ = 0;  // the Hello in progress, 0 when none
   bool want_pollout_ = false;
-  std::unique_ptr<ClientChannel> channel_;
-  std::unique_ptr<ClientChannel> retired_channel_;  // freed at the next Step
-  bool channel_ready_ = false;                      // attached: requests may go through the ring
-  bool doorbell_wanted_ = false;  // a frame went into the ring of a sleeping daemon
-  bool queue_woken_ = true;       // the submission queue's eventfd fired since the last Drain
-  AdaptiveSpin spin_;             // polls on the core for a while after activity
-  Clock::time_point last_sent_;   // the last message to kvstashd
+  ClientChannel channel_;
+  bool queue_woken_ = true;      // the submission queue's eventfd fired since the last Drain
+  AdaptiveSpin spin_;            // polls on the core for a while after activity
+  Clock::time_point last_sent_;  // the last message to kvstashd
   std::chrono::milliseconds keepalive_{0};  // a quarter of the daemon's peer timeout
   uint64_t max_message_bytes_;
   proto::Bytes aligned_;  // a misaligned reply's copy (operator new aligns it)

@@ -9,28 +9,28 @@
 #include <utility>
 #include <vector>
 
-#include "request.h"
+#include "client_request.h"
 
 namespace kvstash::client {
 
 // Owned and used by the I/O thread only.
 class PendingRequests {
  public:
-  void Add(Request request);
-  Request* Find(uint64_t id);
-  std::optional<Request> Take(uint64_t id);
+  void Add(ClientRequest request);
+  ClientRequest* Find(uint64_t id);
+  std::optional<ClientRequest> Take(uint64_t id);
   // Requests whose deadline is not after `now`, earliest first.
-  std::vector<Request> TakeExpired(Clock::time_point now);
+  std::vector<ClientRequest> TakeExpired(Clock::time_point now);
   // Requests already handed to the socket (a lost connection loses them).
-  std::vector<Request> TakeSent();
+  std::vector<ClientRequest> TakeSent();
   // Requests sent through the shared-memory channel (which kvstashd closed).
-  std::vector<Request> TakeSentThroughRing();
-  std::vector<Request> TakeAll();
+  std::vector<ClientRequest> TakeSentThroughRing();
+  std::vector<ClientRequest> TakeAll();
   std::optional<Clock::time_point> NextDeadline() const;
   size_t size() const { return by_id_.size(); }
 
  private:
-  std::unordered_map<uint64_t, Request> by_id_;
+  std::unordered_map<uint64_t, ClientRequest> by_id_;
   std::set<std::pair<Clock::time_point, uint64_t>> by_deadline_;
 };
 

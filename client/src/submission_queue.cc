@@ -16,7 +16,7 @@ SubmissionQueue::~SubmissionQueue() {
   if (event_fd_ >= 0) ::close(event_fd_);
 }
 
-bool SubmissionQueue::Push(Request& request) {
+bool SubmissionQueue::Push(ClientRequest& request) {
   {
     MutexLock lock(mutex_);
     if (closed_) return false;
@@ -34,14 +34,14 @@ void SubmissionQueue::Close() {
   Wake();
 }
 
-std::vector<Request> SubmissionQueue::Drain() {
+std::vector<ClientRequest> SubmissionQueue::Drain() {
   uint64_t count = 0;
   // Reset the counter before taking the queue: a push after this read wakes
   // the poll again, so none is missed.
   while (::read(event_fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
   MutexLock lock(mutex_);
-  std::vector<Request> taken;
+  std::vector<ClientRequest> taken;
   taken.swap(queue_);
   return taken;
 }

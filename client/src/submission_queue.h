@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
+#include "client_request.h"
 #include "kvstash/runtime/thread_annotations.h"
-#include "request.h"
 
 namespace kvstash::client {
 
@@ -21,11 +21,11 @@ class SubmissionQueue {
 
   int fd() const { return event_fd_; }
   // False once closed: the request is handed back untouched to fail it.
-  bool Push(Request& request);
+  bool Push(ClientRequest& request);
   // Stops accepting requests and wakes the I/O thread.
   void Close();
   // I/O thread: takes everything queued and clears the wakeup.
-  std::vector<Request> Drain();
+  std::vector<ClientRequest> Drain();
   bool closed() const;
   // Blocks until something is pushed or the queue closes.
   void Wait() const;
@@ -35,7 +35,7 @@ class SubmissionQueue {
 
   int event_fd_ = -1;
   mutable Mutex mutex_;
-  std::vector<Request> queue_ KVSTASH_GUARDED_BY(mutex_);
+  std::vector<ClientRequest> queue_ KVSTASH_GUARDED_BY(mutex_);
   bool closed_ KVSTASH_GUARDED_BY(mutex_) = false;
 };
 

@@ -37,7 +37,7 @@ Transport::~Transport() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Transport::Submit(Request request) {
+void Transport::Submit(ClientRequest request) {
   if (request.timeout.count() == 0) {
     request.timeout = timeout_;
     request.deadline = Clock::now() + timeout_;

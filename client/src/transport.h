@@ -10,7 +10,7 @@
 #include <zmq.hpp>
 
 #include "io_loop.h"
-#include "registrations.h"
+#include "registration_table.h"
 #include "submission_queue.h"
 
 namespace kvstash::client {
@@ -34,10 +34,10 @@ class Transport {
   bool fences() const { return ipc_; }
   // Hands the request to the I/O thread (setting its timeout and deadline
   // unless the caller did); its handler runs exactly once.
-  void Submit(Request request);
+  void Submit(ClientRequest request);
 
   ServerInfo server_info() const { return loop_->server_info(); }
-  Registrations& registrations() { return registrations_; }
+  RegistrationTable& registrations() { return registrations_; }
 
  private:
   Transport() = default;
@@ -46,7 +46,7 @@ class Transport {
   std::chrono::milliseconds timeout_{0};
   bool ipc_ = false;
   std::atomic<uint64_t> next_id_{1};
-  Registrations registrations_;
+  RegistrationTable registrations_;
   zmq::context_t context_{1};
   SubmissionQueue queue_;
   std::unique_ptr<IoLoop> loop_;

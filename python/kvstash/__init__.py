@@ -14,7 +14,7 @@ project); build it from the kvstash repository with `pip install .`.
 torch and numpy are optional: the package imports without either.
 """
 
-from .client import Client, CompletionBoard
+from .client import Client, CompletionBoard, layer_range_begin, max_board_slots, max_layer_ranges
 from .errors import (
     Cancelled,
     DeviceError,
@@ -56,7 +56,10 @@ __all__ = [
     "LAYOUT_NAMES",
     "LayerSpec",
     "LookupResult",
+    "layer_range_begin",
     "MalformedMessage",
+    "max_board_slots",
+    "max_layer_ranges",
     "NotFound",
     "OutOfRange",
     "Registration",

@@ -275,6 +275,9 @@ _PROTOTYPES = {
     "kvstash_board_released": (c_int, [c_void_p, POINTER(CBoardSignal), c_uint32]),
     "kvstash_board_status": (c_uint32, [c_void_p, c_uint32]),
     "kvstash_board_release": (None, [c_void_p, c_uint32, c_uint32, c_uint32]),
+    "kvstash_max_board_slots": (c_uint32, []),
+    "kvstash_max_layer_ranges": (c_uint32, []),
+    "kvstash_layer_range_begin": (c_uint32, [c_uint32, c_uint32, c_uint32]),
 }
 
 

@@ -35,6 +35,24 @@ def _uint(value: Any, what: str, bits: int = 32) -> int:
     return value
 
 
+def max_board_slots() -> int:
+    """Slots a completion board holds at most (KVSTASH_MAX_BOARD_SLOTS)."""
+    return int(_lib.lib().kvstash_max_board_slots())
+
+
+def max_layer_ranges() -> int:
+    """Layer ranges a retrieve signals at most (KVSTASH_MAX_LAYER_RANGES)."""
+    return int(_lib.lib().kvstash_max_layer_ranges())
+
+
+def layer_range_begin(num_layers: int, ranges: int, k: int) -> int:
+    """The first layer of layer range k (0 <= k <= ranges) of a retrieve
+    with `ranges` ranges over a registration's `num_layers` layers, as
+    kvstashd splits them: range k holds [begin(k), begin(k + 1))."""
+    return int(_lib.lib().kvstash_layer_range_begin(
+        _uint(num_layers, "num_layers"), _uint(ranges, "ranges"), _uint(k, "k")))
+
+
 class CompletionBoard:
     """A completion board (docs/protocol.md "GPU-side completion"): slots in
     shared memory that the engine's and kvstashd's GPU streams write and wait

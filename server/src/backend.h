@@ -105,6 +105,20 @@ struct CopySignal {
   // The worker then copies nothing, cuts off every chunk and releases
   // done_slot with that status.
   std::function<Status()> give_up;
+
+  // Every slot the request signals on: its ranges', then done_slot.
+  std::vector<uint32_t> slots() const {
+    std::vector<uint32_t> all = range_slots;
+    if (done_slot) all.push_back(*done_slot);
+    return all;
+  }
+  // From the CPU: every slot released with `status` (a request refused,
+  // with nothing to copy, or whose copy failed or missed chunks), or the
+  // status every slot carries before the copy starts.
+  void ReleaseAll(const Status& status) const {
+    board->Release(slots(), sequence, uint32_t(status.code()));
+  }
+  void PresetStatus(uint32_t code) const { board->Preset(slots(), code); }
 };
 
 // One group's layers of one registration, as the copy engine addresses them.

@@ -9,6 +9,7 @@
 
 #include "cuda_ipc_allocation.h"
 #include "daemon_logger.h"
+#include "kvstash/cuda/board_device.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/cuda/driver_api.h"
@@ -204,17 +205,9 @@ Status CudaBackend::Copy(Direction direction, int device, const CopyLayout& layo
 }
 
 Result<BoardMapping> CudaBackend::MapBoard(int device, uint8_t* base, uint64_t bytes) {
-  KVSTASH_RETURN_IF_ERROR(cuda::StreamMemOps().status());
-  KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  KVSTASH_CUDA_RETURN_IF_ERROR(
-      cudaHostRegister(base, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
-  void* mapped = nullptr;
-  const cudaError_t got = cudaHostGetDevicePointer(&mapped, base, 0);
-  if (got != cudaSuccess) {
-    cudaHostUnregister(base);
-    return cuda::CudaStatus(got, "cudaHostGetDevicePointer");
-  }
-  return BoardMapping{static_cast<uint8_t*>(mapped), [base] { cudaHostUnregister(base); }};
+  Result<uint8_t*> mapped = cuda::MapBoard(base, bytes, device);
+  if (!mapped.ok()) return mapped.status();
+  return BoardMapping{*mapped, [base] { cuda::UnmapBoard(base); }};
 }
 
 void CudaBackend::Describe(nlohmann::json& out) const {

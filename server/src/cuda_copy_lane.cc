@@ -11,8 +11,8 @@
 
 #include "cuda_relay_path.h"
 #include "daemon_logger.h"
+#include "kvstash/cuda/board_device.h"
 #include "kvstash/cuda/cuda_status.h"
-#include "kvstash/cuda/driver_api.h"
 
 namespace kvstash::server {
 
@@ -188,14 +188,10 @@ Result<const LayerAddresses*> CudaCopyLane::AddressesOf(const CopyLayout& layout
 }
 
 Status CudaCopyLane::SignalSlot(const CopySignal& signal, uint32_t slot) {
-  Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
-  if (!api.ok()) return api.status();
-  // The default flags order the write after every earlier write of the
-  // stream (the scatter's): whoever sees the value sees the data.
-  return cuda::DriverStatus(
-      (*api)->StreamWriteValue32(kernel_stream_.get(), signal.board->device_value(slot),
-                                 signal.sequence, 0),
-      "cuStreamWriteValue32");
+  // After every earlier write of the stream (the scatter's): whoever sees
+  // the value sees the data.
+  return cuda::StreamWriteBoardWord(kernel_stream_.get(), signal.board->device_value(slot),
+                                    signal.sequence);
 }
 
 Status CudaCopyLane::CopyDirect(const CopyLayout& layout, const LayerAddresses& addresses,

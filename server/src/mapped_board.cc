@@ -103,12 +103,21 @@ bool MappedBoard::Write(uint32_t slot, uint32_t offset, uint32_t value) {
   return MemoryFaultGuard::RunGuarded(at, sizeof(uint32_t), AccessWord, &access, &fault);
 }
 
-bool MappedBoard::WriteStatus(uint32_t slot, uint32_t status) {
-  return Write(slot, kBoardStatusOffset, status);
+bool MappedBoard::Release(const std::vector<uint32_t>& slots, uint32_t sequence, uint32_t status) {
+  return ReleaseBoardSlots(slots.data(), uint32_t(slots.size()), sequence, status,
+                           [this](uint32_t slot, uint32_t offset, uint32_t value) {
+                             return Write(slot, offset, value);
+                           });
 }
 
-bool MappedBoard::Release(uint32_t slot, uint32_t sequence, uint32_t status) {
-  return Write(slot, kBoardStatusOffset, status) && Write(slot, kBoardValueOffset, sequence);
+bool MappedBoard::Preset(const std::vector<uint32_t>& slots, uint32_t status) {
+  bool ok = true;
+  for (uint32_t slot : slots) ok = Write(slot, kBoardStatusOffset, status) && ok;
+  return ok;
+}
+
+bool MappedBoard::WriteValue(uint32_t slot, uint32_t sequence) {
+  return Write(slot, kBoardValueOffset, sequence);
 }
 
 std::optional<uint32_t> MappedBoard::Value(uint32_t slot) const {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kvstash/status.h"
 #include "peer.h"
@@ -42,11 +43,14 @@ class MappedBoard {
 
   uint32_t slots() const { return slots_; }
   const std::string& name() const { return name_; }
-  // CPU writes: status first, then the value that releases the slot.
-  // false when the engine's memory is gone (it shrank its board).
-  bool Release(uint32_t slot, uint32_t sequence, uint32_t status);
-  bool WriteStatus(uint32_t slot, uint32_t status);
-  bool WriteValue(uint32_t slot, uint32_t sequence) { return Write(slot, 0, sequence); }
+  // CPU writes; false when the engine's memory is gone (it shrank its
+  // board). Release: every slot of a request, by the release rule
+  // (ReleaseBoardSlots: statuses first, then values). Preset: the status
+  // every slot carries before its copy starts. WriteValue: one slot whose
+  // status was preset, released in order after the copy it signals.
+  bool Release(const std::vector<uint32_t>& slots, uint32_t sequence, uint32_t status);
+  bool Preset(const std::vector<uint32_t>& slots, uint32_t status);
+  bool WriteValue(uint32_t slot, uint32_t sequence);
   // The value word, or nullopt when the board's memory is gone.
   std::optional<uint32_t> Value(uint32_t slot) const;
   // Where a GPU stream writes or waits on slot `slot`'s value word.

@@ -239,13 +239,7 @@ void TransferWorker::Lane::ReleaseOnFailure(const CopySignal& signal, const Stat
                                             const Status& cut_why) {
   const bool any_cut = std::find(cut.begin(), cut.end(), 1) != cut.end();
   if (status.ok() && !any_cut) return;  // the copy released every slot itself
-  const uint32_t code = uint32_t(status.ok() ? cut_why.code() : status.code());
-  // Status words first, then the values, so that whoever sees a value
-  // released also sees the final status of every slot.
-  std::vector<uint32_t> slots = signal.range_slots;
-  if (signal.done_slot) slots.push_back(*signal.done_slot);
-  for (uint32_t slot : slots) signal.board->WriteStatus(slot, code);
-  for (uint32_t slot : slots) signal.board->WriteValue(slot, signal.sequence);
+  signal.ReleaseAll(status.ok() ? cut_why : status);
 }
 
 void TransferWorker::Lane::RunBatch(std::vector<TransferJob>& jobs) {

@@ -80,21 +80,6 @@ Result<CopySignal> MakeSignal(const Registration& reg, const BoardSignal& asked,
   return signal;
 }
 
-// Every slot of the signal released from the CPU with `status` (a request
-// refused or with nothing to copy never reaches a lane).
-void ReleaseAll(const CopySignal& signal, const Status& status) {
-  std::vector<uint32_t> slots = signal.range_slots;
-  if (signal.done_slot) slots.push_back(*signal.done_slot);
-  for (uint32_t slot : slots) signal.board->WriteStatus(slot, uint32_t(status.code()));
-  for (uint32_t slot : slots) signal.board->WriteValue(slot, signal.sequence);
-}
-
-// The status every slot carries before the copy starts.
-void PresetStatus(const CopySignal& signal, uint32_t code) {
-  for (uint32_t slot : signal.range_slots) signal.board->WriteStatus(slot, code);
-  if (signal.done_slot) signal.board->WriteStatus(*signal.done_slot, code);
-}
-
 }  // namespace
 
 Transfers::Transfers(const config::ServerConfig& config, Stats& stats, DeferredReplies& deferred,
@@ -191,11 +176,11 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
     signal = std::move(*made);
   }
   if (Status ok = CheckChunks(*reg, m.chunks, /*need_tokens=*/true); !ok.ok()) {
-    if (signal) ReleaseAll(*signal, ok);
+    if (signal) signal->ReleaseAll(ok);
     return ok;
   }
   if (Status ok = deferred_.CheckInFlight(r.peer.id); !ok.ok()) {
-    if (signal) ReleaseAll(*signal, ok);
+    if (signal) signal->ReleaseAll(ok);
     return ok;
   }
 
@@ -229,10 +214,10 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
     reserved->emplace_back(i, ticket.entry);
   }
   if (reserved->empty()) {  // nothing to read: the blocks may be reused now
-    if (signal) ReleaseAll(*signal, Status::Ok());
+    if (signal) signal->ReleaseAll(Status::Ok());
     return std::optional<ReplyBody>(std::move(*reply));
   }
-  if (signal) PresetStatus(*signal, 0);
+  if (signal) signal->PresetStatus(0);
   job.signal = std::move(signal);
   job.complete = [this, r, reg, reply, reserved, chunk_bytes](
                      const Status& copied, const std::vector<uint8_t>& cut, const Status& cut_why) {
@@ -268,11 +253,11 @@ Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
     signal = std::move(*made);
   }
   if (Status ok = CheckChunks(*reg, m.chunks, /*need_tokens=*/false); !ok.ok()) {
-    if (signal) ReleaseAll(*signal, ok);
+    if (signal) signal->ReleaseAll(ok);
     return ok;
   }
   if (Status ok = deferred_.CheckInFlight(r.peer.id); !ok.ok()) {
-    if (signal) ReleaseAll(*signal, ok);
+    if (signal) signal->ReleaseAll(ok);
     return ok;
   }
   if (tiers_.enabled()) {
@@ -362,10 +347,10 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
   const uint64_t lease_id = m.lease_id;
   if (reading->empty()) {
     if (lease_id != 0) store_->Release(lease_id, r.peer.id);
-    if (signal) ReleaseAll(*signal, Status(StatusCode(preset), ""));
+    if (signal) signal->ReleaseAll(Status(StatusCode(preset), ""));
     return std::optional<ReplyBody>(std::move(*reply));
   }
-  if (signal) PresetStatus(*signal, preset);
+  if (signal) signal->PresetStatus(preset);
   job.signal = std::move(signal);
   const uint64_t chunk_bytes = layout.chunk_bytes();
   job.complete = [this, r, reg, reply, reading, lease_id, chunk_bytes](

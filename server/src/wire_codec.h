@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "kvstash/completion_board.h"  // BoardSignal: GPU-side completion
 #include "kvstash/keys.h"
 #include "kvstash/proto/codec.h"
 #include "kvstash/status.h"
@@ -35,12 +36,6 @@ struct RegisterRequest {
 };
 struct UnregisterRequest {
   uint64_t registration_id = 0;
-};
-// GPU-side completion on the registration's board (kvstash/completion_board.h).
-struct BoardSignal {
-  uint32_t slot = 0;
-  uint32_t count = 0;
-  uint32_t sequence = 0;
 };
 struct StoreRequest {
   uint64_t registration_id = 0;

@@ -3,10 +3,12 @@
 // never crashes; the library writes no byte past what the caller declared.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "daemon_process.h"
+#include "kvstash/completion_board.h"
 #include "kvstash/kvstash.h"
 
 namespace kvstash::testing {
@@ -90,6 +92,31 @@ TEST(CApiAbi, KeysNeedARegistrationWithItsSize) {
 
 TEST(CApiAbi, TheLoadedLibraryIsTheHeadersAbi) {
   EXPECT_EQ(kvstash_abi_version(), uint32_t{KVSTASH_ABI_VERSION});
+}
+
+// Bindings (Python) read the board's limits and layer-range split from the
+// library: they must be the ones kvstashd checks and slices by.
+TEST(CApiAbi, TheBoardLimitsAndLayerRangesAreTheDaemons) {
+  EXPECT_EQ(kvstash_max_board_slots(), kMaxBoardSlots);
+  EXPECT_EQ(kvstash_max_layer_ranges(), kMaxLayerRanges);
+  EXPECT_EQ(kvstash_max_board_slots(), KVSTASH_MAX_BOARD_SLOTS);
+  EXPECT_EQ(kvstash_max_layer_ranges(), KVSTASH_MAX_LAYER_RANGES);
+  for (uint32_t layers : {1u, 2u, 7u, 61u, 80u, 300u, 1000u}) {
+    for (uint32_t ranges = 1; ranges <= std::min(layers, kMaxLayerRanges); ++ranges) {
+      EXPECT_EQ(kvstash_layer_range_begin(layers, ranges, 0), 0u);
+      EXPECT_EQ(kvstash_layer_range_begin(layers, ranges, ranges), layers);
+      for (uint32_t k = 0; k < ranges; ++k) {
+        const uint32_t begin = kvstash_layer_range_begin(layers, ranges, k);
+        const uint32_t end = kvstash_layer_range_begin(layers, ranges, k + 1);
+        ASSERT_EQ(begin, LayerRangeBegin(layers, ranges, k));
+        ASSERT_LT(begin, end) << layers << " layers, " << ranges << " ranges, range " << k;
+        ASSERT_EQ(LayerRangeOf(layers, ranges, begin), k);
+        ASSERT_EQ(LayerRangeOf(layers, ranges, end - 1), k);
+      }
+    }
+  }
+  EXPECT_EQ(kvstash_layer_range_begin(8, 0, 0), 0u);
+  EXPECT_EQ(kvstash_layer_range_begin(8, 2, 3), 0u);
 }
 
 }  // namespace

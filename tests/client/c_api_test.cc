@@ -88,7 +88,7 @@ TEST(CApi, ChunkKeysMatchTheCppApi) {
   ASSERT_EQ(kvstash_num_chunks(&reg, tokens.size()), 4u);
   std::vector<kvstash_key> keys(4);
   ASSERT_EQ(kvstash_chunk_keys(&reg, tokens.data(), tokens.size(), keys.data()), KVSTASH_OK);
-  Registration cpp;
+  RegisteredKv cpp;
   cpp.chunk_tokens = 64;
   cpp.block_tokens = 16;
   std::copy(std::begin(reg.namespace_id), std::end(reg.namespace_id), cpp.namespace_id.begin());

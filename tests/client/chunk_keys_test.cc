@@ -8,8 +8,8 @@
 namespace kvstash {
 namespace {
 
-Registration MakeRegistration(uint32_t chunk_tokens = 64, uint32_t block_tokens = 16) {
-  Registration reg;
+RegisteredKv MakeRegistration(uint32_t chunk_tokens = 64, uint32_t block_tokens = 16) {
+  RegisteredKv reg;
   reg.id = 3;
   reg.chunk_tokens = chunk_tokens;
   reg.block_tokens = block_tokens;
@@ -26,7 +26,7 @@ std::vector<int32_t> Tokens(size_t n, int32_t first = 1) {
 }
 
 TEST(ChunkKeys, ChainFromTheRegistrationsNamespace) {
-  const Registration reg = MakeRegistration();
+  const RegisteredKv reg = MakeRegistration();
   const auto tokens = Tokens(150);
   const auto keys = ChunkKeys(reg, tokens.data(), tokens.size());
   ASSERT_EQ(keys.size(), 3u);  // 64 + 64 + 22
@@ -38,13 +38,13 @@ TEST(ChunkKeys, ChainFromTheRegistrationsNamespace) {
   EXPECT_EQ(other_keys[0], keys[0]);
   EXPECT_NE(other_keys[1], keys[1]);
   // Another namespace never shares keys.
-  Registration elsewhere = reg;
+  RegisteredKv elsewhere = reg;
   elsewhere.namespace_id[0] ^= 1;
   EXPECT_NE(ChunkKeys(elsewhere, tokens.data(), tokens.size())[0], keys[0]);
 }
 
 TEST(ChunkKeys, PartialLastChunkDiffersFromTheFullOne) {
-  const Registration reg = MakeRegistration();
+  const RegisteredKv reg = MakeRegistration();
   const auto tokens = Tokens(128);
   const auto full = ChunkKeys(reg, tokens.data(), 128);
   const auto partial = ChunkKeys(reg, tokens.data(), 100);
@@ -54,7 +54,7 @@ TEST(ChunkKeys, PartialLastChunkDiffersFromTheFullOne) {
 }
 
 TEST(PromptChunks, SplitsTheBlockTableByChunk) {
-  const Registration reg = MakeRegistration(64, 16);
+  const RegisteredKv reg = MakeRegistration(64, 16);
   const auto tokens = Tokens(150);
   std::vector<uint32_t> table(10);
   std::iota(table.begin(), table.end(), 100);
@@ -71,7 +71,7 @@ TEST(PromptChunks, SplitsTheBlockTableByChunk) {
 }
 
 TEST(PromptChunks, RejectsAShortBlockTable) {
-  const Registration reg = MakeRegistration(64, 16);
+  const RegisteredKv reg = MakeRegistration(64, 16);
   const auto tokens = Tokens(150);
   std::vector<uint32_t> table(9);  // needs 10
   auto chunks = PromptChunks(reg, tokens.data(), tokens.size(), table.data(), table.size());

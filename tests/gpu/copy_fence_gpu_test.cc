@@ -141,7 +141,7 @@ class CopyFenceGpu : public ::testing::TestWithParam<std::string> {
   LayerGeometry geometry_;
   uint64_t layer_bytes_ = 0;
   cuda::DeviceBuffer memory_;
-  Registration reg_;
+  RegisteredKv reg_;
   std::vector<int32_t> tokens_;
   std::optional<RetrievePump> pump_;
 };

@@ -9,7 +9,7 @@ namespace kvstash::testing {
 
 namespace {
 
-std::vector<kernels::GroupCopy> Groups(const Registration& registration,
+std::vector<kernels::GroupCopy> Groups(const RegisteredKv& registration,
                                        const std::vector<uint8_t*>& layer_bases,
                                        std::vector<std::vector<uint8_t*>>& storage) {
   std::vector<kernels::GroupCopy> groups;
@@ -25,7 +25,7 @@ std::vector<kernels::GroupCopy> Groups(const Registration& registration,
 
 }  // namespace
 
-Status ApplyExpectedRetrieve(const Registration& registration, const GpuLayout& layout,
+Status ApplyExpectedRetrieve(const RegisteredKv& registration, const GpuLayout& layout,
                              HostAllocations& storer, const std::vector<ChunkBlocks>& stored,
                              HostAllocations& reader, const std::vector<ChunkBlocks>& retrieved,
                              uint32_t skip_tokens) {

@@ -13,7 +13,7 @@ namespace kvstash::testing {
 
 // Applies to `reader` (host twin of the reader's memory) what retrieving
 // `retrieved` after `stored` was stored from `storer` must write.
-Status ApplyExpectedRetrieve(const Registration& registration, const GpuLayout& layout,
+Status ApplyExpectedRetrieve(const RegisteredKv& registration, const GpuLayout& layout,
                              HostAllocations& storer, const std::vector<ChunkBlocks>& stored,
                              HostAllocations& reader, const std::vector<ChunkBlocks>& retrieved,
                              uint32_t skip_tokens);

@@ -74,7 +74,7 @@ class GpuCompletionTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(client.ok()) << client.status().ToString();
     return client.ok() ? std::move(*client) : nullptr;
   }
-  Registration Register(Client& client) {
+  RegisteredKv Register(Client& client) {
     RegisterOptions options;
     options.model = "gpu-completion-" + GetParam();
     std::vector<CudaLayer> layers;
@@ -83,12 +83,12 @@ class GpuCompletionTest : public ::testing::TestWithParam<std::string> {
     options.board = board_->shm();
     auto reg = client.RegisterKV(options).get();
     EXPECT_TRUE(reg.ok()) << reg.status().ToString();
-    return reg.ok() ? *reg : Registration{};
+    return reg.ok() ? *reg : RegisteredKv{};
   }
   uint8_t* BlockOf(uint32_t layer, uint32_t block) {
     return kv_.data() + layer * extent_ + block * geometry_.block_stride;
   }
-  std::vector<ChunkBlocks> Chunks(const Registration& reg, uint32_t first_block) {
+  std::vector<ChunkBlocks> Chunks(const RegisteredKv& reg, uint32_t first_block) {
     std::vector<uint32_t> table;
     for (uint32_t b = 0; b < kChunks * 4; ++b) table.push_back(first_block + b);
     auto chunks = PromptChunks(reg, tokens_.data(), tokens_.size(), table.data(), table.size());
@@ -139,7 +139,7 @@ class GpuCompletionTest : public ::testing::TestWithParam<std::string> {
   cuda::DeviceBuffer kv_;
   cuda::DeviceBuffer counters_;
   cudaStream_t stream_ = nullptr;
-  Registration reg_;
+  RegisteredKv reg_;
   std::vector<int32_t> tokens_;
 };
 
@@ -261,7 +261,7 @@ TEST_P(GpuCompletionTest, AGateNeverOpenedIsReleasedByTheDaemonAtTheDeadline) {
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   auto client = Connect(std::chrono::milliseconds(400));
   ASSERT_NE(client, nullptr);
-  const Registration reg = Register(*client);
+  const RegisteredKv reg = Register(*client);
   // No stream: nobody writes the gate; the daemon's lane holds the store
   // (checking the gate from the CPU) until the deadline, then gives it up.
   auto save = client->StoreOnStream(reg.id, Chunks(reg, 0), *board_, nullptr);

@@ -130,7 +130,7 @@ class CopyFence : public ::testing::Test {
   std::unique_ptr<DaemonProcess> daemon_;
   std::optional<EngineKv> engine_;
   std::unique_ptr<Client> client_;
-  Registration reg_;
+  RegisteredKv reg_;
   std::vector<int32_t> tokens_;
   std::vector<std::vector<ChunkBlocks>> region_chunks_;  // computed once: the pump is fast
   std::optional<RetrievePump> pump_;

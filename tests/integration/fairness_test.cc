@@ -43,7 +43,7 @@ TEST_F(Fairness, AnotherClientsPingsAreAnsweredWhileOneFloodsHeavyRequests) {
   std::unique_ptr<Client> flooder = Connect();
   ASSERT_NE(flooder, nullptr);
   {
-    std::vector<std::future<Result<Registration>>> pending;
+    std::vector<std::future<Result<RegisteredKv>>> pending;
     for (int i = 0; i < kRegistrations; ++i) {
       pending.push_back(
           flooder->RegisterKV(memory->Registration("flood-" + std::to_string(i % 7))));

@@ -57,7 +57,7 @@ class GpuCompletion : public DaemonTest {
   }
 
   std::unique_ptr<CompletionBoard> board_;
-  Registration breg_;
+  RegisteredKv breg_;
 };
 
 TEST_F(GpuCompletion, RetrieveReleasesItsSlotOnlyOnceEveryByteIsInPlace) {

@@ -68,7 +68,7 @@ class DaemonTest : public ::testing::Test {
   std::unique_ptr<DaemonProcess> daemon_;
   std::unique_ptr<Client> client_;
   std::optional<EngineKv> engine_;
-  Registration reg_;
+  RegisteredKv reg_;
 };
 
 // The same with the shared-memory channel off on the daemon's side: every

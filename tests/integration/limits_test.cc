@@ -33,7 +33,7 @@ class Limits : public DaemonTest {
             "--max-in-flight-per-client",
             "1"};
   }
-  LookupResult Lease(Client& client, uint32_t prompt, const Registration& reg) {
+  LookupResult Lease(Client& client, uint32_t prompt, const RegisteredKv& reg) {
     const auto t = PromptTokens(prompt, 64, 0);
     auto hit = client.Lookup(reg.id, ChunkKeys(reg, t.data(), t.size()), 60000).get();
     EXPECT_TRUE(hit.ok()) << hit.status().ToString();

@@ -72,7 +72,7 @@ class ShmChannel : public DaemonTest {
     ASSERT_TRUE(Eventually([&] { return client_->server_info().shm_channel; }))
         << "the fixture's client attached no channel";
   }
-  void ExpectStoredBytesIntact(Client& client, const Registration& reg,
+  void ExpectStoredBytesIntact(Client& client, const RegisteredKv& reg,
                                const std::vector<int32_t>& tokens) {
     engine_->Poison(Blocks(200, 8));
     auto chunks = PromptChunks(reg, tokens.data(), tokens.size(), Blocks(200, 8).data(), 8);

@@ -45,7 +45,7 @@ class ShrinkingMemory : public DaemonTest {
   }
 
   std::optional<EngineKv> shrinker_;
-  Registration shrinker_reg_;
+  RegisteredKv shrinker_reg_;
 };
 
 TEST_F(ShrinkingMemory, CopiesFailPerChunkAndTheDaemonServesOthers) {

@@ -73,7 +73,7 @@ TEST_F(Spinning, ConcurrentRequestsOfSeveralClientsEachGetTheirOwnReply) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       Client& client = t % 2 == 0 ? *client_ : *second;
-      const Registration& reg = t % 2 == 0 ? reg_ : *second_reg;
+      const RegisteredKv& reg = t % 2 == 0 ? reg_ : *second_reg;
       const auto keys = ChunkKeys(reg, prompts[t].data(), prompts[t].size());
       for (int i = 0; i < 150; ++i) {
         // Several in flight at once, answered in any order.

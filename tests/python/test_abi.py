@@ -124,6 +124,9 @@ def test_every_enum_value_matches_the_header():
     same("KVSTASH_LOOKUP_PREFETCH", _lib.LOOKUP_PREFETCH)
     same("KVSTASH_ABI_VERSION", _lib.ABI_VERSION)
     same("KVSTASH_OK", 0)
+    # The limits Python reads from the library, never restates.
+    same("KVSTASH_MAX_BOARD_SLOTS", kvstash.max_board_slots())
+    same("KVSTASH_MAX_LAYER_RANGES", kvstash.max_layer_ranges())
     # Limits and spin settings the binding does not restate need no twin.
     unchecked = set(values) - checked - {"KVSTASH_NEVER_SPIN"}
     assert not unchecked, f"kvstash.h values with no Python twin checked here: {sorted(unchecked)}"
@@ -131,3 +134,16 @@ def test_every_enum_value_matches_the_header():
 
 def test_the_loaded_library_speaks_this_abi():
     assert _lib.lib().kvstash_abi_version() == _lib.ABI_VERSION
+
+
+@pytest.mark.parametrize("num_layers", [1, 2, 7, 61, 80, 255, 256, 300, 1000])
+def test_layer_ranges_partition_the_layers_as_the_library_splits_them(num_layers):
+    # A retrieve signals at most one range per layer.
+    for ranges in sorted({min(num_layers, r) for r in (1, 2, 3, 7, kvstash.max_layer_ranges())}):
+        begins = [kvstash.layer_range_begin(num_layers, ranges, k) for k in range(ranges + 1)]
+        assert begins[0] == 0 and begins[-1] == num_layers
+        # Every range holds at least one layer, in registration order.
+        assert all(a < b for a, b in zip(begins, begins[1:])), (num_layers, ranges, begins)
+        # floor(k * L / R): the split docs/protocol.md states.
+        assert begins == [k * num_layers // ranges for k in range(ranges + 1)]
+    assert kvstash.layer_range_begin(num_layers, 0, 0) == 0  # no ranges: nothing to split

@@ -166,7 +166,7 @@ class FaultInjection : public ::testing::Test {
   FaultInjectionBackend* faults_ = nullptr;
   std::unique_ptr<Service> service_;
   std::optional<EngineKv> engine_;
-  kvstash::Registration reg_;
+  kvstash::RegisteredKv reg_;
 };
 
 TEST_F(FaultInjection, StoreFailingPartWayFailsEveryChunkAndLeavesNothingVisible) {

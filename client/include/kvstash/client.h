@@ -1,7 +1,7 @@
 // kvstash::Client: an engine's connection to kvstashd (libkvstash).
 //
 //   auto client = kvstash::Client::Connect({}).value();
-//   kvstash::Registration reg = client->RegisterKV(options).get().value();
+//   kvstash::RegisteredKv reg = client->RegisterKV(options).get().value();
 //   auto chunks = kvstash::PromptChunks(reg, tokens, n, block_table, num_blocks);
 //   auto outcomes = client->Store(reg.id, chunks).get();
 //
@@ -85,7 +85,7 @@ class Client {
   template <typename T>
   using Done = std::function<void(T)>;
 
-  std::future<Result<Registration>> RegisterKV(const RegisterOptions& options);
+  std::future<Result<RegisteredKv>> RegisterKV(const RegisterOptions& options);
   std::future<Status> UnregisterKV(uint64_t registration_id);
 
   // One outcome per chunk, in request order.
@@ -176,13 +176,13 @@ class Client {
 
 // Keys of every chunk of tokens[0:n] (the last one partial when n is not a
 // multiple of chunk_tokens), chained from the registration's namespace.
-std::vector<ChunkKey> ChunkKeys(const Registration& registration, const int32_t* tokens,
+std::vector<ChunkKey> ChunkKeys(const RegisteredKv& registration, const int32_t* tokens,
                                 size_t num_tokens);
 
 // The chunks of a prompt whose token t lives in block_table[t / block_tokens]:
 // keys, token counts and block ids, ready for Store or Retrieve. InvalidArgument
 // when block_table has fewer than ceil(num_tokens / block_tokens) entries.
-Result<std::vector<ChunkBlocks>> PromptChunks(const Registration& registration,
+Result<std::vector<ChunkBlocks>> PromptChunks(const RegisteredKv& registration,
                                               const int32_t* tokens, size_t num_tokens,
                                               const uint32_t* block_table, size_t block_table_size);
 

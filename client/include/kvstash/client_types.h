@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvstash/chunk_layout.h"
+#include "kvstash/completion_board.h"  // BoardSignal
 #include "kvstash/geometry.h"
 #include "kvstash/keys.h"
 #include "kvstash/status.h"
@@ -90,7 +91,7 @@ struct RegisterOptions {
 };
 
 // One engine rank's registered KV memory, as the daemon laid it out.
-struct Registration {
+struct RegisteredKv {
   uint64_t id = 0;
   uint32_t chunk_tokens = 0;
   uint64_t chunk_bytes = 0;
@@ -123,14 +124,6 @@ struct ChunkOutcome {
 // Where the daemon found a chunk (TierLevel, generated from the schema into
 // kvstash/wire_enums.h): L1 its pinned host memory, L2 its local disk, L3 the
 // shared Redis / Valkey store.
-
-// Board slots [slot, slot + count) a request signals on, and the sequence
-// number that releases them (kvstash/gpu_completion.h).
-struct BoardSignal {
-  uint32_t slot = 0;
-  uint32_t count = 0;
-  uint32_t sequence = 0;
-};
 
 struct LookupResult {
   uint32_t hit_chunks = 0;

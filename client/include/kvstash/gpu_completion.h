@@ -66,6 +66,9 @@ class CompletionBoard {
   bool Released(const BoardSignal& signal, uint32_t k) const;
   // Writes status, then the value: releases whatever waits on the slot.
   void Release(uint32_t slot, uint32_t sequence, uint32_t status);
+  // Releases slots signal.slot + k for k in [first, signal.count): every
+  // status word first, then every value (kvstash/completion_board.h).
+  void Release(const BoardSignal& signal, uint32_t first, uint32_t status);
 
   // Stream operations (gpu >= 0 only); `stream` is a cudaStream_t.
   // Makes the stream wait until slot signal.slot + k is released.
@@ -84,6 +87,8 @@ class CompletionBoard {
  private:
   CompletionBoard(HostKvMemory memory, uint32_t slots)
       : memory_(std::move(memory)), slots_(slots), taken_(slots, false) {}
+
+  void ReleaseSlots(const uint32_t* slots, uint32_t count, uint32_t sequence, uint32_t status);
 
   HostKvMemory memory_;
   const uint32_t slots_;

@@ -466,15 +466,29 @@ typedef struct kvstash_board_signal {
   uint32_t sequence; /* the value that releases the slots */
 } kvstash_board_signal;
 
-/* slots: 1 to 4096. gpu >= 0 maps the board for that GPU's streams
+/* A board's limits: slots per board, and layer ranges per retrieve (at
+ * most one per layer). The functions return the same, for bindings that do
+ * not read macros. */
+#define KVSTASH_MAX_BOARD_SLOTS 4096u
+#define KVSTASH_MAX_LAYER_RANGES 256u
+KVSTASH_API uint32_t kvstash_max_board_slots(void);
+KVSTASH_API uint32_t kvstash_max_layer_ranges(void);
+/* The first layer of layer range k (0 <= k <= ranges) when a retrieve over
+ * the registration's num_layers layers (in registration order) signals
+ * `ranges` ranges: range k holds layers [begin(k), begin(k + 1)), and
+ * begin(ranges) = num_layers. 0 when ranges is 0 or k > ranges. */
+KVSTASH_API uint32_t kvstash_layer_range_begin(uint32_t num_layers, uint32_t ranges, uint32_t k);
+
+/* slots: 1 to KVSTASH_MAX_BOARD_SLOTS. gpu >= 0 maps the board for that GPU's streams
  * (KVSTASH_UNAVAILABLE without CUDA or stream memory operations); gpu < 0:
  * CPU only. client: where kvstash_last_error records why (may be NULL). */
 KVSTASH_API kvstash_status kvstash_board_create(kvstash_client* client, uint32_t slots, int gpu,
                                                 kvstash_board** board);
 KVSTASH_API void kvstash_board_destroy(kvstash_board* board);
 /* Retrieve: returns once the request is queued; with layer_ranges = 1 and
- * a stream, the stream already waits for the data. Layer range k covers
- * layers [k * L / R, (k + 1) * L / R) of the registration's L layers. */
+ * a stream, the stream already waits for the data. layer_ranges: 1 to
+ * KVSTASH_MAX_LAYER_RANGES and at most the registration's layers; range k
+ * covers the layers that kvstash_layer_range_begin says. */
 KVSTASH_API kvstash_status kvstash_retrieve_on_stream(
     kvstash_client* client, uint64_t registration_id, const kvstash_chunk* chunks,
     size_t num_chunks, uint32_t skip_tokens, uint64_t lease_id, kvstash_board* board, void* stream,

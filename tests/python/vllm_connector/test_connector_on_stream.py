@@ -19,8 +19,9 @@ import torch  # noqa: E402
 from test_connector import clear_chunks, engine, prefix_hit, prompt, run_and_store  # noqa: E402
 from vllm_harness import BLOCK_SIZE, make_request  # noqa: E402
 
+import kvstash  # noqa: E402
 from kvstash.integrations.vllm import KvstashConnector, SettingsError  # noqa: E402
-from kvstash.integrations.vllm.worker import MAX_LAYER_RANGES, layer_ranges  # noqa: E402
+from kvstash.integrations.vllm.worker import layer_ranges  # noqa: E402
 
 
 def later(seconds, fn):
@@ -218,7 +219,7 @@ def test_stores_are_submitted_once_every_layer_was_saved(model_dir, daemon):
                                                      (61, 1, 1), (1000, 1000, 256)])
 def test_layers_map_to_kvstashs_ranges_at_most_256(layers, wanted, ranges):
     range_of = layer_ranges(layers, wanted)
-    assert max(range_of) + 1 == ranges <= MAX_LAYER_RANGES
+    assert max(range_of) + 1 == ranges <= kvstash.max_layer_ranges() == 256
     for k in range(ranges):  # range k: layers [k*L//R, (k+1)*L//R), kvstashd's split
         assert [i for i, r in enumerate(range_of) if r == k] == list(
             range(k * layers // ranges, (k + 1) * layers // ranges))

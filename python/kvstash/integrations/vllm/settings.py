@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
+
+from ...client import max_board_slots
 
 # Keys the connector understands; any other key is refused so that a typo
 # ("timout_ms") does not silently fall back to a default.
@@ -13,8 +15,6 @@ KNOWN_KEYS = ("socket", "model", "tenant", "timeout_ms", "lease_ms", "async_load
 _MAX_TIMEOUT_MS = 3_600_000
 # kvstashd refuses leases longer than ten minutes.
 _MAX_LEASE_MS = 600_000
-# A completion board holds 1 to 4096 slots (docs/protocol.md).
-_MAX_BOARD_SLOTS = 4096
 
 
 class SettingsError(ValueError):
@@ -44,9 +44,10 @@ class Settings:
     """With async_loads false: one completion slot per attention layer (or group of layers): layer
     i's attention waits for layer i only. False: one slot per load, waited
     for before the first layer (and vLLM may keep full CUDA graphs)."""
-    board_slots: int = 4096
-    """Slots of each registration's completion board: a load takes one per
-    layer range (at most this many ranges), a store two, until its reply."""
+    board_slots: int = field(default_factory=max_board_slots)
+    """Slots of each registration's completion board (by default the most a
+    board holds, kvstash.max_board_slots()): a load takes one per layer range
+    (at most this many ranges), a store two, until its reply."""
 
 
 def _string(extra: Mapping[str, Any], key: str) -> Optional[str]:
@@ -125,7 +126,7 @@ def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Sett
         async_loads=_boolean(extra, "async_loads", True),
         layerwise_loads=_boolean(extra, "layerwise_loads", True),
         # A store takes 2 slots.
-        board_slots=_integer(extra, "board_slots", _MAX_BOARD_SLOTS, _MAX_BOARD_SLOTS, "slots",
+        board_slots=_integer(extra, "board_slots", max_board_slots(), max_board_slots(), "slots",
                              low=2),
     )
 

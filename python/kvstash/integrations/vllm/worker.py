@@ -11,8 +11,8 @@ and recomputes a failed load before the request ever runs.
 
 Loads in the step (docs/vllm.md, "On the stream"): start_load_kv issues one
 retrieve_on_stream per registration and request on the stream vLLM runs the
-forward pass on, with one layer range per attention layer (256 ranges at
-most: range k holds layers [k*L//R, (k+1)*L//R), kvstash's own split), and
+forward pass on, with one layer range per attention layer (at most
+kvstash.max_layer_ranges(), split as kvstash.layer_range_begin says), and
 returns: the CPU never waits. wait_for_layer_load(layer) makes the current
 stream wait (cuStreamWaitValue32) for that layer's range, once per range and
 step. The per-chunk outcomes (the CPU reply) are collected at the end of the
@@ -57,9 +57,6 @@ from .stats import KvstashConnectorStats, Recorder, timed_hook
 
 logger = logging.getLogger(__name__)
 
-MAX_LAYER_RANGES = 256
-"""kvstash's limit on a retrieve's layer ranges (docs/protocol.md)."""
-
 # A CPU wait spins this long before it sleeps between polls.
 _SPIN_S = 0.0002
 _POLL_S = 0.00005
@@ -67,13 +64,14 @@ _POLL_S = 0.00005
 
 def layer_ranges(num_layers: int, wanted: int) -> List[int]:
     """Range index of each of a registration's layers when a retrieve has
-    min(wanted, num_layers, 256) ranges: range k holds layers
-    [k*L//R, (k+1)*L//R), as kvstashd splits them."""
-    count = max(1, min(wanted, num_layers, MAX_LAYER_RANGES))
+    min(wanted, num_layers, kvstash.max_layer_ranges()) ranges, as kvstashd
+    splits them (kvstash.layer_range_begin)."""
+    count = max(1, min(wanted, num_layers, kvstash.max_layer_ranges()))
     out = [0] * num_layers
     for k in range(count):
-        for i in range(k * num_layers // count, (k + 1) * num_layers // count):
-            out[i] = k
+        begin = kvstash.layer_range_begin(num_layers, count, k)
+        end = kvstash.layer_range_begin(num_layers, count, k + 1)
+        out[begin:end] = [k] * (end - begin)
     return out
 
 

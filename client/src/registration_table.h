@@ -22,13 +22,13 @@ namespace kvstash::client {
 using BootId = std::array<uint8_t, 16>;
 
 // Thread-safe.
-class Registrations {
+class RegistrationTable {
  public:
   // A RegisterKV reply of daemon boot `boot`: remembers it and returns the
   // registration with the id the engine will use.
   // `fence`: the registration's copy fence when the daemon holds it, else
   // null.
-  Registration Add(Registration registration, RegisterOptions options, const BootId& boot,
+  RegisteredKv Add(RegisteredKv registration, RegisterOptions options, const BootId& boot,
                    std::shared_ptr<CopyFence> fence);
   // `drained`: its UnregisterKV was answered, so the daemon copies nothing
   // of it any more and its fence may go; otherwise the fence is kept.
@@ -47,7 +47,7 @@ class Registrations {
   // there.
   std::optional<Result<uint64_t>> Resolve(uint64_t engine_id, const BootId& boot) const;
 
-  // Registrations not registered on boot `boot`: to register again.
+  // The registrations not registered on boot `boot`: to register again.
   struct Stale {
     uint64_t engine_id;
     RegisterOptions options;
@@ -57,12 +57,12 @@ class Registrations {
   // whose chunk layout or key namespace changed stays unusable: the engine's
   // keys and block math were computed for the old one; it is not tried
   // again, and the daemon id returned is to be unregistered.
-  std::optional<uint64_t> Rebound(uint64_t engine_id, const Result<Registration>& again,
+  std::optional<uint64_t> Rebound(uint64_t engine_id, const Result<RegisteredKv>& again,
                                   const BootId& boot, std::shared_ptr<CopyFence> fence);
 
  private:
   struct Entry {
-    Registration first;  // as the engine saw it (id = engine id)
+    RegisteredKv first;  // as the engine saw it (id = engine id)
     RegisterOptions options;
     uint64_t daemon_id = 0;
     BootId boot{};

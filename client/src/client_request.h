@@ -32,7 +32,7 @@ enum class GiveUpCause {
   kGoodbye,     // kvstashd said it is stopping, once its copies had stopped
 };
 
-struct Request {
+struct ClientRequest {
   uint64_t id = 0;
   const char* kind = "";  // "Store": for error messages
   proto::Bytes bytes;     // released once sent

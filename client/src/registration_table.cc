@@ -1,13 +1,13 @@
 // The engine's registrations across daemon restarts.
-#include "registrations.h"
+#include "registration_table.h"
 
 #include <string>
 #include <utility>
 
 namespace kvstash::client {
 
-Registration Registrations::Add(Registration registration, RegisterOptions options,
-                                const BootId& boot, std::shared_ptr<CopyFence> fence) {
+RegisteredKv RegistrationTable::Add(RegisteredKv registration, RegisterOptions options,
+                                    const BootId& boot, std::shared_ptr<CopyFence> fence) {
   MutexLock lock(mutex_);
   const uint64_t daemon_id = registration.id;
   // A later boot may hand out an id the engine already holds for another
@@ -20,7 +20,7 @@ Registration Registrations::Add(Registration registration, RegisterOptions optio
   return registration;
 }
 
-void Registrations::Remove(uint64_t engine_id, bool drained) {
+void RegistrationTable::Remove(uint64_t engine_id, bool drained) {
   MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   if (it == entries_.end()) return;
@@ -28,20 +28,20 @@ void Registrations::Remove(uint64_t engine_id, bool drained) {
   entries_.erase(it);
 }
 
-std::shared_ptr<CopyFence> Registrations::Fence(uint64_t engine_id) const {
+std::shared_ptr<CopyFence> RegistrationTable::Fence(uint64_t engine_id) const {
   MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   return it == entries_.end() ? nullptr : it->second.fence;
 }
 
-uint64_t Registrations::WireId(uint64_t engine_id) const {
+uint64_t RegistrationTable::WireId(uint64_t engine_id) const {
   MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   return it == entries_.end() ? engine_id : it->second.daemon_id;
 }
 
-std::optional<Result<uint64_t>> Registrations::Resolve(uint64_t engine_id,
-                                                       const BootId& boot) const {
+std::optional<Result<uint64_t>> RegistrationTable::Resolve(uint64_t engine_id,
+                                                           const BootId& boot) const {
   MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   if (it == entries_.end()) return std::nullopt;
@@ -53,7 +53,7 @@ std::optional<Result<uint64_t>> Registrations::Resolve(uint64_t engine_id,
                                   : it->second.last_error.ToString())));
 }
 
-std::vector<Registrations::Stale> Registrations::StaleFor(const BootId& boot) const {
+std::vector<RegistrationTable::Stale> RegistrationTable::StaleFor(const BootId& boot) const {
   MutexLock lock(mutex_);
   std::vector<Stale> stale;
   for (const auto& [engine_id, entry] : entries_) {
@@ -62,10 +62,10 @@ std::vector<Registrations::Stale> Registrations::StaleFor(const BootId& boot) co
   return stale;
 }
 
-std::optional<uint64_t> Registrations::Rebound(uint64_t engine_id,
-                                               const Result<Registration>& again,
-                                               const BootId& boot,
-                                               std::shared_ptr<CopyFence> fence) {
+std::optional<uint64_t> RegistrationTable::Rebound(uint64_t engine_id,
+                                                   const Result<RegisteredKv>& again,
+                                                   const BootId& boot,
+                                                   std::shared_ptr<CopyFence> fence) {
   MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   if (it == entries_.end()) return again.ok() ? std::optional<uint64_t>(again->id) : std::nullopt;
@@ -76,7 +76,7 @@ std::optional<uint64_t> Registrations::Rebound(uint64_t engine_id,
     entry.last_error = again.status();
     return std::nullopt;
   }
-  const Registration& first = entry.first;
+  const RegisteredKv& first = entry.first;
   std::string changed;
   if (again->chunk_tokens != first.chunk_tokens) {
     changed = "chunk_tokens " + std::to_string(first.chunk_tokens) + " -> " +
