@@ -154,7 +154,7 @@ class CudaCopyLane {
   // One kernel per group with layers in `slices` (per group: first,
   // count) over chunks [begin, begin + count) of the plan; `trace_step`
   // names the sub-batch for the trace.
-  Status Launch(const CopyLayout& layout, const LayerAddresses& addresses,
+  Status Launch(const LayerAddresses& addresses,
                 const std::vector<std::pair<uint32_t, uint32_t>>& slices, size_t begin,
                 size_t count, size_t trace_step);
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end):
@@ -187,8 +187,7 @@ class CudaCopyLane {
                              const std::vector<uint8_t*>& flats, const CopySignal* signal);
   // The scatter of `piece` on the relay's link stream, from its own plan of
   // every chunk; the kernel stream waits for it.
-  Status LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const RetrievePiece& piece,
-                       size_t piece_index);
+  Status LaunchOnRelay(HeldRelay& h, const RetrievePiece& piece, size_t piece_index);
   // dma mode with relays held: the retrieve cut into pieces, each through
   // the path that has carried the fewest bytes (CopyThroughStaging's
   // arguments; that one runs it where no relay can take a piece).

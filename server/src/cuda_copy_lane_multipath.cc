@@ -220,8 +220,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
                                     relay_region[k], first + k);
           }
           if (through.ok()) {
-            KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin,
-                                           piece.end - piece.begin, first + k));
+            KVSTASH_RETURN_IF_ERROR(
+                Launch(addresses, piece.slices, piece.begin, piece.end - piece.begin, first + k));
             continue;
           }
           give_up(p, k, through);
@@ -229,8 +229,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
         // H2D copy -> ready -> scatter.
         if (!started[k]) KVSTASH_RETURN_IF_ERROR(copy_here(k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, region_ready_[reg].get(), 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin,
-                                       piece.end - piece.begin, first + k));
+        KVSTASH_RETURN_IF_ERROR(
+            Launch(addresses, piece.slices, piece.begin, piece.end - piece.begin, first + k));
       }
       // Every piece of the batch scattered: a later batch may refill it.
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(region_free_[reg].get(), kernels));
@@ -416,7 +416,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
       const size_t p = LeastLoadedPath(carried, usable);
       if (p > 0) {
         HeldRelay& h = held_[p - 1];
-        const Status launched = LaunchOnRelay(h, layout, piece, next);
+        const Status launched = LaunchOnRelay(h, piece, next);
         if (launched.ok()) {
           carried[p] += piece.bytes;
           h.bytes += piece.bytes;
@@ -428,7 +428,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
         usable[p] = false;
       }
       KVSTASH_RETURN_IF_ERROR(
-          Launch(layout, addresses, piece.slices, piece.begin, piece.end - piece.begin, s));
+          Launch(addresses, piece.slices, piece.begin, piece.end - piece.begin, s));
       carried[0] += piece.bytes;
     }
     for (uint32_t slot : steps[s].slots) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, slot));
@@ -436,8 +436,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
   return Status::Ok();
 }
 
-Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout,
-                                   const RetrievePiece& piece, size_t piece_index) {
+Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const RetrievePiece& piece, size_t piece_index) {
   CudaRelayPath& path = *h.path;
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
   const Status launched = [&]() -> Status {
@@ -446,7 +445,7 @@ Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout,
     for (size_t g = 0; g < piece.slices.size(); ++g) {
       const auto [first, layers] = piece.slices[g];
       if (layers == 0) continue;
-      const kernels::DeviceGroupCopy group = h.addresses->Slice(layout.groups, g, first, layers);
+      const kernels::PreparedGroup group = h.addresses->Slice(g, first, layers);
       KVSTASH_RETURN_IF_ERROR(kernels::ScatterChunks(group, batch, path.link_stream(), max_ctas_));
     }
     return cuda::CudaStatus(cudaEventRecord(path.pulled(0), path.link_stream()),
