@@ -115,7 +115,7 @@ struct ChunkBlocks {
 struct ChunkRef {
   const uint8_t* key = nullptr;  // the 32 bytes of a ChunkKey
   uint32_t num_tokens = 0;
-  const uint32_t* block_ids = nullptr;  // [num_block_ids]; may be null when 0
+  const uint32_t* block_ids = nullptr;  // [num_block_ids]; null only with 0 ids
   uint32_t num_block_ids = 0;
 };
 
