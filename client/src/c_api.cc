@@ -112,16 +112,11 @@ kvstash::Result<kvstash::Allocation> ToAllocation(const kvstash_allocation& a, s
                                  std::to_string(a.kind));
 }
 
-std::vector<kvstash::ChunkBlocks> ToChunks(const kvstash_chunk* chunks, size_t num_chunks) {
-  std::vector<kvstash::ChunkBlocks> out(num_chunks);
-  for (size_t i = 0; i < num_chunks; ++i) {
-    out[i].key = ToKey(chunks[i].key);
-    out[i].num_tokens = chunks[i].num_tokens;
-    if (chunks[i].num_block_ids > 0) {
-      out[i].block_ids.assign(chunks[i].block_ids, chunks[i].block_ids + chunks[i].num_block_ids);
-    }
-  }
-  return out;
+kvstash::ChunkList ChunksOf(const kvstash_chunk* chunks, size_t num_chunks) {
+  return kvstash::ChunkList(chunks, num_chunks, [](const void* table, size_t i) {
+    const kvstash_chunk& c = static_cast<const kvstash_chunk*>(table)[i];
+    return kvstash::ChunkRef{c.key.bytes, c.num_tokens, c.block_ids, c.num_block_ids};
+  });
 }
 
 void ToOutcomes(const std::vector<kvstash::ChunkOutcome>& in, kvstash_chunk_outcome* out) {
@@ -476,7 +471,7 @@ kvstash_status kvstash_store(kvstash_client* client, uint64_t registration_id,
     if (num_chunks > 0 && (chunks == nullptr || outcomes == nullptr)) {
       return Status::InvalidArgument("kvstash_store needs chunks and outcomes");
     }
-    auto stored = c.Store(registration_id, ToChunks(chunks, num_chunks)).get();
+    auto stored = c.Store(registration_id, ChunksOf(chunks, num_chunks)).get();
     if (!stored.ok()) return stored.status();
     ToOutcomes(*stored, outcomes);
     return Status::Ok();
@@ -492,7 +487,7 @@ kvstash_status kvstash_retrieve(kvstash_client* client, uint64_t registration_id
       return Status::InvalidArgument("kvstash_retrieve needs chunks and outcomes");
     }
     auto retrieved =
-        c.Retrieve(registration_id, ToChunks(chunks, num_chunks), skip_tokens, lease_id).get();
+        c.Retrieve(registration_id, ChunksOf(chunks, num_chunks), skip_tokens, lease_id).get();
     if (!retrieved.ok()) return retrieved.status();
     ToOutcomes(*retrieved, outcomes);
     return Status::Ok();

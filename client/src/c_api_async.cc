@@ -186,7 +186,7 @@ kvstash_status kvstash_store_submit(kvstash_client* client, uint64_t registratio
   }
   return Start(client, user_data, call, [&](kvstash::Client& c, kvstash_call* pending) {
     pending->num_chunks = num_chunks;
-    c.Store(registration_id, ToChunks(chunks, num_chunks), OutcomesDone(pending));
+    c.Store(registration_id, ChunksOf(chunks, num_chunks), OutcomesDone(pending));
   });
 }
 
@@ -199,7 +199,7 @@ kvstash_status kvstash_retrieve_submit(kvstash_client* client, uint64_t registra
   }
   return Start(client, user_data, call, [&](kvstash::Client& c, kvstash_call* pending) {
     pending->num_chunks = num_chunks;
-    c.Retrieve(registration_id, ToChunks(chunks, num_chunks), skip_tokens, lease_id,
+    c.Retrieve(registration_id, ChunksOf(chunks, num_chunks), skip_tokens, lease_id,
                OutcomesDone(pending));
   });
 }
@@ -359,7 +359,7 @@ kvstash_status kvstash_retrieve_on_stream(kvstash_client* client, uint64_t regis
   return StartOnStream(
       client, chunks, num_chunks, board, signal, user_data, call, "kvstash_retrieve_on_stream",
       [&](kvstash::Client& c, kvstash::CompletionBoard& b, auto done) {
-        return c.RetrieveOnStream(registration_id, ToChunks(chunks, num_chunks), b, stream,
+        return c.RetrieveOnStream(registration_id, ChunksOf(chunks, num_chunks), b, stream,
                                   skip_tokens, lease_id, layer_ranges, std::move(done));
       });
 }
@@ -371,7 +371,7 @@ kvstash_status kvstash_store_on_stream(kvstash_client* client, uint64_t registra
   return StartOnStream(client, chunks, num_chunks, board, signal, user_data, call,
                        "kvstash_store_on_stream",
                        [&](kvstash::Client& c, kvstash::CompletionBoard& b, auto done) {
-                         return c.StoreOnStream(registration_id, ToChunks(chunks, num_chunks), b,
+                         return c.StoreOnStream(registration_id, ChunksOf(chunks, num_chunks), b,
                                                 stream, std::move(done));
                        });
 }

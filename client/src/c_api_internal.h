@@ -21,7 +21,9 @@ class CompletionQueue;
 
 inline kvstash_status ToC(StatusCode code) { return kvstash_status(int(code)); }
 ChunkKey ToKey(const kvstash_key& key);
-std::vector<ChunkBlocks> ToChunks(const kvstash_chunk* chunks, size_t num_chunks);
+// The C table read in place (ChunkList): block ids are not copied; the table
+// must stay valid until the call that takes the list returns.
+ChunkList ChunksOf(const kvstash_chunk* chunks, size_t num_chunks);
 void ToOutcomes(const std::vector<ChunkOutcome>& in, kvstash_chunk_outcome* out);
 kvstash_lookup_result ToC(const LookupResult& result);
 // The shared memory of a kvstash_board (c_api_board.cc).

@@ -168,14 +168,14 @@ std::pair<std::future<R>, Client::Done<R>> FutureAndDone() {
 
 }  // namespace
 
-std::future<Result<std::vector<ChunkOutcome>>> Client::Store(
-    uint64_t registration_id, const std::vector<ChunkBlocks>& chunks) {
+std::future<Result<std::vector<ChunkOutcome>>> Client::Store(uint64_t registration_id,
+                                                             const ChunkList& chunks) {
   auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
   Store(registration_id, chunks, std::move(done));
   return std::move(future);
 }
 
-void Client::Store(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+void Client::Store(uint64_t registration_id, const ChunkList& chunks,
                    Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
   if (Status count = impl_->CheckCount("Store", chunks.size()); !count.ok()) return done(count);
@@ -187,17 +187,17 @@ void Client::Store(uint64_t registration_id, const std::vector<ChunkBlocks>& chu
       std::move(done));
 }
 
-std::future<Result<std::vector<ChunkOutcome>>> Client::Retrieve(
-    uint64_t registration_id, const std::vector<ChunkBlocks>& chunks, uint32_t skip_tokens,
-    uint64_t lease_id) {
+std::future<Result<std::vector<ChunkOutcome>>> Client::Retrieve(uint64_t registration_id,
+                                                                const ChunkList& chunks,
+                                                                uint32_t skip_tokens,
+                                                                uint64_t lease_id) {
   auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
   Retrieve(registration_id, chunks, skip_tokens, lease_id, std::move(done));
   return std::move(future);
 }
 
-void Client::Retrieve(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
-                      uint32_t skip_tokens, uint64_t lease_id,
-                      Done<Result<std::vector<ChunkOutcome>>> done) {
+void Client::Retrieve(uint64_t registration_id, const ChunkList& chunks, uint32_t skip_tokens,
+                      uint64_t lease_id, Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
   if (Status count = impl_->CheckCount("Retrieve", chunks.size()); !count.ok()) {
     return done(count);
@@ -238,8 +238,7 @@ Client::Done<Result<std::vector<ChunkOutcome>>> ReleasingDone(
 
 }  // namespace
 
-Result<GpuTransfer> Client::RetrieveOnStream(uint64_t registration_id,
-                                             const std::vector<ChunkBlocks>& chunks,
+Result<GpuTransfer> Client::RetrieveOnStream(uint64_t registration_id, const ChunkList& chunks,
                                              CompletionBoard& board, void* stream,
                                              uint32_t skip_tokens, uint64_t lease_id,
                                              uint32_t layer_ranges) {
@@ -250,8 +249,7 @@ Result<GpuTransfer> Client::RetrieveOnStream(uint64_t registration_id,
   return GpuTransfer{*signal, std::move(future)};
 }
 
-Result<BoardSignal> Client::RetrieveOnStream(uint64_t registration_id,
-                                             const std::vector<ChunkBlocks>& chunks,
+Result<BoardSignal> Client::RetrieveOnStream(uint64_t registration_id, const ChunkList& chunks,
                                              CompletionBoard& board, void* stream,
                                              uint32_t skip_tokens, uint64_t lease_id,
                                              uint32_t layer_ranges,
@@ -280,8 +278,7 @@ Result<BoardSignal> Client::RetrieveOnStream(uint64_t registration_id,
   return asked;
 }
 
-Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id,
-                                          const std::vector<ChunkBlocks>& chunks,
+Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id, const ChunkList& chunks,
                                           CompletionBoard& board, void* stream) {
   auto [future, done] = FutureAndDone<Result<std::vector<ChunkOutcome>>>();
   Result<BoardSignal> signal =
@@ -290,8 +287,7 @@ Result<GpuTransfer> Client::StoreOnStream(uint64_t registration_id,
   return GpuTransfer{*signal, std::move(future)};
 }
 
-Result<BoardSignal> Client::StoreOnStream(uint64_t registration_id,
-                                          const std::vector<ChunkBlocks>& chunks,
+Result<BoardSignal> Client::StoreOnStream(uint64_t registration_id, const ChunkList& chunks,
                                           CompletionBoard& board, void* stream,
                                           Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;

@@ -28,21 +28,23 @@ Offset<wire::Allocation> EncodeAllocation(FlatBufferBuilder& fbb, const Allocati
   return wire::CreateAllocation(fbb, wire::MemoryHandle::CudaIpcHandle, handle.Union());
 }
 
-Offset<flatbuffers::Vector<Offset<wire::ChunkBlocks>>> EncodeChunks(
-    FlatBufferBuilder& fbb, const std::vector<ChunkBlocks>& chunks) {
+Offset<flatbuffers::Vector<Offset<wire::ChunkBlocks>>> EncodeChunks(FlatBufferBuilder& fbb,
+                                                                    const ChunkList& chunks) {
   std::vector<Offset<wire::ChunkBlocks>> offsets;
   offsets.reserve(chunks.size());
-  for (const ChunkBlocks& chunk : chunks) {
-    const wire::Key key = proto::ToWire(chunk.key);
-    auto block_ids = fbb.CreateVector(chunk.block_ids);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const ChunkRef chunk = chunks[i];
+    const wire::Key key(flatbuffers::span<const uint8_t, 32>(chunk.key, 32));
+    // The ids' one copy: from where the caller keeps them into the message.
+    auto block_ids = fbb.CreateVector(chunk.block_ids, chunk.num_block_ids);
     offsets.push_back(wire::CreateChunkBlocks(fbb, &key, chunk.num_tokens, block_ids));
   }
   return fbb.CreateVector(offsets);
 }
 
-size_t ChunksBytesHint(const std::vector<ChunkBlocks>& chunks) {
+size_t ChunksBytesHint(const ChunkList& chunks) {
   size_t bytes = 256;
-  for (const ChunkBlocks& chunk : chunks) bytes += 64 + 4 * chunk.block_ids.size();
+  for (size_t i = 0; i < chunks.size(); ++i) bytes += 64 + 4 * size_t(chunks[i].num_block_ids);
   return bytes;
 }
 
@@ -83,8 +85,8 @@ Bytes EncodeUnregisterKV(const Header& header, uint64_t registration_id) {
   return Envelope(fbb, header, wire::CreateUnregisterKVRequest(fbb, registration_id));
 }
 
-Bytes EncodeStore(const Header& header, uint64_t registration_id,
-                  const std::vector<ChunkBlocks>& chunks, const BoardSignal* signal) {
+Bytes EncodeStore(const Header& header, uint64_t registration_id, const ChunkList& chunks,
+                  const BoardSignal* signal) {
   FlatBufferBuilder fbb(ChunksBytesHint(chunks));
   auto encoded = EncodeChunks(fbb, chunks);
   flatbuffers::Offset<wire::BoardSignal> board_signal;
@@ -94,9 +96,8 @@ Bytes EncodeStore(const Header& header, uint64_t registration_id,
                   wire::CreateStoreRequest(fbb, registration_id, encoded, board_signal));
 }
 
-Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
-                     const std::vector<ChunkBlocks>& chunks, uint32_t skip_tokens,
-                     uint64_t lease_id, const BoardSignal* signal) {
+Bytes EncodeRetrieve(const Header& header, uint64_t registration_id, const ChunkList& chunks,
+                     uint32_t skip_tokens, uint64_t lease_id, const BoardSignal* signal) {
   FlatBufferBuilder fbb(ChunksBytesHint(chunks));
   auto encoded = EncodeChunks(fbb, chunks);
   flatbuffers::Offset<wire::BoardSignal> board_signal;

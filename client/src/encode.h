@@ -27,11 +27,10 @@ Bytes EncodeHello(const Header& header, const std::string& client_name);
 Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options,
                        const std::string& fence_name = std::string());
 Bytes EncodeUnregisterKV(const Header& header, uint64_t registration_id);
-Bytes EncodeStore(const Header& header, uint64_t registration_id,
-                  const std::vector<ChunkBlocks>& chunks, const BoardSignal* signal = nullptr);
-Bytes EncodeRetrieve(const Header& header, uint64_t registration_id,
-                     const std::vector<ChunkBlocks>& chunks, uint32_t skip_tokens,
-                     uint64_t lease_id, const BoardSignal* signal = nullptr);
+Bytes EncodeStore(const Header& header, uint64_t registration_id, const ChunkList& chunks,
+                  const BoardSignal* signal = nullptr);
+Bytes EncodeRetrieve(const Header& header, uint64_t registration_id, const ChunkList& chunks,
+                     uint32_t skip_tokens, uint64_t lease_id, const BoardSignal* signal = nullptr);
 Bytes EncodeLookup(const Header& header, uint64_t registration_id,
                    const std::vector<ChunkKey>& keys, uint32_t lease_ms, bool prefetch = false);
 Bytes EncodeRelease(const Header& header, uint64_t lease_id);

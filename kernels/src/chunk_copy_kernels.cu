@@ -10,6 +10,7 @@
 #include <string>
 
 #include "access_width_dispatch.h"
+#include "alignment_bits.h"
 #include "chunk_copy_checks.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/kernels/access_width.h"
@@ -208,27 +209,16 @@ __global__ void __launch_bounds__(kThreadsPerCta) ScatterChunksKernel(
 
 enum class Direction { kGather, kScatter };
 
-Status Launch(Direction direction, const DeviceGroupCopy& device_group,
-              const DeviceChunkBatch& batch, void* stream, uint32_t max_ctas) {
-  const GroupCopy& group = device_group.group;
-  KVSTASH_RETURN_IF_ERROR(internal::CheckGroup(group));
-  KVSTASH_RETURN_IF_ERROR(internal::CheckChunks(group, batch.chunks, batch.num_chunks));
+Status Launch(Direction direction, const PreparedGroup& group, const DeviceChunkBatch& batch,
+              void* stream, uint32_t max_ctas) {
+  const FlatGroupShape& s = group.group.shape;
+  KVSTASH_RETURN_IF_ERROR(internal::CheckChunks(group.group, batch.chunks, batch.num_chunks));
   if (batch.num_chunks == 0) return Status::Ok();
-  if (device_group.device_layer_bases == nullptr || batch.device_chunks == nullptr) {
+  if (batch.device_chunks == nullptr) {
     return Status::InvalidArgument("device views of layer_bases and chunks must not be null");
   }
-  const GroupCopy merged = internal::MergeContiguousHeads(group);
-  const FlatGroupShape& s = merged.shape;
-  const uint64_t token_bytes = uint64_t{s.num_heads} * s.head_bytes;
   const uint64_t rows = uint64_t{batch.num_chunks} * s.num_layers * s.kv_count;
-  const uint64_t tile_tokens = std::clamp<uint64_t>(
-      kTileBytes / token_bytes, 1, std::min<uint64_t>(kMaxTileTokens, s.chunk_tokens));
-  const uint64_t tiles = (s.chunk_tokens + tile_tokens - 1) / tile_tokens;
-  // The kernels count a tile's accesses in 32 bits.
-  if (token_bytes > UINT32_MAX) {
-    return Status::InvalidArgument("token of " + std::to_string(token_bytes) +
-                                   " bytes exceeds the kernels' 4 GiB limit");
-  }
+  const uint64_t tiles = group.num_tiles;
   if (rows > INT32_MAX || tiles > 65535) {
     return Status::InvalidArgument(
         "batch of " + std::to_string(batch.num_chunks) + " chunks makes a " + std::to_string(rows) +
@@ -239,32 +229,58 @@ Status Launch(Direction direction, const DeviceGroupCopy& device_group,
   const uint64_t ctas = std::min<uint64_t>(num_ctas, max_ctas == 0 ? INT32_MAX : max_ctas);
   const dim3 grid(static_cast<uint32_t>(ctas));
   auto* cuda_stream = static_cast<cudaStream_t>(stream);
-  const uint32_t width = AccessWidthBytes(group, batch.chunks, batch.num_chunks);
+  const uint32_t width = internal::AccessWidthOf(
+      group.alignment_bits | group.group.flat_offset_bytes, batch.chunks, batch.num_chunks);
   return internal::DispatchAccessWidth(width, [&](auto width_tag) {
     constexpr int kWidth = decltype(width_tag)::value;
     if (direction == Direction::kGather) {
       GatherChunksKernel<kWidth><<<grid, kThreadsPerCta, 0, cuda_stream>>>(
-          merged.geometry, s, merged.flat_offset_bytes, device_group.device_layer_bases,
-          batch.device_chunks, static_cast<uint32_t>(tile_tokens), static_cast<uint32_t>(tiles),
-          num_ctas);
+          group.group.geometry, s, group.group.flat_offset_bytes, group.device_layer_bases,
+          batch.device_chunks, group.tile_tokens, group.num_tiles, num_ctas);
       return cuda::CudaStatus(cudaGetLastError(), "GatherChunksKernel launch");
     }
     ScatterChunksKernel<kWidth><<<grid, kThreadsPerCta, 0, cuda_stream>>>(
-        merged.geometry, s, merged.flat_offset_bytes, device_group.device_layer_bases,
-        batch.device_chunks, static_cast<uint32_t>(tile_tokens), static_cast<uint32_t>(tiles),
-        num_ctas);
+        group.group.geometry, s, group.group.flat_offset_bytes, group.device_layer_bases,
+        batch.device_chunks, group.tile_tokens, group.num_tiles, num_ctas);
     return cuda::CudaStatus(cudaGetLastError(), "ScatterChunksKernel launch");
   });
 }
 
 }  // namespace
 
-Status GatherChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream,
+Result<PreparedGroup> PrepareGroup(const DeviceGroupCopy& device_group) {
+  KVSTASH_RETURN_IF_ERROR(internal::CheckGroup(device_group.group));
+  if (device_group.device_layer_bases == nullptr) {
+    return Status::InvalidArgument("device views of layer_bases and chunks must not be null");
+  }
+  const GroupCopy merged = internal::MergeContiguousHeads(device_group.group);
+  const FlatGroupShape& s = merged.shape;
+  const uint64_t token_bytes = uint64_t{s.num_heads} * s.head_bytes;
+  // The kernels count a tile's accesses in 32 bits.
+  if (token_bytes > UINT32_MAX) {
+    return Status::InvalidArgument("token of " + std::to_string(token_bytes) +
+                                   " bytes exceeds the kernels' 4 GiB limit");
+  }
+  const uint64_t tile_tokens = std::clamp<uint64_t>(
+      kTileBytes / token_bytes, 1, std::min<uint64_t>(kMaxTileTokens, s.chunk_tokens));
+  const uint64_t tiles = (s.chunk_tokens + tile_tokens - 1) / tile_tokens;
+  PreparedGroup prepared;
+  prepared.group = merged;
+  prepared.group.layer_bases = nullptr;
+  prepared.device_layer_bases = device_group.device_layer_bases;
+  prepared.alignment_bits = internal::GroupAlignmentBits(merged);
+  prepared.tile_tokens = static_cast<uint32_t>(tile_tokens);
+  // At most chunk_tokens; a count past 65535 is refused per launch.
+  prepared.num_tiles = static_cast<uint32_t>(tiles);
+  return prepared;
+}
+
+Status GatherChunks(const PreparedGroup& group, const DeviceChunkBatch& batch, void* stream,
                     uint32_t max_ctas) {
   return Launch(Direction::kGather, group, batch, stream, max_ctas);
 }
 
-Status ScatterChunks(const DeviceGroupCopy& group, const DeviceChunkBatch& batch, void* stream,
+Status ScatterChunks(const PreparedGroup& group, const DeviceChunkBatch& batch, void* stream,
                      uint32_t max_ctas) {
   return Launch(Direction::kScatter, group, batch, stream, max_ctas);
 }

@@ -227,7 +227,7 @@ Status CudaCopyLane::CopyDirect(const CopyLayout& layout, const LayerAddresses& 
   KVSTASH_RETURN_IF_ERROR(plan_.Build(chunks, flats));
   KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernel_stream_.get()));
   for (size_t s = 0; s < steps.size(); ++s) {
-    KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, steps[s].slices, 0, chunks.size(), s));
+    KVSTASH_RETURN_IF_ERROR(Launch(addresses, steps[s].slices, 0, chunks.size(), s));
     for (uint32_t slot : steps[s].slots) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, slot));
   }
   return Status::Ok();
@@ -288,7 +288,7 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
       if (store) {
         // gather -> ready -> D2H copy -> free (the gather of b + regions waits for it)
         if (wait_free) KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, free, 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step.slices, begin, end - begin, k));
+        KVSTASH_RETURN_IF_ERROR(Launch(addresses, step.slices, begin, end - begin, k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, kernels));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copies, ready, 0));
         KVSTASH_RETURN_IF_ERROR(
@@ -301,7 +301,7 @@ Status CudaCopyLane::CopyThroughStaging(const CopyLayout& layout, const LayerAdd
             CopySlots(chunks, slabs, flats, begin, end, chunk_bytes, k, step.windows));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, copies));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, ready, 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, step.slices, begin, end - begin, k));
+        KVSTASH_RETURN_IF_ERROR(Launch(addresses, step.slices, begin, end - begin, k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(free, kernels));
       }
     }
@@ -320,7 +320,7 @@ std::vector<uint8_t*> CudaCopyLane::StagingSlots(size_t chunks, size_t per_regio
   return flats;
 }
 
-Status CudaCopyLane::Launch(const CopyLayout& layout, const LayerAddresses& addresses,
+Status CudaCopyLane::Launch(const LayerAddresses& addresses,
                             const std::vector<std::pair<uint32_t, uint32_t>>& slices, size_t begin,
                             size_t count, size_t trace_step) {
   const kernels::DeviceChunkBatch batch = plan_.Slice(begin, count);
@@ -329,7 +329,7 @@ Status CudaCopyLane::Launch(const CopyLayout& layout, const LayerAddresses& addr
   for (size_t g = 0; g < slices.size(); ++g) {
     const auto [first, layers] = slices[g];
     if (layers == 0) continue;
-    const kernels::DeviceGroupCopy group = addresses.Slice(layout.groups, g, first, layers);
+    const kernels::PreparedGroup group = addresses.Slice(g, first, layers);
     KVSTASH_RETURN_IF_ERROR(options_.direction == Direction::kStore
                                 ? kernels::GatherChunks(group, batch, stream, max_ctas_)
                                 : kernels::ScatterChunks(group, batch, stream, max_ctas_));

@@ -171,7 +171,7 @@ class CudaCopyLane {
   // One kernel per group with layers in `slices` (per group: first,
   // count) over chunks [begin, begin + count) of the plan; `trace_step`
   // names the sub-batch for the trace.
-  Status Launch(const CopyLayout& layout, const LayerAddresses& addresses,
+  Status Launch(const LayerAddresses& addresses,
                 const std::vector<std::pair<uint32_t, uint32_t>>& slices, size_t begin,
                 size_t count, size_t trace_step);
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end):
@@ -210,8 +210,7 @@ class CudaCopyLane {
                              const std::vector<uint8_t*>& flats, const CopySignal* signal);
   // The scatter (store: gather) of `piece` on the relay's link stream, from
   // its own plan of every chunk; the kernel stream waits for it.
-  Status LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const CopyPiece& piece,
-                       size_t piece_index);
+  Status LaunchOnRelay(HeldRelay& h, const CopyPiece& piece, size_t piece_index);
   // dma mode with relays held: the copy cut into pieces, each through
   // the path that has carried the fewest bytes (CopyThroughStaging's
   // arguments; that one runs it where no relay can take a piece).
@@ -255,7 +254,7 @@ class CudaCopyLane {
   // cuts them, builds the plan and calls it): batch by batch, one gather
   // into this GPU's `regions` regions of `per_batch` chunks, then each
   // piece to L1 over its path.
-  Status StoreThroughStagingMultipath(const CopyLayout& layout, const LayerAddresses& addresses,
+  Status StoreThroughStagingMultipath(const LayerAddresses& addresses,
                                       const std::vector<CopyStep>& steps,
                                       const std::vector<CopyPiece>& pieces, size_t per_batch,
                                       size_t regions, const StagedCopy& request,

@@ -120,8 +120,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
   KVSTASH_RETURN_IF_ERROR(plan_.Upload(kernels));
   const StagedCopy request{chunks, slabs, flats, chunk_bytes};
   if (options_.direction == Direction::kStore) {
-    return StoreThroughStagingMultipath(layout, addresses, steps, pieces, per_batch, regions,
-                                        request, signal, expired, stopped_at);
+    return StoreThroughStagingMultipath(addresses, steps, pieces, per_batch, regions, request,
+                                        signal, expired, stopped_at);
   }
   std::vector<uint64_t> carried(paths, 0);  // bytes each path took so far
   std::vector<bool> usable(paths, true);
@@ -221,8 +221,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
                                     relay_region[k], first + k);
           }
           if (through.ok()) {
-            KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin,
-                                           piece.end - piece.begin, first + k));
+            KVSTASH_RETURN_IF_ERROR(
+                Launch(addresses, piece.slices, piece.begin, piece.end - piece.begin, first + k));
             continue;
           }
           give_up(p, k, through);
@@ -230,8 +230,8 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
         // H2D copy -> ready -> scatter.
         if (!started[k]) KVSTASH_RETURN_IF_ERROR(copy_here(k));
         KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernels, region_ready_[reg].get(), 0));
-        KVSTASH_RETURN_IF_ERROR(Launch(layout, addresses, piece.slices, piece.begin,
-                                       piece.end - piece.begin, first + k));
+        KVSTASH_RETURN_IF_ERROR(
+            Launch(addresses, piece.slices, piece.begin, piece.end - piece.begin, first + k));
       }
       // Every piece of the batch scattered: a later batch may refill it.
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(region_free_[reg].get(), kernels));
@@ -421,7 +421,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
       const size_t p = LeastLoadedPath(carried, usable);
       if (p > 0) {
         HeldRelay& h = held_[p - 1];
-        const Status launched = LaunchOnRelay(h, layout, piece, next);
+        const Status launched = LaunchOnRelay(h, piece, next);
         if (launched.ok()) {
           carried[p] += piece.bytes;
           h.bytes += piece.bytes;
@@ -433,7 +433,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
         usable[p] = false;
       }
       KVSTASH_RETURN_IF_ERROR(
-          Launch(layout, addresses, piece.slices, piece.begin, piece.end - piece.begin, s));
+          Launch(addresses, piece.slices, piece.begin, piece.end - piece.begin, s));
       carried[0] += piece.bytes;
     }
     for (uint32_t slot : steps[s].slots) KVSTASH_RETURN_IF_ERROR(SignalSlot(*signal, slot));
@@ -441,8 +441,7 @@ Status CudaCopyLane::CopyDirectMultipath(const CopyLayout& layout, const LayerAd
   return Status::Ok();
 }
 
-Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const CopyPiece& piece,
-                                   size_t piece_index) {
+Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyPiece& piece, size_t piece_index) {
   CudaRelayPath& path = *h.path;
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
   const Status launched = [&]() -> Status {
@@ -451,7 +450,7 @@ Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyLayout& layout, const
     for (size_t g = 0; g < piece.slices.size(); ++g) {
       const auto [first, layers] = piece.slices[g];
       if (layers == 0) continue;
-      const kernels::DeviceGroupCopy group = h.addresses->Slice(layout.groups, g, first, layers);
+      const kernels::PreparedGroup group = h.addresses->Slice(g, first, layers);
       KVSTASH_RETURN_IF_ERROR(
           options_.direction == Direction::kStore
               ? kernels::GatherChunks(group, batch, path.link_stream(), max_ctas_)

@@ -26,7 +26,7 @@
 namespace kvstash::server {
 
 Status CudaCopyLane::StoreThroughStagingMultipath(
-    const CopyLayout& layout, const LayerAddresses& addresses, const std::vector<CopyStep>& steps,
+    const LayerAddresses& addresses, const std::vector<CopyStep>& steps,
     const std::vector<CopyPiece>& pieces, size_t per_batch, size_t regions,
     const StagedCopy& request, const CopySignal* signal,
     const std::function<bool(size_t, size_t)>& expired, size_t* stopped_at) {
@@ -67,8 +67,7 @@ Status CudaCopyLane::StoreThroughStagingMultipath(
         }
       }
       // One gather for the batch: its pieces are windows of the same chunks.
-      KVSTASH_RETURN_IF_ERROR(
-          Launch(layout, addresses, steps[s].slices, begin, end - begin, first));
+      KVSTASH_RETURN_IF_ERROR(Launch(addresses, steps[s].slices, begin, end - begin, first));
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(region_ready_[reg].get(), kernels));
       // A relay whose own engine started saving gets no further piece: its
       // own stores queue behind no more of ours.

@@ -20,14 +20,24 @@ Result<LayerAddresses> LayerAddresses::Upload(const std::vector<GroupAddresses>&
                                               cudaStream_t stream) {
   LayerAddresses out;
   std::vector<uint8_t*> all;
+  std::vector<uint64_t> offsets;  // per group, in pointers
   for (const GroupAddresses& g : groups) {
-    out.offsets_.push_back(all.size());
+    offsets.push_back(all.size());
     all.insert(all.end(), g.layer_bases.begin(), g.layer_bases.end());
   }
   const uint64_t bytes = std::max<uint64_t>(1, all.size()) * sizeof(uint8_t*);
   Result<cuda::DeviceBuffer> device = cuda::DeviceBuffer::Allocate(bytes);
   if (!device.ok()) return device.status();
   out.device_ = std::move(*device);
+  const auto* device_bases = reinterpret_cast<uint8_t* const*>(out.device_.data());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    kernels::GroupCopy group = groups[g].group;
+    group.layer_bases = groups[g].layer_bases.data();
+    Result<kernels::PreparedGroup> prepared =
+        kernels::PrepareGroup(kernels::DeviceGroupCopy{group, device_bases + offsets[g]});
+    if (!prepared.ok()) return prepared.status();
+    out.groups_.push_back(*prepared);
+  }
   if (!all.empty()) {
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.device_.data(), all.data(),
                                                  all.size() * sizeof(uint8_t*),
@@ -36,18 +46,6 @@ Result<LayerAddresses> LayerAddresses::Upload(const std::vector<GroupAddresses>&
     KVSTASH_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   }
   return out;
-}
-
-kernels::DeviceGroupCopy LayerAddresses::Slice(const std::vector<GroupAddresses>& groups, size_t g,
-                                               uint32_t first, uint32_t count) const {
-  kernels::GroupCopy group = groups[g].group;
-  FlatGroupShape one = group.shape;
-  one.num_layers = 1;
-  group.flat_offset_bytes += uint64_t(first) * FlatGroupBytes(one);
-  group.shape.num_layers = count;
-  group.layer_bases = groups[g].layer_bases.data() + first;
-  const auto* device = reinterpret_cast<uint8_t* const*>(device_.data()) + offsets_[g] + first;
-  return kernels::DeviceGroupCopy{group, device};
 }
 
 Status CopyPlan::Build(const std::vector<kernels::ChunkCopy>& chunks,

@@ -2,8 +2,10 @@
 //   LayerAddresses  every group's layer addresses of one registration,
 //                   uploaded to the GPU at its first copy and kept (a lane
 //                   caches them by registration id), so that a request
-//                   uploads only its own entries; a layer range is a slice
-//                   of them (pointer arithmetic), not a new upload.
+//                   uploads only its own entries; with them what the
+//                   kernels derive from a group alone, checked once. A
+//                   layer range is a slice of them (pointer arithmetic),
+//                   not a new upload.
 //   CopyPlan        one request's ChunkCopy entries and block ids, built by
 //                   the host in a pinned arena and uploaded with one small
 //                   copy before the kernels run. Kernels reading their plan
@@ -27,18 +29,20 @@ namespace kvstash::server {
 
 class LayerAddresses {
  public:
-  // Copies every group's layer addresses to the GPU (waits for the upload).
+  // Copies every group's layer addresses to the GPU (waits for the upload)
+  // and prepares each group for the kernels (kernels::PrepareGroup): a
+  // group they cannot copy is refused here, before any launch.
   static Result<LayerAddresses> Upload(const std::vector<GroupAddresses>& groups,
                                        cudaStream_t stream);
   // Layers [first, first + count) of group g, as a kernel reads them.
-  // `groups` must be the ones uploaded.
-  kernels::DeviceGroupCopy Slice(const std::vector<GroupAddresses>& groups, size_t g,
-                                 uint32_t first, uint32_t count) const;
+  kernels::PreparedGroup Slice(size_t g, uint32_t first, uint32_t count) const {
+    return groups_[g].Layers(first, count);
+  }
   uint64_t device_bytes() const { return device_.size(); }
 
  private:
   cuda::DeviceBuffer device_;
-  std::vector<uint64_t> offsets_;  // per group, in pointers
+  std::vector<kernels::PreparedGroup> groups_;  // pointing into device_
 };
 
 class CopyPlan {

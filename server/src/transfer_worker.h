@@ -37,13 +37,14 @@ struct TransferJob {
   std::vector<uint32_t> slabs;
   std::vector<uint32_t> block_ids;
 
-  // Appends a chunk in L1 slab `slab` and its block ids (copy.block_ids is
-  // set by Seal).
-  void Add(const kernels::ChunkCopy& copy, uint32_t slab, const std::vector<uint32_t>& ids) {
+  // Appends a chunk in L1 slab `slab` and its ids [ids, ids + num_ids),
+  // copied here: the one copy the daemon makes of them before the lane's
+  // (copy.block_ids is set by Seal).
+  void Add(const kernels::ChunkCopy& copy, uint32_t slab, const uint32_t* ids, size_t num_ids) {
     chunks.push_back(copy);
     slabs.push_back(slab);
-    chunks.back().num_block_ids = uint32_t(ids.size());
-    block_ids.insert(block_ids.end(), ids.begin(), ids.end());
+    chunks.back().num_block_ids = uint32_t(num_ids);
+    block_ids.insert(block_ids.end(), ids, ids + num_ids);
   }
   // Points every chunk at its ids; block_ids does not grow after this.
   void Seal() {

@@ -164,37 +164,61 @@ Transfers::Reply Transfers::SubmitTransfer(Direction direction, TransferJob job,
   return std::optional<ReplyBody>();  // the reply comes when the copy completes
 }
 
-Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
+Result<Transfers::Admitted> Transfers::Admit(const Request& r, const CopyRequest& m,
+                                             bool store) const {
   Result<std::shared_ptr<Registration>> found =
       registrations_.FindRegistration(m.registration_id, r.peer);
   if (!found.ok()) return found.status();
-  std::shared_ptr<Registration> reg = *found;
-  std::optional<CopySignal> signal;
+  Admitted admitted{std::move(*found), std::nullopt};
+  const Registration& reg = *admitted.registration;
   if (m.signal) {
-    Result<CopySignal> made = MakeSignal(*reg, *m.signal, /*store=*/true, r.deadline);
+    Result<CopySignal> made = MakeSignal(reg, *m.signal, store, r.deadline);
     if (!made.ok()) return made.status();
-    signal = std::move(*made);
+    admitted.signal = std::move(*made);
   }
-  if (Status ok = CheckChunks(*reg, m.chunks, /*need_tokens=*/true); !ok.ok()) {
-    if (signal) signal->ReleaseAll(ok);
+  Status ok = CheckChunks(reg, m.chunks, /*need_tokens=*/store);
+  if (ok.ok()) ok = deferred_.CheckInFlight(r.peer.id);
+  if (!ok.ok()) {
+    if (admitted.signal) admitted.signal->ReleaseAll(ok);
     return ok;
   }
-  if (Status ok = deferred_.CheckInFlight(r.peer.id); !ok.ok()) {
-    if (signal) signal->ReleaseAll(ok);
-    return ok;
-  }
+  return admitted;
+}
+
+TransferJob Transfers::NewJob(const Request& r, std::shared_ptr<Registration> reg,
+                              const std::vector<ChunkRequest>& chunks) {
+  TransferJob job;
+  size_t ids = 0;
+  for (const ChunkRequest& chunk : chunks) ids += chunk.block_ids.size();
+  job.chunks.reserve(chunks.size());
+  job.slabs.reserve(chunks.size());
+  job.block_ids.reserve(ids);
+  job.registration = std::move(reg);
+  job.owner = r.peer.id;
+  job.request_id = r.id;
+  job.deadline = r.deadline;
+  return job;
+}
+
+void Transfers::FailChunk(ChunkOutcome& outcome, const Status& why,
+                          std::atomic<uint64_t>& failed) const {
+  outcome = ChunkOutcome{ChunkResult::kFailed, 0, why};
+  Stats::Add(why.code() == StatusCode::kTimedOut ? stats_.chunks_timed_out : failed);
+}
+
+Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
+  Result<Admitted> admitted = Admit(r, m, /*store=*/true);
+  if (!admitted.ok()) return admitted.status();
+  std::shared_ptr<Registration> reg = std::move(admitted->registration);
+  std::optional<CopySignal> signal = std::move(admitted->signal);
 
   const uint64_t chunk_bytes = reg->layout.chunk_bytes();
   auto reply = std::make_shared<StoreReply>();
   reply->chunks.resize(m.chunks.size());
   auto reserved = std::make_shared<std::vector<std::pair<size_t, ChunkStore::Entry*>>>();
-  TransferJob job;
-  job.registration = reg;
-  job.owner = r.peer.id;
-  job.request_id = r.id;
-  job.deadline = r.deadline;
+  TransferJob job = NewJob(r, reg, m.chunks);
   for (size_t i = 0; i < m.chunks.size(); ++i) {
-    ChunkRequest& chunk = m.chunks[i];
+    const ChunkRequest& chunk = m.chunks[i];
     ChunkStore::StoreTicket ticket = store_->BeginStore(reg->scope, chunk.key, chunk_bytes);
     ChunkOutcome& outcome = reply->chunks[i];
     switch (ticket.result) {
@@ -209,7 +233,7 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
       case ChunkStore::Reservation::kReserved: break;
     }
     job.Add(kernels::ChunkCopy{ticket.slot, nullptr, 0, chunk.num_tokens, 0}, ticket.slab,
-            chunk.block_ids);
+            chunk.block_ids.data(), chunk.block_ids.size());
     outcome.num_tokens = chunk.num_tokens;
     reserved->emplace_back(i, ticket.entry);
   }
@@ -230,10 +254,7 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
         stats_.ChunkStored(reg->stats, outcome.num_tokens, chunk_bytes);
       } else {
         store_->AbortStore(entry);  // a partly written slot is never published
-        const Status& why = copied.ok() ? cut_why : copied;
-        outcome = ChunkOutcome{ChunkResult::kFailed, 0, why};
-        Stats::Add(why.code() == StatusCode::kTimedOut ? stats_.chunks_timed_out
-                                                       : stats_.store_chunks_failed);
+        FailChunk(outcome, copied.ok() ? cut_why : copied, stats_.store_chunks_failed);
       }
     }
     deferred_.Finish(r, std::move(*reply));
@@ -242,57 +263,41 @@ Transfers::Reply Transfers::Store(const Request& r, StoreRequest& m) {
 }
 
 Transfers::Reply Transfers::Retrieve(const Request& r, RetrieveRequest& m) {
-  Result<std::shared_ptr<Registration>> found =
-      registrations_.FindRegistration(m.registration_id, r.peer);
-  if (!found.ok()) return found.status();
-  std::shared_ptr<Registration> reg = *found;
-  std::optional<CopySignal> signal;
-  if (m.signal) {
-    Result<CopySignal> made = MakeSignal(*reg, *m.signal, /*store=*/false, r.deadline);
-    if (!made.ok()) return made.status();
-    signal = std::move(*made);
-  }
-  if (Status ok = CheckChunks(*reg, m.chunks, /*need_tokens=*/false); !ok.ok()) {
-    if (signal) signal->ReleaseAll(ok);
-    return ok;
-  }
-  if (Status ok = deferred_.CheckInFlight(r.peer.id); !ok.ok()) {
-    if (signal) signal->ReleaseAll(ok);
-    return ok;
-  }
+  Result<Admitted> admitted = Admit(r, m, /*store=*/false);
+  if (!admitted.ok()) return admitted.status();
+  std::shared_ptr<Registration> reg = std::move(admitted->registration);
+  std::optional<CopySignal> signal = std::move(admitted->signal);
+  std::vector<std::optional<ChunkStore::ReadTicket>> tickets(m.chunks.size());
   if (tiers_.enabled()) {
+    // The request's chunks already in L1 are pinned now, and stay pinned
+    // until their copy ends: promoting the others must not evict them.
     std::vector<ChunkKey> below;
-    // The request's chunks already in L1 are held meanwhile: promoting the
-    // others must not evict them.
-    auto held = std::make_shared<std::vector<ChunkStore::Entry*>>();
-    for (const ChunkRequest& chunk : m.chunks) {
-      if (auto read = store_->BeginRead(reg->scope, chunk.key)) {
-        held->push_back(read->entry);
-      } else {
-        below.push_back(chunk.key);
-      }
+    for (size_t i = 0; i < m.chunks.size(); ++i) {
+      tickets[i] = store_->BeginRead(reg->scope, m.chunks[i].key);
+      if (!tickets[i]) below.push_back(m.chunks[i].key);
     }
     if (!below.empty()) {
       // Promoted first (off the frontend), then copied like any L1 chunk.
       deferred_.Begin(r.peer.id);
       auto request = std::make_shared<RetrieveRequest>(std::move(m));
+      request->OwnBlockIds();  // its message is gone by then
+      auto pinned = std::make_shared<decltype(tickets)>(std::move(tickets));
       TierChain::Scope scope{reg->scope, reg->namespace_id, reg->layout.fingerprint(),
                              reg->layout.chunk_bytes(), reg->layout.chunk_tokens()};
-      tiers_.Promote(scope, std::move(below), [this, r, request, reg, held, signal] {
-        Reply now = RetrieveFromL1(r, *request, reg, signal, /*begun=*/true);
-        for (ChunkStore::Entry* e : *held) store_->EndRead(e);
+      tiers_.Promote(scope, std::move(below), [this, r, request, reg, pinned, signal] {
+        Reply now = RetrieveFromL1(r, *request, reg, signal, std::move(*pinned), /*begun=*/true);
         if (now.ok() && now->has_value()) deferred_.Finish(r, **now);
       });
       return std::optional<ReplyBody>();
     }
-    for (ChunkStore::Entry* e : *held) store_->EndRead(e);
   }
-  return RetrieveFromL1(r, m, reg, std::move(signal), /*begun=*/false);
+  return RetrieveFromL1(r, m, reg, std::move(signal), std::move(tickets), /*begun=*/false);
 }
 
-Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
-                                           std::shared_ptr<Registration> reg,
-                                           std::optional<CopySignal> signal, bool begun) {
+Transfers::Reply Transfers::RetrieveFromL1(
+    const Request& r, const RetrieveRequest& m, std::shared_ptr<Registration> reg,
+    std::optional<CopySignal> signal, std::vector<std::optional<ChunkStore::ReadTicket>> tickets,
+    bool begun) {
   // The status the slots carry when the copy succeeds: NotFound when a
   // chunk is missing, the first chunk's error when one failed here.
   uint32_t preset = 0;
@@ -301,15 +306,13 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
   auto reply = std::make_shared<RetrieveReply>();
   reply->chunks.resize(m.chunks.size());
   auto reading = std::make_shared<std::vector<std::pair<size_t, ChunkStore::Entry*>>>();
-  TransferJob job;
-  job.registration = reg;
-  job.owner = r.peer.id;
-  job.request_id = r.id;
-  job.deadline = r.deadline;
+  TransferJob job = NewJob(r, reg, m.chunks);
   for (size_t i = 0; i < m.chunks.size(); ++i) {
-    ChunkRequest& chunk = m.chunks[i];
+    const ChunkRequest& chunk = m.chunks[i];
     ChunkOutcome& outcome = reply->chunks[i];
-    std::optional<ChunkStore::ReadTicket> ticket = store_->BeginRead(reg->scope, chunk.key);
+    // A chunk not pinned before was promoted meanwhile, or is missing.
+    if (!tickets[i]) tickets[i] = store_->BeginRead(reg->scope, chunk.key);
+    const std::optional<ChunkStore::ReadTicket>& ticket = tickets[i];
     if (!ticket) {
       outcome.result = ChunkResult::kMissing;
       if (preset == 0) preset = uint32_t(StatusCode::kNotFound);
@@ -341,7 +344,7 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
       continue;
     }
     job.Add(kernels::ChunkCopy{const_cast<uint8_t*>(ticket->slot), nullptr, 0, stored, skip},
-            ticket->slab, chunk.block_ids);
+            ticket->slab, chunk.block_ids.data(), chunk.block_ids.size());
     reading->emplace_back(i, ticket->entry);
   }
   const uint64_t lease_id = m.lease_id;
@@ -363,10 +366,7 @@ Transfers::Reply Transfers::RetrieveFromL1(const Request& r, RetrieveRequest& m,
         outcome.result = ChunkResult::kRetrieved;
         stats_.ChunkRetrieved(reg->stats, outcome.num_tokens, chunk_bytes);
       } else {
-        const Status& why = copied.ok() ? cut_why : copied;
-        outcome = ChunkOutcome{ChunkResult::kFailed, 0, why};
-        Stats::Add(why.code() == StatusCode::kTimedOut ? stats_.chunks_timed_out
-                                                       : stats_.retrieve_chunks_failed);
+        FailChunk(outcome, copied.ok() ? cut_why : copied, stats_.retrieve_chunks_failed);
       }
     }
     // An expired or unknown lease is no error here: the retrieve is done.

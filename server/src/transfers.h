@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend.h"
@@ -42,15 +43,36 @@ class Transfers {
   uint64_t copies_in_flight() const { return copies_in_flight_.load(); }
 
  private:
+  // What Store and Retrieve both hold once a request is admitted.
+  struct Admitted {
+    std::shared_ptr<Registration> registration;
+    std::optional<CopySignal> signal;  // the GPU-side completion asked for, checked
+  };
+  // Everything a Store (store = true) or Retrieve is checked for before any
+  // slot is reserved or pinned: its registration, its signal (MakeSignal),
+  // every chunk's blocks and tokens, the client's requests in flight. A
+  // request refused after its signal was made has the signal's slots
+  // released with the error.
+  Result<Admitted> Admit(const Request& r, const CopyRequest& m, bool store) const;
   // Checks every chunk's blocks and tokens before any copy.
   Status CheckChunks(const Registration& registration, const std::vector<ChunkRequest>& chunks,
                      bool need_tokens) const;
-  // Retrieve once every chunk that can be is in L1. `begun`: the request
-  // already counts among the deferred (it waited for a promotion), so any
-  // reply goes through the queue.
+  // A job of request `r` on `reg`, with no chunks yet and room for those of
+  // `chunks`.
+  static TransferJob NewJob(const Request& r, std::shared_ptr<Registration> reg,
+                            const std::vector<ChunkRequest>& chunks);
+  // A chunk whose copy failed or was cut off for `why`, counted as timed
+  // out or in `failed`.
+  void FailChunk(ChunkOutcome& outcome, const Status& why, std::atomic<uint64_t>& failed) const;
+  // Retrieve once every chunk that can be is in L1. tickets[i]: chunk i
+  // pinned already, else nullopt (it is looked up here); every ticket is
+  // ended here or when its copy ends. `begun`: the request already counts
+  // among the deferred (it waited for a promotion), so any reply goes
+  // through the queue.
   // `signal`: the request's GPU-side completion, checked (MakeSignal).
-  Reply RetrieveFromL1(const Request& r, RetrieveRequest& m, std::shared_ptr<Registration> reg,
-                       std::optional<CopySignal> signal, bool begun);
+  Reply RetrieveFromL1(const Request& r, const RetrieveRequest& m,
+                       std::shared_ptr<Registration> reg, std::optional<CopySignal> signal,
+                       std::vector<std::optional<ChunkStore::ReadTicket>> tickets, bool begun);
   // Hands a Store or Retrieve copy to its device's worker; the reply comes
   // through the reply queue.
   Reply SubmitTransfer(Direction direction, TransferJob job, bool begun = false);

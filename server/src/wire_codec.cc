@@ -1,10 +1,13 @@
 // Decoding requests into plain structs and encoding plain replies.
 #include "wire_codec.h"
 
+#include <cstring>
+
 #include "kvstash/version.h"
 
 namespace kvstash::server {
 
+static_assert(FLATBUFFERS_LITTLEENDIAN, "block ids are read in place from little-endian messages");
 static_assert(uint8_t(ChunkResult::kStored) == uint8_t(wire::ChunkResult::Stored) &&
               uint8_t(ChunkResult::kFailed) == uint8_t(wire::ChunkResult::Failed) &&
               uint8_t(ChunkResult::kMissing) == uint8_t(wire::ChunkResult::Missing));
@@ -96,8 +99,10 @@ Result<RequestBody> DecodeRegister(const wire::RegisterKVRequest& m) {
   return RequestBody(std::move(out));
 }
 
-Status DecodeChunks(const ChunkList* chunks, const DecodeLimits& limits,
-                    std::vector<ChunkRequest>* out) {
+// The chunks of a Store or Retrieve into `out`. Block ids stay in the
+// message (little-endian uint32, as in memory here) unless the message sits
+// at an address that leaves them misaligned; then `out` owns a copy.
+Status DecodeChunks(const ChunkList* chunks, const DecodeLimits& limits, CopyRequest* out) {
   if (chunks == nullptr || chunks->size() == 0) {
     return Status::InvalidArgument("the request names no chunks");
   }
@@ -106,7 +111,8 @@ Status DecodeChunks(const ChunkList* chunks, const DecodeLimits& limits,
                             " chunks; the limit is " +
                             std::to_string(limits.max_chunks_per_request));
   }
-  out->reserve(chunks->size());
+  out->chunks.reserve(chunks->size());
+  bool aligned = true;
   for (size_t i = 0; i < chunks->size(); ++i) {
     const wire::ChunkBlocks* chunk = chunks->Get(i);
     if (chunk == nullptr || chunk->key() == nullptr || chunk->key()->bytes() == nullptr) {
@@ -115,10 +121,12 @@ Status DecodeChunks(const ChunkList* chunks, const DecodeLimits& limits,
     if (chunk->block_ids() == nullptr) {
       return Status::InvalidArgument("chunk " + std::to_string(i) + " names no blocks");
     }
-    out->push_back(ChunkRequest{proto::FromWire(*chunk->key()),
-                                chunk->num_tokens(),
-                                {chunk->block_ids()->begin(), chunk->block_ids()->end()}});
+    const auto* ids = chunk->block_ids();
+    out->chunks.push_back(ChunkRequest{proto::FromWire(*chunk->key()), chunk->num_tokens(),
+                                       BlockIdView(ids->data(), ids->size())});
+    if (reinterpret_cast<uintptr_t>(ids->data()) % alignof(uint32_t) != 0) aligned = false;
   }
+  if (!aligned) out->OwnBlockIds();
   return Status::Ok();
 }
 
@@ -133,6 +141,21 @@ Result<const T*> BodyOf(const wire::Envelope& e) {
 }
 
 }  // namespace
+
+void CopyRequest::OwnBlockIds() {
+  size_t total = 0;
+  for (const ChunkRequest& chunk : chunks) total += chunk.block_ids.size();
+  std::vector<uint32_t> ids(total);
+  size_t at = 0;
+  for (ChunkRequest& chunk : chunks) {
+    const size_t n = chunk.block_ids.size();
+    // memcpy: a misaligned message is read bytewise.
+    if (n > 0) std::memcpy(ids.data() + at, chunk.block_ids.data(), n * sizeof(uint32_t));
+    chunk.block_ids = BlockIdView(ids.data() + at, n);
+    at += n;
+  }
+  owned_block_ids = std::move(ids);  // the buffer moves with the vector: the views stay valid
+}
 
 RequestKind KindOf(const RequestBody& body) {
   static constexpr RequestKind kKinds[] = {
@@ -164,19 +187,21 @@ Result<RequestBody> DecodeRequest(const wire::Envelope& e, const DecodeLimits& l
     case Body::StoreRequest: {
       auto m = BodyOf<wire::StoreRequest>(e);
       if (!m.ok()) return m.status();
-      StoreRequest out{(*m)->registration_id(), {}, DecodeSignal((*m)->signal())};
-      KVSTASH_RETURN_IF_ERROR(DecodeChunks((*m)->chunks(), limits, &out.chunks));
+      StoreRequest out;
+      out.registration_id = (*m)->registration_id();
+      out.signal = DecodeSignal((*m)->signal());
+      KVSTASH_RETURN_IF_ERROR(DecodeChunks((*m)->chunks(), limits, &out));
       return RequestBody(std::move(out));
     }
     case Body::RetrieveRequest: {
       auto m = BodyOf<wire::RetrieveRequest>(e);
       if (!m.ok()) return m.status();
-      RetrieveRequest out{(*m)->registration_id(),
-                          {},
-                          (*m)->skip_tokens(),
-                          (*m)->lease_id(),
-                          DecodeSignal((*m)->signal())};
-      KVSTASH_RETURN_IF_ERROR(DecodeChunks((*m)->chunks(), limits, &out.chunks));
+      RetrieveRequest out;
+      out.registration_id = (*m)->registration_id();
+      out.signal = DecodeSignal((*m)->signal());
+      out.skip_tokens = (*m)->skip_tokens();
+      out.lease_id = (*m)->lease_id();
+      KVSTASH_RETURN_IF_ERROR(DecodeChunks((*m)->chunks(), limits, &out));
       return RequestBody(std::move(out));
     }
     case Body::LookupRequest: {

@@ -23,10 +23,28 @@
 namespace kvstash::server {
 
 // ---- Requests ----
+// A chunk's block ids, read in place: no handler copies them before the
+// transfer job that holds them for its copy.
+class BlockIdView {
+ public:
+  BlockIdView() = default;
+  BlockIdView(const uint32_t* data, size_t size) : data_(data), size_(size) {}
+  const uint32_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const uint32_t* begin() const { return data_; }
+  const uint32_t* end() const { return data_ + size_; }
+
+ private:
+  const uint32_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 struct ChunkRequest {
   ChunkKey key{};
   uint32_t num_tokens = 0;  // Store; ignored by Retrieve
-  std::vector<uint32_t> block_ids;
+  // In the request's message, valid while the frontend handles it, or in
+  // the request's owned_block_ids (CopyRequest::OwnBlockIds).
+  BlockIdView block_ids;
 };
 struct HelloRequest {
   uint32_t protocol_version = 0;
@@ -37,17 +55,21 @@ struct RegisterRequest {
 struct UnregisterRequest {
   uint64_t registration_id = 0;
 };
-struct StoreRequest {
+// What a Store and a Retrieve both carry.
+struct CopyRequest {
   uint64_t registration_id = 0;
   std::vector<ChunkRequest> chunks;  // 1 to max_chunks_per_request
   std::optional<BoardSignal> signal;
+  std::vector<uint32_t> owned_block_ids;  // empty while the ids are read in place
+
+  // Copies every chunk's block ids into owned_block_ids and points the
+  // chunks there: for a request handled after its message is gone.
+  void OwnBlockIds();
 };
-struct RetrieveRequest {
-  uint64_t registration_id = 0;
-  std::vector<ChunkRequest> chunks;  // 1 to max_chunks_per_request
+struct StoreRequest : CopyRequest {};
+struct RetrieveRequest : CopyRequest {
   uint32_t skip_tokens = 0;
   uint64_t lease_id = 0;
-  std::optional<BoardSignal> signal;
 };
 struct LookupRequest {
   uint64_t registration_id = 0;

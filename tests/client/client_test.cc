@@ -157,6 +157,49 @@ TEST(Client, MatchesOutOfOrderRepliesToTheirRequests) {
   EXPECT_EQ(*uptime, 4242u);
 }
 
+// An engine's own table of chunks, read in place through ChunkList: the
+// request carries its keys, token counts and block ids as a vector of
+// ChunkBlocks would.
+TEST(Client, StoreReadsTheCallersTableInPlace) {
+  FakeRouter router;
+  auto client = ConnectTo(router);
+  ASSERT_NE(client, nullptr);
+  struct EngineChunk {
+    uint8_t key[32];
+    const uint32_t* ids;
+    uint32_t count;
+    uint32_t tokens;
+  };
+  const uint32_t table[] = {7, 8, 9, 11, 12};
+  EngineChunk engine[3] = {{{1}, table, 3, 40}, {{2}, table + 3, 1, 16}, {{3}, table + 4, 1, 1}};
+  const ChunkList list(engine, 3, [](const void* chunks, size_t i) {
+    const EngineChunk& c = static_cast<const EngineChunk*>(chunks)[i];
+    return ChunkRef{c.key, c.tokens, c.ids, c.count};
+  });
+  auto stored = client->Store(7, list);
+  auto request = router.Receive();
+  ASSERT_TRUE(request);
+  const auto* store = request->envelope().body_as_StoreRequest();
+  ASSERT_NE(store, nullptr);
+  ASSERT_EQ(store->chunks()->size(), 3u);
+  const std::vector<std::vector<uint32_t>> ids = {{7, 8, 9}, {11}, {12}};
+  const uint32_t tokens[] = {40, 16, 1};
+  for (size_t i = 0; i < 3; ++i) {
+    const wire::ChunkBlocks* chunk = store->chunks()->Get(i);
+    EXPECT_EQ(proto::FromWire(*chunk->key())[0], uint8_t(i + 1));
+    EXPECT_EQ(chunk->num_tokens(), tokens[i]);
+    ASSERT_NE(chunk->block_ids(), nullptr);
+    EXPECT_EQ(std::vector<uint32_t>(chunk->block_ids()->begin(), chunk->block_ids()->end()),
+              ids[i]);
+  }
+  router.Reply(*request, StoreReply(request->request_id(), {{ChunkResult::kStored, 40},
+                                                            {ChunkResult::kStored, 16},
+                                                            {ChunkResult::kStored, 1}}));
+  auto outcomes = stored.get();
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  EXPECT_EQ(outcomes->size(), 3u);
+}
+
 TEST(Client, ReplyOfTheWrongTypeFailsItsRequest) {
   FakeRouter router;
   auto client = ConnectTo(router);

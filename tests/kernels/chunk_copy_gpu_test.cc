@@ -91,9 +91,13 @@ class DevicePlan {
     }
     chunks_buffer_.Upload(chunks_.data(), chunks_.size() * sizeof(ChunkCopy));
     group_ = {MakeGroup(l, bases_), reinterpret_cast<uint8_t* const*>(bases_buffer_.device())};
+    Result<PreparedGroup> prepared = PrepareGroup(group_);
+    if (!prepared.ok()) throw std::runtime_error("PrepareGroup: " + prepared.status().ToString());
+    prepared_ = *prepared;
   }
 
   const DeviceGroupCopy& group() const { return group_; }
+  const PreparedGroup& prepared() const { return prepared_; }
   DeviceChunkBatch batch() const {
     return {chunks_.data(), reinterpret_cast<const ChunkCopy*>(chunks_buffer_.device()),
             chunks_.size()};
@@ -105,6 +109,7 @@ class DevicePlan {
   std::vector<uint8_t*> bases_;    // host view of device addresses
   std::vector<ChunkCopy> chunks_;  // host view of device addresses
   DeviceGroupCopy group_;
+  PreparedGroup prepared_{};
 };
 
 class GpuTest {
@@ -154,7 +159,7 @@ TEST_P(ChunkCopyGpuTest, GatherMatchesCpuTwin) {
   ASSERT_EQ(AccessWidthBytes(plan.group().group, plan.batch().chunks, specs.size()),
             l.access_width);
 
-  const Status status = GatherChunks(plan.group(), plan.batch(), stream_);
+  const Status status = GatherChunks(plan.prepared(), plan.batch(), stream_);
   ASSERT_TRUE(status.ok()) << status.ToString();
   CUDA_OK(cudaStreamSynchronize(stream_));
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -189,7 +194,7 @@ TEST_P(ChunkCopyGpuTest, ScatterMatchesCpuTwin) {
   ASSERT_TRUE(
       ScatterChunksCpu(MakeGroup(l, host_bases), cpu_chunks.data(), cpu_chunks.size()).ok());
 
-  const Status status = ScatterChunks(plan.group(), plan.batch(), stream_);
+  const Status status = ScatterChunks(plan.prepared(), plan.batch(), stream_);
   ASSERT_TRUE(status.ok()) << status.ToString();
   CUDA_OK(cudaStreamSynchronize(stream_));
   EXPECT_TRUE(SameBytes(arena.Download(0, l.arena_bytes()), expected));
@@ -204,8 +209,8 @@ TEST_P(ChunkCopyGpuTest, RejectsTooFewBlockIdsBeforeLaunching) {
   chunks[1].num_block_ids -= 1;
   DeviceChunkBatch batch = plan.batch();
   batch.chunks = chunks.data();
-  EXPECT_EQ(GatherChunks(plan.group(), batch, stream_).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ScatterChunks(plan.group(), batch, stream_).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(GatherChunks(plan.prepared(), batch, stream_).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScatterChunks(plan.prepared(), batch, stream_).code(), StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ChunkCopyGpuTest,
@@ -282,18 +287,19 @@ TEST_F(ChunkCopyGpuBandwidthTest, ReportsLlama3_8bChunkAgainstCudaMemcpy) {
     CUDA_OK(cudaMemcpyAsync(copy_source.device(), pinned.device(), chunk_bytes, cudaMemcpyDefault,
                             stream_));
   });
-  const float gather = TimeMs([&] { status = GatherChunks(dma.group(), dma.batch(), stream_); });
+  const float gather = TimeMs([&] { status = GatherChunks(dma.prepared(), dma.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
-  const float scatter = TimeMs([&] { status = ScatterChunks(dma.group(), dma.batch(), stream_); });
+  const float scatter =
+      TimeMs([&] { status = ScatterChunks(dma.prepared(), dma.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
   const float gather_batch =
-      TimeMs([&] { status = GatherChunks(dma_batch.group(), dma_batch.batch(), stream_); });
+      TimeMs([&] { status = GatherChunks(dma_batch.prepared(), dma_batch.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
   const float gather_direct =
-      TimeMs([&] { status = GatherChunks(direct.group(), direct.batch(), stream_); });
+      TimeMs([&] { status = GatherChunks(direct.prepared(), direct.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
   const float scatter_direct =
-      TimeMs([&] { status = ScatterChunks(direct.group(), direct.batch(), stream_); });
+      TimeMs([&] { status = ScatterChunks(direct.prepared(), direct.batch(), stream_); });
   EXPECT_TRUE(status.ok()) << status.ToString();
 
   Report("cudaMemcpyAsync device->device", chunk_bytes, d2d, d2d);

@@ -12,6 +12,9 @@
 #include "kvstash/geometry_check.h"
 #include "kvstash/kernels/access_width.h"
 #include "layouts.h"
+#if KVSTASH_HAVE_CUDA
+#include "kvstash/kernels/chunk_copy_cuda.h"  // PrepareGroup runs on the host alone
+#endif
 
 namespace kvstash::kernels::test {
 namespace {
@@ -266,6 +269,59 @@ TEST(AccessWidth, ShrinksToTheLeastAlignedPointerOrOffset) {
   group.flat_offset_bytes = 8;
   EXPECT_EQ(AccessWidthBytes(group, &chunk, 1), 8u);
 }
+
+#if KVSTASH_HAVE_CUDA
+// What a launch reads of a group is derived once, on the host; these need no
+// device (the device view is only carried along, never read).
+TEST_P(ChunkCopyCpuTest, PreparedGroupKeepsTheBytesAndTheWidthOfTheGroup) {
+  const TestLayout& l = GetParam();
+  std::vector<uint8_t> arena(l.arena_bytes());
+  const std::vector<uint8_t*> bases = LayerBases(l, arena.data());
+  const GroupCopy group = MakeGroup(l, bases);
+  Result<PreparedGroup> prepared = PrepareGroup(DeviceGroupCopy{group, bases.data()});
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  const GroupCopy& merged = prepared->group;
+  EXPECT_EQ(merged.layer_bases, nullptr);
+  EXPECT_EQ(uint64_t{merged.shape.num_heads} * merged.shape.head_bytes,
+            uint64_t{group.shape.num_heads} * group.shape.head_bytes);
+  EXPECT_EQ(FlatGroupBytes(merged.shape), FlatGroupBytes(group.shape));
+  EXPECT_GE(uint64_t{prepared->tile_tokens} * prepared->num_tiles, l.chunk_tokens);
+  EXPECT_LT(uint64_t{prepared->tile_tokens} * (prepared->num_tiles - 1), l.chunk_tokens);
+  // The width a launch picks from the prepared bits is AccessWidthBytes'.
+  std::vector<uint8_t> flat(l.flat_bytes() + 16);
+  for (uint8_t* at : {flat.data(), flat.data() + 1, flat.data() + 4}) {
+    const uint64_t bits =
+        prepared->alignment_bits | merged.flat_offset_bytes | reinterpret_cast<uintptr_t>(at);
+    const ChunkCopy chunk{at, nullptr, 0, 0, 0};
+    EXPECT_EQ(uint32_t(bits & (~bits + 1)), AccessWidthBytes(group, &chunk, 1));
+  }
+  // A layer range: its layers' flat bytes and device bases, the same facts.
+  if (l.num_layers > 1) {
+    const PreparedGroup tail = prepared->Layers(1, l.num_layers - 1);
+    FlatGroupShape one = group.shape;
+    one.num_layers = 1;
+    EXPECT_EQ(tail.group.flat_offset_bytes, group.flat_offset_bytes + FlatGroupBytes(one));
+    EXPECT_EQ(tail.group.shape.num_layers, l.num_layers - 1);
+    EXPECT_EQ(tail.device_layer_bases, bases.data() + 1);
+    EXPECT_EQ(tail.alignment_bits, prepared->alignment_bits);
+    EXPECT_EQ(tail.tile_tokens, prepared->tile_tokens);
+  }
+}
+
+TEST_F(ChunkCopyCpuArgsTest, PrepareGroupRefusesWhatTheCpuTwinsRefuse) {
+  GroupCopy bad = group();
+  bad.shape.head_bytes += 2;
+  Result<PreparedGroup> refused = PrepareGroup(DeviceGroupCopy{bad, bases_.data()});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().ToString(),
+            GatherChunksCpu(bad, chunks_.data(), chunks_.size()).ToString());
+  EXPECT_EQ(PrepareGroup(DeviceGroupCopy{group(), nullptr}).status().code(),
+            StatusCode::kInvalidArgument);
+  bases_[2] = nullptr;
+  EXPECT_EQ(PrepareGroup(DeviceGroupCopy{group(), bases_.data()}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+#endif
 
 }  // namespace
 }  // namespace kvstash::kernels::test

@@ -83,7 +83,7 @@ TEST(LinkLoads, AJobCountsOnItsLinkFromQueuedUntilCompleted) {
   TransferJob job;
   job.registration = registration;
   const std::vector<uint32_t> ids = {0, 1, 2, 3};
-  for (int c = 0; c < 3; ++c) job.Add(kernels::ChunkCopy{}, 0, ids);
+  for (int c = 0; c < 3; ++c) job.Add(kernels::ChunkCopy{}, 0, ids.data(), ids.size());
   job.Seal();
   job.complete = [&](const Status&, const std::vector<uint8_t>&, const Status&) {
     completed.set_value();
@@ -107,7 +107,8 @@ TEST(LinkLoads, NothingIsCountedWhereTheBackendKeepsNoLoads) {
   std::promise<void> completed;
   TransferJob job;
   job.registration = SmallRegistration();
-  job.Add(kernels::ChunkCopy{}, 0, {0, 1, 2, 3});
+  const uint32_t ids[] = {0, 1, 2, 3};
+  job.Add(kernels::ChunkCopy{}, 0, ids, 4);
   job.Seal();
   job.complete = [&](const Status&, const std::vector<uint8_t>&, const Status&) {
     completed.set_value();

@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 namespace kvstash::server {
 namespace {
 
@@ -106,7 +110,49 @@ TEST(WireCodecTest, AValidStoreDecodesToPlainChunks) {
   EXPECT_EQ(store.registration_id, 42u);
   ASSERT_EQ(store.chunks.size(), 1u);
   EXPECT_EQ(store.chunks[0].num_tokens, 20u);
-  EXPECT_EQ(store.chunks[0].block_ids, blocks);
+  EXPECT_EQ(
+      std::vector<uint32_t>(store.chunks[0].block_ids.begin(), store.chunks[0].block_ids.end()),
+      blocks);
+}
+
+// Block ids are read in place from the message; from a message whose bytes
+// sit misaligned they are copied into the request, as they are before a
+// request outlives its message (OwnBlockIds).
+TEST(WireCodecTest, BlockIdsAreReadInPlaceOrOwnedWhenTheMessageCannotServe) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const wire::Key key;
+  const std::vector<uint32_t> first = {3, 4, 5}, second = {9};
+  std::vector<flatbuffers::Offset<wire::ChunkBlocks>> chunks = {
+      wire::CreateChunkBlocksDirect(fbb, &key, 40, &first),
+      wire::CreateChunkBlocksDirect(fbb, &key, 10, &second)};
+  auto body = wire::CreateRetrieveRequestDirect(fbb, 42, &chunks);
+  const proto::Bytes bytes = proto::Finish(fbb, 7, wire::Body::RetrieveRequest, body.Union());
+  const auto ids = [](const ChunkRequest& chunk) {
+    return std::vector<uint32_t>(chunk.block_ids.begin(), chunk.block_ids.end());
+  };
+  for (size_t shift : {size_t(0), size_t(1), size_t(2)}) {
+    // 8-byte aligned (the Verifier's alignment is relative to the start), then shifted.
+    std::vector<uint8_t> buffer(bytes.size() + 16);
+    uint8_t* at = buffer.data() + (8 - reinterpret_cast<uintptr_t>(buffer.data()) % 8) % 8 + shift;
+    std::copy(bytes.begin(), bytes.end(), at);
+    Result<const wire::Envelope*> envelope = proto::VerifyEnvelope(at, bytes.size(), 1 << 20);
+    ASSERT_TRUE(envelope.ok()) << envelope.status().ToString();
+    Result<RequestBody> decoded = DecodeRequest(**envelope, DecodeLimits{8});
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    RetrieveRequest request = std::move(std::get<RetrieveRequest>(*decoded));
+    ASSERT_EQ(request.chunks.size(), 2u);
+    const auto* ids_at = reinterpret_cast<const uint8_t*>(request.chunks[0].block_ids.data());
+    const bool in_message = ids_at >= at && ids_at < at + bytes.size();
+    EXPECT_EQ(in_message, shift == 0) << "shift " << shift;
+    EXPECT_EQ(request.owned_block_ids.empty(), shift == 0) << "shift " << shift;
+    EXPECT_EQ(ids(request.chunks[0]), first);
+    EXPECT_EQ(ids(request.chunks[1]), second);
+    request.OwnBlockIds();
+    std::fill(buffer.begin(), buffer.end(), 0xee);  // the message is gone
+    EXPECT_EQ(ids(request.chunks[0]), first);
+    EXPECT_EQ(ids(request.chunks[1]), second);
+    EXPECT_EQ(request.owned_block_ids, (std::vector<uint32_t>{3, 4, 5, 9}));
+  }
 }
 
 }  // namespace

@@ -90,11 +90,11 @@ class Client {
 
   // One outcome per chunk, in request order.
   std::future<Result<std::vector<ChunkOutcome>>> Store(uint64_t registration_id,
-                                                       const std::vector<ChunkBlocks>& chunks);
+                                                       const ChunkList& chunks);
   // skip_tokens: tokens at the front of the request already in engine memory.
   // lease_id (from Lookup) is released when the retrieve ends.
   std::future<Result<std::vector<ChunkOutcome>>> Retrieve(uint64_t registration_id,
-                                                          const std::vector<ChunkBlocks>& chunks,
+                                                          const ChunkList& chunks,
                                                           uint32_t skip_tokens = 0,
                                                           uint64_t lease_id = 0);
   // Longest stored prefix of keys, across L1, L2 and L3; pins it for
@@ -109,11 +109,10 @@ class Client {
 
   // The same four calls completing through a callback instead of a future:
   // no thread waits per call (see Done above).
-  void Store(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
+  void Store(uint64_t registration_id, const ChunkList& chunks,
              Done<Result<std::vector<ChunkOutcome>>> done);
-  void Retrieve(uint64_t registration_id, const std::vector<ChunkBlocks>& chunks,
-                uint32_t skip_tokens, uint64_t lease_id,
-                Done<Result<std::vector<ChunkOutcome>>> done);
+  void Retrieve(uint64_t registration_id, const ChunkList& chunks, uint32_t skip_tokens,
+                uint64_t lease_id, Done<Result<std::vector<ChunkOutcome>>> done);
   void Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
               Done<Result<LookupResult>> done);
   void Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
@@ -132,8 +131,7 @@ class Client {
   // before it reads layers [LayerRangeBegin(L, R, k), LayerRangeBegin(L, R,
   // k + 1)) of the registration's L layers. stream may be null (CPU: poll
   // board.Released).
-  Result<GpuTransfer> RetrieveOnStream(uint64_t registration_id,
-                                       const std::vector<ChunkBlocks>& chunks,
+  Result<GpuTransfer> RetrieveOnStream(uint64_t registration_id, const ChunkList& chunks,
                                        CompletionBoard& board, void* stream,
                                        uint32_t skip_tokens = 0, uint64_t lease_id = 0,
                                        uint32_t layer_ranges = 1);
@@ -145,19 +143,17 @@ class Client {
   // never released is released by kvstashd at the request's deadline or
   // when the engine is judged gone; its chunks are reported Failed, never
   // stored.
-  Result<GpuTransfer> StoreOnStream(uint64_t registration_id,
-                                    const std::vector<ChunkBlocks>& chunks, CompletionBoard& board,
-                                    void* stream);
+  Result<GpuTransfer> StoreOnStream(uint64_t registration_id, const ChunkList& chunks,
+                                    CompletionBoard& board, void* stream);
   // The same two completing through a callback; they return the request's
   // slots, or an error (then `done` never runs and nothing was sent).
-  Result<BoardSignal> RetrieveOnStream(uint64_t registration_id,
-                                       const std::vector<ChunkBlocks>& chunks,
+  Result<BoardSignal> RetrieveOnStream(uint64_t registration_id, const ChunkList& chunks,
                                        CompletionBoard& board, void* stream, uint32_t skip_tokens,
                                        uint64_t lease_id, uint32_t layer_ranges,
                                        Done<Result<std::vector<ChunkOutcome>>> done);
-  Result<BoardSignal> StoreOnStream(uint64_t registration_id,
-                                    const std::vector<ChunkBlocks>& chunks, CompletionBoard& board,
-                                    void* stream, Done<Result<std::vector<ChunkOutcome>>> done);
+  Result<BoardSignal> StoreOnStream(uint64_t registration_id, const ChunkList& chunks,
+                                    CompletionBoard& board, void* stream,
+                                    Done<Result<std::vector<ChunkOutcome>>> done);
 
   // Empty model: everything. Returns the number of chunks dropped.
   std::future<Result<uint64_t>> Clear(const std::string& model = {},

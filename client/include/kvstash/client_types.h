@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <variant>
@@ -109,6 +110,45 @@ struct ChunkBlocks {
   ChunkKey key{};
   uint32_t num_tokens = 0;  // Store: tokens in the chunk; Retrieve: ignored
   std::vector<uint32_t> block_ids;
+};
+
+// One chunk of a request where its caller keeps it.
+struct ChunkRef {
+  const uint8_t* key = nullptr;  // the 32 bytes of a ChunkKey
+  uint32_t num_tokens = 0;
+  const uint32_t* block_ids = nullptr;  // [num_block_ids]; null only with 0 ids
+  uint32_t num_block_ids = 0;
+};
+
+// The chunks of one Store or Retrieve, read in place: their block ids go
+// from the caller's memory into the request's message with no copy between.
+// A std::vector<ChunkBlocks> converts to it; any other table of chunks (the
+// C API's kvstash_chunk) is read through an accessor. It views and never
+// owns: what it views must stay valid until the call taking it returns.
+class ChunkList {
+ public:
+  // Entry i of `table`.
+  using At = ChunkRef (*)(const void* table, size_t i);
+
+  ChunkList(const std::vector<ChunkBlocks>& chunks)  // NOLINT(google-explicit-constructor)
+      : table_(chunks.data()), size_(chunks.size()), at_(&AtBlocks) {}
+  // Store(id, {a, b}): the list lives until the call returns.
+  ChunkList(std::initializer_list<ChunkBlocks> chunks)  // NOLINT(google-explicit-constructor)
+      : table_(chunks.begin()), size_(chunks.size()), at_(&AtBlocks) {}
+  ChunkList(const void* table, size_t size, At at) : table_(table), size_(size), at_(at) {}
+
+  size_t size() const { return size_; }
+  ChunkRef operator[](size_t i) const { return at_(table_, i); }
+
+ private:
+  static ChunkRef AtBlocks(const void* table, size_t i) {
+    const ChunkBlocks& c = static_cast<const ChunkBlocks*>(table)[i];
+    return ChunkRef{c.key.data(), c.num_tokens, c.block_ids.data(), uint32_t(c.block_ids.size())};
+  }
+
+  const void* table_;
+  size_t size_;
+  At at_;
 };
 
 // ChunkResult (kStored, kAlreadyPresent, kSkippedNoRoom, kRetrieved,
