@@ -155,6 +155,12 @@ bool IoLoop::Step() {
     }
   }
   if (queue_.closed()) return false;
+  // Before the flush: what an expiry queues (the session's channel once a
+  // re-registration timed out and the session is ready, a registration
+  // sent again) goes out now, not when the loop next wakes.
+  ExpireDeadlines();
+  if (!giving_up_.empty()) RetryGiveUps();
+  if (!register_retries_.empty()) RetryRegistrations();
   KeepAlive();
   Flush();
   if (!channel_.WakeDaemon()) {
@@ -163,8 +169,6 @@ bool IoLoop::Step() {
     zmq::message_t doorbell;
     (void)dealer_->send(doorbell, zmq::send_flags::dontwait);
   }
-  ExpireDeadlines();
-  if (!giving_up_.empty()) RetryGiveUps();
   Poll();
   return true;
 }
@@ -250,6 +254,9 @@ void IoLoop::Poll() {
   if (handshaken_ && keepalive_.count() > 0) {
     const Clock::time_point ping = last_sent_ + keepalive_;
     wake = wake ? std::min(*wake, ping) : ping;
+  }
+  for (const RegisterRetry& retry : register_retries_) {
+    wake = wake ? std::min(*wake, retry.due) : retry.due;
   }
   if (wake) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*wake - Clock::now());
@@ -412,6 +419,15 @@ void IoLoop::HandleReply(const void* data, size_t size) {
     return;
   }
   ClientRequest* request = pending_.Find(id);
+  if (request == nullptr && late_registrations_.erase(id) > 0) {
+    // A registration made again after its request timed out: nobody uses it.
+    if (Result<RegisteredKv> late = DecodeRegisterKV(envelope); late.ok()) {
+      Log(LogLevel::kWarn, "kvstashd registered registration " + std::to_string(late->id) +
+                               " after its request had timed out; unregistering it");
+      Unregister(late->id, "UnregisterKV (registered after its timeout)");
+    }
+    return;
+  }
   if (request == nullptr || !request->sent) {
     Log(LogLevel::kDebug,
         "dropped a reply to request " + std::to_string(id) + ", which already ended (timed out?)");
@@ -479,6 +495,8 @@ void IoLoop::EndSession(const std::string& why, GiveUpCause cause) {
   handshaken_ = false;
   down_why_ = why;
   registering_again_ = 0;
+  register_retries_.clear();    // the next session registers every stale one again
+  late_registrations_.clear();  // the daemon dropped what this session registered
   FailSent(Status::Unavailable(why), cause);
   FailQueued(Status::Unavailable(why));
 }
@@ -608,43 +626,77 @@ void IoLoop::RegisterAgain(const BootId& boot) {
   registering_again_ = stale.size();
   // Ahead of everything that waits for the session, in registration order.
   for (auto it = stale.rbegin(); it != stale.rend(); ++it) {
-    const uint64_t engine_id = it->engine_id;
-    const uint64_t session = session_;
-    std::shared_ptr<CopyFence> fence;
-    if (options_.endpoint.rfind("ipc://", 0) == 0) {  // kvstashd checks it against our credentials
-      Result<std::shared_ptr<CopyFence>> created = CopyFence::Create();
-      if (created.ok()) fence = std::move(*created);
-    }
-    ClientRequest again = OwnRequest(
-        "RegisterKV (again: kvstashd restarted)",
-        [this, engine_id, session, boot, fence](Result<Reply> reply) {
-          if (fence) fence->Unlink();  // opened by now, or never
-          Result<RegisteredKv> registered = reply.ok() ? DecodeRegisterKV(*reply->envelope)
-                                                       : Result<RegisteredKv>(reply.status());
-          const bool fenced = reply.ok() && DecodeFenced(*reply->envelope);
-          if (!registered.ok()) {
-            Log(LogLevel::kWarn, "could not register registration " + std::to_string(engine_id) +
-                                     " again: " + registered.status().ToString());
-          }
-          if (std::optional<uint64_t> unused =
-                  registrations_.Rebound(engine_id, registered, boot, fenced ? fence : nullptr)) {
-            Log(LogLevel::kError,
-                "registration " + std::to_string(engine_id) +
-                    " is unusable on the restarted kvstashd: its configuration changed");
-            ClientRequest drop =
-                OwnRequest("UnregisterKV (unusable after restart)", [](Result<Reply>) {});
-            drop.bytes = EncodeUnregisterKV(HeaderOf(drop), *unused);
-            drop.session = true;
-            outbox_.push_front(drop.id);
-            pending_.Add(std::move(drop));
-          }
-          if (session == session_ && registering_again_ > 0 && --registering_again_ == 0) Ready();
-        });
-    again.bytes = EncodeRegisterKV(HeaderOf(again), it->options, fence ? fence->name() : "");
-    again.session = true;
-    outbox_.push_front(again.id);
-    pending_.Add(std::move(again));
+    SendRegisterAgain(*it, boot, /*attempt=*/0);
   }
+}
+
+void IoLoop::SendRegisterAgain(const RegistrationTable::Stale& stale, const BootId& boot,
+                               uint32_t attempt) {
+  const uint64_t engine_id = stale.engine_id;
+  const uint64_t session = session_;
+  std::shared_ptr<CopyFence> fence;
+  if (options_.endpoint.rfind("ipc://", 0) == 0) {  // kvstashd checks it against our credentials
+    Result<std::shared_ptr<CopyFence>> created = CopyFence::Create();
+    if (created.ok()) fence = std::move(*created);
+  }
+  ClientRequest again = OwnRequest("RegisterKV (again: kvstashd restarted)", nullptr);
+  again.on_reply = [this, engine_id, session, boot, fence, attempt,
+                    id = again.id](Result<Reply> reply) {
+    if (fence) fence->Unlink();  // opened by now, or never
+    Result<RegisteredKv> registered =
+        reply.ok() ? DecodeRegisterKV(*reply->envelope) : Result<RegisteredKv>(reply.status());
+    const bool fenced = reply.ok() && DecodeFenced(*reply->envelope);
+    if (!registered.ok()) {
+      Log(LogLevel::kWarn, "could not register registration " + std::to_string(engine_id) +
+                               " again: " + registered.status().ToString());
+    }
+    if (std::optional<uint64_t> unused =
+            registrations_.Rebound(engine_id, registered, boot, fenced ? fence : nullptr)) {
+      Log(LogLevel::kError,
+          "registration " + std::to_string(engine_id) +
+              " is unusable on the restarted kvstashd: its configuration changed");
+      Unregister(*unused, "UnregisterKV (unusable after restart)");
+    }
+    if (session != session_) return;
+    if (!registered.ok() && MayPass(registered.status().code())) {
+      // A daemon just started may take longer than a request's timeout to
+      // open the engine's memory; a reply that comes after all is undone.
+      if (registered.status().code() == StatusCode::kTimedOut) late_registrations_.insert(id);
+      const auto pause = std::min<Clock::duration>(
+          kRegisterAgainFirstPause * (1u << std::min(attempt, 5u)), kRegisterAgainLongestPause);
+      register_retries_.push_back({engine_id, attempt + 1, Clock::now() + pause});
+    }
+    if (registering_again_ > 0 && --registering_again_ == 0) Ready();
+  };
+  again.bytes = EncodeRegisterKV(HeaderOf(again), stale.options, fence ? fence->name() : "");
+  again.session = true;
+  outbox_.push_front(again.id);
+  pending_.Add(std::move(again));
+}
+
+void IoLoop::RetryRegistrations() {
+  if (!handshaken_) return;
+  const Clock::time_point now = Clock::now();
+  std::vector<RegistrationTable::Stale> stale;
+  for (auto it = register_retries_.begin(); it != register_retries_.end();) {
+    if (it->due > now) {
+      ++it;
+      continue;
+    }
+    if (stale.empty()) stale = registrations_.StaleFor(boot_);
+    for (const RegistrationTable::Stale& one : stale) {
+      if (one.engine_id == it->engine_id) SendRegisterAgain(one, boot_, it->attempt);
+    }
+    it = register_retries_.erase(it);
+  }
+}
+
+void IoLoop::Unregister(uint64_t daemon_id, const char* kind) {
+  ClientRequest drop = OwnRequest(kind, [](Result<Reply>) {});
+  drop.bytes = EncodeUnregisterKV(HeaderOf(drop), daemon_id);
+  drop.session = true;
+  outbox_.push_front(drop.id);
+  pending_.Add(std::move(drop));
 }
 
 void IoLoop::Ready() {

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -115,6 +116,24 @@ class IoLoop {
   void OnHello(Result<Reply> reply);
   // Registers again what the daemon of `boot` does not hold; then Ready.
   void RegisterAgain(const BootId& boot);
+  // One registration again (`attempt`: how many failed before). One that
+  // fails for a cause that may pass (MayPass) is tried again after a pause
+  // that doubles from kRegisterAgainFirstPause, while the session lasts.
+  void SendRegisterAgain(const RegistrationTable::Stale& stale, const BootId& boot,
+                         uint32_t attempt);
+  void RetryRegistrations();
+  void Unregister(uint64_t daemon_id, const char* kind);
+  static bool MayPass(StatusCode code) {
+    return code == StatusCode::kTimedOut || code == StatusCode::kUnavailable ||
+           code == StatusCode::kResourceExhausted || code == StatusCode::kDeviceError;
+  }
+  static constexpr std::chrono::milliseconds kRegisterAgainFirstPause{500};
+  static constexpr std::chrono::milliseconds kRegisterAgainLongestPause{15000};
+  struct RegisterRetry {
+    uint64_t engine_id;
+    uint32_t attempt;
+    Clock::time_point due;
+  };
   void Ready();
   // Sends a Ping when nothing went out for a while, so that kvstashd does
   // not take this engine for dead (peer_timeout_ms) and drop its
@@ -158,8 +177,10 @@ class IoLoop {
   std::string down_why_;          // why no session: for requests failed at once
   uint64_t session_ = 0;          // counts successful Hellos
   size_t registering_again_ = 0;  // outstanding RegisterKVs of this session
-  BootId boot_{};                 // of the daemon that answered the last Hello
-  uint32_t daemon_pid_ = 0;       // what that daemon's Hello named (copy fences)
+  std::vector<RegisterRetry> register_retries_;  // failed ones, to send again when due
+  std::set<uint64_t> late_registrations_;        // ids of re-registrations that timed out
+  BootId boot_{};                                // of the daemon that answered the last Hello
+  uint32_t daemon_pid_ = 0;                      // what that daemon's Hello named (copy fences)
   bool handshake_wanted_ = false;
   uint64_t handshake_id_ = 0;  // the Hello in progress, 0 when none
   bool want_pollout_ = false;

@@ -446,6 +446,63 @@ TEST(Client, LostConnectionFailsRequestsAndRestartRegistersAgainUnderTheSameId) 
   EXPECT_TRUE(logged_restart);
 }
 
+// A restarted kvstashd may take longer than a request's timeout to open the
+// engine's memory again: the registration is sent again until it is taken,
+// and one the daemon made after its request timed out is unregistered.
+TEST(Client, ARegistrationMadeAgainIsRetriedAndALateOneUndone) {
+  auto first = std::make_unique<FakeRouter>();
+  const std::string endpoint = first->endpoint();
+  auto client = ConnectTo(*first, milliseconds(400));
+  ASSERT_NE(client, nullptr);
+  RegisterOptions options;
+  options.model = "m";
+  options.allocations.push_back(HostShm{"/kvstash-fake", 4096});
+  options.layers.push_back(LayerDesc{});
+  auto registering = client->RegisterKV(options);
+  auto request = first->Receive();
+  ASSERT_TRUE(request);
+  first->Reply(*request, RegisterKVReply(request->request_id(), 7, /*fenced=*/false));
+  ASSERT_TRUE(registering.get().ok());
+  first.reset();
+
+  FakeRouter second(endpoint);
+  auto hello = second.Receive();
+  ASSERT_TRUE(hello);
+  ASSERT_EQ(hello->type(), wire::Body::HelloRequest);
+  second.Reply(*hello, HelloReply(hello->request_id(), kBoot2));
+  // The next message of a type: keep-alive pings are left unanswered.
+  auto next = [&](wire::Body type) -> std::optional<Received> {
+    for (;;) {
+      std::optional<Received> got = second.Receive(milliseconds(5000));
+      if (!got || got->type() == type) return got;
+    }
+  };
+  auto slow = next(wire::Body::RegisterKVRequest);
+  ASSERT_TRUE(slow);  // left unanswered past the client's 400 ms
+  auto retried = next(wire::Body::RegisterKVRequest);
+  ASSERT_TRUE(retried) << "the registration was not sent again";
+  EXPECT_NE(retried->request_id(), slow->request_id());
+  // The slow one's reply comes after all: its registration is given back.
+  second.Reply(*slow, RegisterKVReply(slow->request_id(), 8, /*fenced=*/false));
+  auto undo = next(wire::Body::UnregisterKVRequest);
+  ASSERT_TRUE(undo) << "the late registration was not unregistered";
+  EXPECT_EQ(undo->envelope().body_as_UnregisterKVRequest()->registration_id(), 8u);
+  second.Reply(*retried, RegisterKVReply(retried->request_id(), 9, /*fenced=*/false));
+  // The engine's id 7 now means the daemon's 9 (a store sent before the
+  // reply was read may still fail: send until one goes out).
+  std::optional<Received> sent;
+  for (int i = 0; i < 20 && !sent; ++i) {
+    auto store = client->Store(7, DummyChunks(1));
+    sent = second.Receive(milliseconds(200));
+    while (sent && sent->type() != wire::Body::StoreRequest)
+      sent = second.Receive(milliseconds(200));
+    if (sent) second.Reply(*sent, StoreReply(sent->request_id(), {{ChunkResult::kStored, 256}}));
+    store.wait();
+  }
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(sent->envelope().body_as_StoreRequest()->registration_id(), 9u);
+}
+
 TEST(Client, GoodbyeFailsPendingRequestsAtOnce) {
   FakeRouter router;
   auto client = ConnectTo(router, milliseconds(10000));
