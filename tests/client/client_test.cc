@@ -50,6 +50,20 @@ std::vector<ChunkBlocks> DummyChunks(size_t n) {
   return chunks;
 }
 
+// Registers a minimal registration (model, one host allocation, one layer)
+// that `router` answers with daemon id `id`, holding no copy fence.
+bool RegisterUnfenced(Client& client, FakeRouter& router, uint64_t id) {
+  RegisterOptions options;
+  options.model = "m";
+  options.allocations.push_back(HostShm{"/kvstash-fake", 4096});
+  options.layers.push_back(LayerDesc{});
+  auto registering = client.RegisterKV(options);
+  std::optional<Received> request = router.Receive();
+  if (!request) return false;
+  router.Reply(*request, RegisterKVReply(request->request_id(), id, /*fenced=*/false));
+  return registering.get().ok();
+}
+
 template <typename T>
 bool ReadyWithin(std::future<T>& future, milliseconds timeout = milliseconds(3000)) {
   return future.wait_for(timeout) == std::future_status::ready;
@@ -340,15 +354,7 @@ TEST(Client, WithoutACopyFenceALostDaemonsStoreFailsAtItsDeadline) {
   auto router = std::make_unique<FakeRouter>();
   auto client = ConnectTo(*router, milliseconds(1500));
   ASSERT_NE(client, nullptr);
-  RegisterOptions options;
-  options.model = "m";
-  options.allocations.push_back(HostShm{"/kvstash-fake", 4096});
-  options.layers.push_back(LayerDesc{});
-  auto registering = client->RegisterKV(options);
-  auto request = router->Receive();
-  ASSERT_TRUE(request);
-  router->Reply(*request, RegisterKVReply(request->request_id(), 7, /*fenced=*/false));
-  ASSERT_TRUE(registering.get().ok());
+  ASSERT_TRUE(RegisterUnfenced(*client, *router, 7));
   const auto sent = Clock::now();
   auto in_flight = client->Store(7, DummyChunks(1));
   ASSERT_TRUE(router->Receive());
@@ -454,15 +460,7 @@ TEST(Client, ARegistrationMadeAgainIsRetriedAndALateOneUndone) {
   const std::string endpoint = first->endpoint();
   auto client = ConnectTo(*first, milliseconds(400));
   ASSERT_NE(client, nullptr);
-  RegisterOptions options;
-  options.model = "m";
-  options.allocations.push_back(HostShm{"/kvstash-fake", 4096});
-  options.layers.push_back(LayerDesc{});
-  auto registering = client->RegisterKV(options);
-  auto request = first->Receive();
-  ASSERT_TRUE(request);
-  first->Reply(*request, RegisterKVReply(request->request_id(), 7, /*fenced=*/false));
-  ASSERT_TRUE(registering.get().ok());
+  ASSERT_TRUE(RegisterUnfenced(*client, *first, 7));
   first.reset();
 
   FakeRouter second(endpoint);
