@@ -172,6 +172,23 @@ TEST_F(BadInput, BadTokenCountsAreInvalid) {
   EXPECT_NE(got.status().message().find("needs 4"), std::string::npos) << got.status().message();
 }
 
+// A chunk without block ids breaks the message rules: the daemon answers at
+// once (the caller does not wait out its deadline), for a store and a retrieve.
+TEST_F(BadInput, AChunkWithoutBlockIdsIsRefusedAtOnce) {
+  auto chunks = Chunks(PromptTokens(4, 64, 0), Blocks(0, 4));
+  chunks.back().block_ids.clear();
+  for (const bool store : {true, false}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto got = store ? client_->Store(reg_.id, chunks).get().status()
+                     : client_->Retrieve(reg_.id, chunks).get().status();
+    EXPECT_EQ(got.code(), StatusCode::kInvalidArgument) << got.ToString();
+    EXPECT_NE(got.message().find("block_ids: must not be empty"), std::string::npos)
+        << got.ToString();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
+        << (store ? "store" : "retrieve") << " waited for its deadline";
+  }
+}
+
 TEST_F(BadInput, BadRegistrationsAreRefused) {
   RegisterOptions options = engine_->Registration("m");
   // Memory that does not exist.
