@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -524,7 +526,7 @@ Result<InStepPhase> RunPhase(std::chrono::system_clock::time_point at, double se
   if (now > at) {
     return Status::TimedOut(
         "this process was ready " + std::to_string(ns(now - at) / 1000000) +
-        " ms after the phase's instant: give --start-retrieves-at more time from the start");
+        " ms after the phase's instant: give --in-step-at more time from the start");
   }
   std::this_thread::sleep_until(at);
   InStepPhase phase;
@@ -543,12 +545,13 @@ Result<InStepPhase> RunPhase(std::chrono::system_clock::time_point at, double se
 }
 
 // One layout and chunk count in step with other processes: store and warm
-// up, then the retrieve phase from the instant, then the raw H2D copy of
-// the same bytes from the instant + the phase + 1 s, as long.
+// up, then from the instant, each phase as long and the next 1 s after it:
+// retrieves, the raw H2D copy of the same bytes, stores of fresh chunks
+// (the pool evicts the oldest as it fills), the raw D2H copy.
 Status MeasureInStep(Client& client, const CudaBenchConfig& config, CudaBenchResults& out) {
   if (config.layouts.size() != 1 || config.chunk_counts.size() != 1) {
     return Status::InvalidArgument(
-        "--start-retrieves-at measures one layout and one chunk count: name one of each "
+        "--in-step-at measures one layout and one chunk count: name one of each "
         "(--layouts, --chunk-counts)");
   }
   const std::vector<CudaBenchLayout> all = CudaBenchLayouts();
@@ -557,8 +560,8 @@ Status MeasureInStep(Client& client, const CudaBenchConfig& config, CudaBenchRes
   });
   if (layout == all.end())
     return Status::InvalidArgument("no bench layout named " + config.layouts[0]);
-  if (config.retrieve_seconds <= 0)
-    return Status::InvalidArgument("--retrieve-seconds must be above 0");
+  if (config.in_step_seconds <= 0)
+    return Status::InvalidArgument("--in-step-seconds must be above 0");
   const uint32_t n = config.chunk_counts[0];
   const uint32_t per_chunk = client.server_info().chunk_tokens / layout->block_tokens;
   const uint32_t num_blocks = 2 * n * per_chunk;
@@ -580,28 +583,38 @@ Status MeasureInStep(Client& client, const CudaBenchConfig& config, CudaBenchRes
     const std::vector<ChunkBlocks> targets = run.Into(stored);
     const uint64_t bytes = uint64_t(n) * reg->chunk_bytes;
     for (int i = 0; i < 3; ++i) KVSTASH_RETURN_IF_ERROR(run.Retrieve(targets));
+    for (int i = 0; i < 3; ++i) KVSTASH_RETURN_IF_ERROR(run.Store(run.Fresh(n)));
     Result<RawCopy> raw = RawCopy::Create(std::min<uint64_t>(n, 16) * reg->chunk_bytes);
     if (!raw.ok()) return raw.status();
     KVSTASH_RETURN_IF_ERROR(raw->Seconds(RawCopy::Way::kHostToDevice, bytes).status());
-    const uint64_t relayed_before = RelayBytes(client, "retrieve");
-    const auto at = std::chrono::system_clock::time_point(
-        std::chrono::milliseconds(config.start_retrieves_at_unix_ms));
-    Result<InStepPhase> retrieve =
-        RunPhase(at, config.retrieve_seconds, bytes, [&] { return run.Retrieve(targets); });
-    if (!retrieve.ok()) return retrieve.status();
-    retrieve->op = "retrieve";
-    retrieve->relay_bytes = RelayBytes(client, "retrieve") - relayed_before;
-    // Every process computes the same instant for the raw phase.
-    const auto raw_at = at +
-                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                            std::chrono::duration<double>(config.retrieve_seconds)) +
-                        std::chrono::seconds(1);
-    Result<InStepPhase> copy = RunPhase(raw_at, config.retrieve_seconds, bytes, [&] {
-      return raw->Seconds(RawCopy::Way::kHostToDevice, bytes).status();
-    });
-    if (!copy.ok()) return copy.status();
-    copy->op = "raw H2D copy";
-    for (InStepPhase* phase : {&*retrieve, &*copy}) {
+    KVSTASH_RETURN_IF_ERROR(raw->Seconds(RawCopy::Way::kDeviceToHost, bytes).status());
+    const auto first = std::chrono::system_clock::time_point(
+        std::chrono::milliseconds(config.in_step_at_unix_ms));
+    // Every process computes the same instants.
+    const auto apart = std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::duration<double>(config.in_step_seconds + 1));
+    const auto raw_copy = [&](RawCopy::Way way) {
+      return [&raw, way, bytes] { return raw->Seconds(way, bytes).status(); };
+    };
+    struct Phase {
+      const char* op;
+      const char* relayed;  // the direction of the peers' bytes counted; null: a raw copy
+      std::function<Status()> one;
+    };
+    const Phase phases[] = {
+        {"retrieve", "retrieve", [&] { return run.Retrieve(targets); }},
+        {"raw H2D copy", nullptr, raw_copy(RawCopy::Way::kHostToDevice)},
+        {"store", "store", [&] { return run.Store(run.Fresh(n)); }},
+        {"raw D2H copy", nullptr, raw_copy(RawCopy::Way::kDeviceToHost)},
+    };
+    for (size_t i = 0; i < std::size(phases); ++i) {
+      const Phase& p = phases[i];
+      const uint64_t relayed_before = p.relayed != nullptr ? RelayBytes(client, p.relayed) : 0;
+      Result<InStepPhase> phase =
+          RunPhase(first + apart * long(i), config.in_step_seconds, bytes, p.one);
+      if (!phase.ok()) return phase.status();
+      phase->op = p.op;
+      if (p.relayed != nullptr) phase->relay_bytes = RelayBytes(client, p.relayed) - relayed_before;
       phase->layout = layout->name;
       phase->chunk_bytes = reg->chunk_bytes;
       phase->chunks = n;
@@ -637,7 +650,7 @@ Result<CudaBenchResults> RunCudaBench(Client& client, const CudaBenchConfig& con
       out.multipath_paths = uint32_t(relays);  // every GPU of an NVLink node helps the others
     }
   }
-  if (config.start_retrieves_at_unix_ms > 0) {
+  if (config.in_step_at_unix_ms > 0) {
     out.in_step_run = true;
     if (Status s = MeasureInStep(client, config, out); !s.ok()) out.errors.push_back(s.ToString());
     return out;

@@ -40,8 +40,8 @@ struct BenchOptions {
   std::vector<uint32_t> cuda_chunk_counts = {1, 4, 16, 64};
   int cuda_latency_samples = 1000;
   std::vector<std::string> cuda_layouts;
-  int64_t cuda_start_retrieves_at = 0;  // Unix ms; 0: the full bench
-  double cuda_retrieve_seconds = 3;
+  int64_t cuda_in_step_at = 0;  // Unix ms; 0: the full bench
+  double cuda_in_step_seconds = 3;
 };
 
 const std::map<std::string, DType>& DTypeNames() {
@@ -63,8 +63,8 @@ int RunCudaBenchCommand(const CommonOptions& common, const BenchOptions& options
   config.chunk_counts = options.cuda_chunk_counts;
   config.latency_samples = options.cuda_latency_samples;
   config.layouts = options.cuda_layouts;
-  config.start_retrieves_at_unix_ms = options.cuda_start_retrieves_at;
-  config.retrieve_seconds = options.cuda_retrieve_seconds;
+  config.in_step_at_unix_ms = options.cuda_in_step_at;
+  config.in_step_seconds = options.cuda_in_step_seconds;
   Result<CudaBenchResults> results = bench::RunCudaBench(**client, config);
   if (!results.ok()) return Fail("bench", results.status());
   std::cout << (common.json ? bench::CudaBenchJson(*results).dump(2) + "\n"
@@ -195,17 +195,18 @@ Command AddBenchCommand(CLI::App& app, SharedOptions common) {
                    "deepseek-v3-mla-fp8, qwen2.5-0.5b; default all)")
       ->delimiter(',');
   command
-      ->add_option("--start-retrieves-at", options->cuda_start_retrieves_at,
+      ->add_option("--in-step-at", options->cuda_in_step_at,
                    "cuda: measure in step with other bench processes (one per GPU, say) instead "
                    "of the full bench: one layout and one chunk count are stored and warmed up, "
-                   "then retrieved back to back from this wall-clock instant (Unix time in ms) "
-                   "for --retrieve-seconds, then copied raw host to device as long from the "
-                   "instant + --retrieve-seconds + 1 s; each phase's bytes and wall-clock "
-                   "interval are reported, and reaching an instant late is an error")
+                   "then four phases of --in-step-seconds each, 1 s apart, start at this "
+                   "wall-clock instant (Unix time in ms): retrieves back to back, the raw host "
+                   "to device copy of the same bytes, stores of fresh chunks back to back, the "
+                   "raw device to host copy; each phase's bytes and wall-clock interval are "
+                   "reported, and reaching an instant late is an error")
       ->check(CLI::PositiveNumber);
   command
-      ->add_option("--retrieve-seconds", options->cuda_retrieve_seconds,
-                   "cuda, with --start-retrieves-at: how long each phase lasts")
+      ->add_option("--in-step-seconds", options->cuda_in_step_seconds,
+                   "cuda, with --in-step-at: how long each phase lasts")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   command

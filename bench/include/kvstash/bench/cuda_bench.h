@@ -11,13 +11,14 @@
 // link's (the raw D2H or H2D copy of the same bytes), with the share of
 // bytes that NVLink peers carried.
 //
-// With --start-retrieves-at, it measures instead one layout and chunk count
-// in step with other bench processes (one per GPU, say): it stores and
-// warms up, waits until the given wall-clock instant, retrieves back to back
-// for a fixed time, then copies the same bytes raw from an instant as far
-// after it, and reports each phase's bytes and wall-clock interval, from
-// which a script sums every process's GB/s over the time they overlapped
-// (scripts/gpu_multipath.sh).
+// With --in-step-at, it measures instead one layout and chunk count in
+// step with other bench processes (one per GPU, say): it stores and warms
+// up, waits until the given wall-clock instant, retrieves back to back for a
+// fixed time, copies the same bytes raw host to device as long, then stores
+// fresh chunks back to back and copies raw device to host, each phase from
+// an instant every process computes alike, and reports each phase's bytes
+// and wall-clock interval, from which a script sums every process's GB/s
+// over the time they overlapped (scripts/gpu_multipath.sh).
 #pragma once
 
 #include <cstdint>
@@ -36,10 +37,10 @@ struct CudaBenchConfig {
   std::vector<std::string> layouts;  // names of CudaBenchLayouts() to measure; empty: all
   bool engine_visible = true;        // GPU-side completion rows (and the in-process baseline)
   // In step with other processes: the Unix time in milliseconds at which
-  // the retrieve phase starts (0: the full bench instead), and how long it
-  // and the raw copy phase after it last.
-  int64_t start_retrieves_at_unix_ms = 0;
-  double retrieve_seconds = 3;
+  // the first phase (retrieves) starts (0: the full bench instead), and
+  // how long each phase lasts.
+  int64_t in_step_at_unix_ms = 0;
+  double in_step_seconds = 3;
 };
 
 struct ThroughputRow {
@@ -117,7 +118,7 @@ struct CudaBenchResults {
   std::string multipath_state;
   uint32_t multipath_paths = 1;
   std::vector<MultipathRow> multipath;
-  bool in_step_run = false;  // --start-retrieves-at: in_step alone
+  bool in_step_run = false;  // --in-step-at: in_step alone
   std::vector<InStepPhase> in_step;
   uint32_t chunk_tokens = 0;
   std::vector<ThroughputRow> throughput;
