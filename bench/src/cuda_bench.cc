@@ -588,8 +588,8 @@ Status MeasureInStep(Client& client, const CudaBenchConfig& config, CudaBenchRes
     if (!raw.ok()) return raw.status();
     KVSTASH_RETURN_IF_ERROR(raw->Seconds(RawCopy::Way::kHostToDevice, bytes).status());
     KVSTASH_RETURN_IF_ERROR(raw->Seconds(RawCopy::Way::kDeviceToHost, bytes).status());
-    const auto first = std::chrono::system_clock::time_point(
-        std::chrono::milliseconds(config.in_step_at_unix_ms));
+    const auto first =
+        std::chrono::system_clock::time_point(std::chrono::milliseconds(config.in_step_at_unix_ms));
     // Every process computes the same instants.
     const auto apart = std::chrono::duration_cast<std::chrono::system_clock::duration>(
         std::chrono::duration<double>(config.in_step_seconds + 1));

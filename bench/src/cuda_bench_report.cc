@@ -24,7 +24,8 @@ std::string InStepText(const CudaBenchResults& r) {
   std::string out =
       "in step with other processes: requests back to back from an instant; wall clock in "
       "Unix ns, GB/s over each phase's own interval\n";
-  if (!r.multipath_state.empty()) out += "multi-path retrieves and stores: " + r.multipath_state + "\n";
+  if (!r.multipath_state.empty())
+    out += "multi-path retrieves and stores: " + r.multipath_state + "\n";
   out += Printf("%-13s %-14s %6s %8s %9s %20s %20s %8s %11s\n", "op", "layout", "chunks",
                 "requests", "GB/s", "start", "end", "late us", "peers' GB");
   for (const InStepPhase& p : r.in_step) {
