@@ -174,6 +174,23 @@ void ExpectBatchesCover(const std::vector<std::vector<PieceBatch>>& batches,
   EXPECT_EQ(next, pieces.size()) << "a piece in no batch";
 }
 
+// A copy's pieces (cut as a dma copy cuts them) and the batches it walks,
+// checked to list every piece once.
+struct Walk {
+  std::vector<CopyPiece> pieces;
+  std::vector<std::vector<PieceBatch>> batches;
+};
+
+Walk WalkOf(const Groups& g, const std::vector<CopyStep>& steps, size_t chunks, size_t per_batch,
+            size_t paths, uint64_t piece_bytes, size_t regions, const std::string& what) {
+  Walk walk;
+  walk.pieces =
+      SplitCopy(g.groups, steps, g.layout.chunk_bytes(), chunks, per_batch, paths, piece_bytes);
+  walk.batches = PieceBatches(walk.pieces, steps.size(), chunks, per_batch, regions);
+  ExpectBatchesCover(walk.batches, walk.pieces, steps.size(), chunks, per_batch, regions, what);
+  return walk;
+}
+
 // A step of `count` layers from `first` of a one-group layout (none: a
 // step without layers), its slots `slots`.
 CopyStep StepOf(const Groups& g, uint32_t first, uint32_t count, std::vector<uint32_t> slots) {
@@ -442,35 +459,30 @@ TEST(MultipathSplit, AStepWithoutLayersHasNoBatchesButKeepsItsPlace) {
   const Groups g = Llama8b();
   const std::vector<CopyStep> steps = {StepOf(g, 0, 4, {0}), StepOf(g, 0, 0, {1}),
                                        StepOf(g, 4, 28, {2})};
-  const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, 32 * kMiB, 3, 1, 2, 8 * kMiB);
-  const std::vector<std::vector<PieceBatch>> batches = PieceBatches(pieces, steps.size(), 3, 1, 4);
-  ExpectBatchesCover(batches, pieces, steps.size(), 3, 1, 4, "a step without layers");
-  ASSERT_EQ(batches.size(), 3u) << "one list per step, empty or not";
-  EXPECT_EQ(batches[0].size(), 3u);
-  EXPECT_TRUE(batches[1].empty());
-  ASSERT_EQ(batches[2].size(), 3u);
-  EXPECT_EQ(batches[2][0].first, batches[0].back().first + batches[0].back().count)
+  const Walk walk = WalkOf(g, steps, 3, 1, 2, 8 * kMiB, 4, "a step without layers");
+  ASSERT_EQ(walk.batches.size(), 3u) << "one list per step, empty or not";
+  EXPECT_EQ(walk.batches[0].size(), 3u);
+  EXPECT_TRUE(walk.batches[1].empty());
+  ASSERT_EQ(walk.batches[2].size(), 3u);
+  EXPECT_EQ(walk.batches[2][0].first, walk.batches[0].back().first + walk.batches[0].back().count)
       << "the step after it takes up the pieces where the one before it stopped";
   // Steps past the last piece have their lists too.
-  EXPECT_EQ(PieceBatches(pieces, 5, 3, 1, 4).size(), 5u);
-  EXPECT_TRUE(PieceBatches(pieces, 5, 3, 1, 4)[4].empty());
+  const std::vector<std::vector<PieceBatch>> more = PieceBatches(walk.pieces, 5, 3, 1, 4);
+  ASSERT_EQ(more.size(), 5u);
+  EXPECT_TRUE(more[4].empty());
   EXPECT_TRUE(PieceBatches({}, 2, 3, 1, 4)[0].empty());
 }
 
 TEST(MultipathSplit, APartialLastBatchEndsAtTheLastChunk) {
   const Groups g = Qwen05b();  // 3 MiB chunks
-  const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
-  const uint64_t chunk_bytes = g.layout.chunk_bytes();
-  const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, chunk_bytes, 5, 2, 2, 3 * kMiB);
-  const std::vector<std::vector<PieceBatch>> batches = PieceBatches(pieces, 1, 5, 2, 4);
-  ExpectBatchesCover(batches, pieces, 1, 5, 2, 4, "5 chunks, 2 a batch");
-  ASSERT_EQ(batches[0].size(), 3u);
-  EXPECT_EQ(batches[0][2].begin, 4u);
-  EXPECT_EQ(batches[0][2].end, 5u);
-  EXPECT_FALSE(batches[0][0].last);
-  EXPECT_FALSE(batches[0][1].last);
-  EXPECT_TRUE(batches[0][2].last);
-  for (const PieceBatch& b : batches[0]) EXPECT_FALSE(b.refill) << "3 batches fit 4 regions";
+  const Walk walk = WalkOf(g, CopySteps(g.groups, nullptr), 5, 2, 2, 3 * kMiB, 4, "5 chunks");
+  const std::vector<PieceBatch>& batches = walk.batches[0];
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[2].begin, 4u);
+  EXPECT_EQ(batches[2].end, 5u);
+  EXPECT_EQ((std::vector<bool>{batches[0].last, batches[1].last, batches[2].last}),
+            (std::vector<bool>{false, false, true}));
+  for (const PieceBatch& b : batches) EXPECT_FALSE(b.refill) << "3 batches fit 4 regions";
 }
 
 TEST(MultipathSplit, RegionsAreRefilledOnlyWhereBatchesOutnumberThem) {
@@ -479,27 +491,24 @@ TEST(MultipathSplit, RegionsAreRefilledOnlyWhereBatchesOutnumberThem) {
   const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
   // 4 batches of one chunk over 2 regions: the third batch of the first
   // step refills the first region, and every batch of a later step refills.
-  const std::vector<CopyPiece> four = SplitCopy(g.groups, steps, 32 * kMiB, 4, 1, 2, 8 * kMiB);
-  const std::vector<std::vector<PieceBatch>> reused = PieceBatches(four, steps.size(), 4, 1, 2);
-  ExpectBatchesCover(reused, four, steps.size(), 4, 1, 2, "4 batches, 2 regions");
-  ASSERT_EQ(reused[0].size(), 4u);
-  EXPECT_EQ(reused[0][2].region, 0u);
-  EXPECT_EQ(reused[0][3].region, 1u);
-  EXPECT_EQ((std::vector<bool>{reused[0][0].refill, reused[0][1].refill, reused[0][2].refill,
-                               reused[0][3].refill}),
+  const Walk reused = WalkOf(g, steps, 4, 1, 2, 8 * kMiB, 2, "4 batches, 2 regions");
+  const std::vector<PieceBatch>& first = reused.batches[0];
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_EQ(
+      (std::vector<size_t>{first[0].region, first[1].region, first[2].region, first[3].region}),
+      (std::vector<size_t>{0, 1, 0, 1}));
+  EXPECT_EQ((std::vector<bool>{first[0].refill, first[1].refill, first[2].refill, first[3].refill}),
             (std::vector<bool>{false, false, true, true}));
   for (size_t s = 1; s < steps.size(); ++s) {
-    ASSERT_EQ(reused[s].size(), 4u);
-    for (const PieceBatch& b : reused[s]) EXPECT_TRUE(b.refill) << "step " << s;
+    ASSERT_EQ(reused.batches[s].size(), 4u);
+    for (const PieceBatch& b : reused.batches[s]) EXPECT_TRUE(b.refill) << "step " << s;
   }
   // 2 batches over 2 regions: every chunk keeps its slot, and a later step
   // writes other bytes of it, so nothing waits, whatever the step.
-  const std::vector<CopyPiece> two = SplitCopy(g.groups, steps, 32 * kMiB, 2, 1, 2, 8 * kMiB);
-  const std::vector<std::vector<PieceBatch>> own = PieceBatches(two, steps.size(), 2, 1, 2);
-  ExpectBatchesCover(own, two, steps.size(), 2, 1, 2, "2 batches, 2 regions");
+  const Walk own = WalkOf(g, steps, 2, 1, 2, 8 * kMiB, 2, "2 batches, 2 regions");
   for (size_t s = 0; s < steps.size(); ++s) {
-    ASSERT_EQ(own[s].size(), 2u);
-    for (const PieceBatch& b : own[s]) EXPECT_FALSE(b.refill) << "step " << s;
+    ASSERT_EQ(own.batches[s].size(), 2u);
+    for (const PieceBatch& b : own.batches[s]) EXPECT_FALSE(b.refill) << "step " << s;
   }
 }
 
@@ -507,20 +516,18 @@ TEST(MultipathSplit, AStepsPiecesSpanSeveralBatches) {
   const Groups g = Llama8b();
   const CopySignal signal = LayerWise(32);
   const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
-  const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, 32 * kMiB, 3, 1, 4, 8 * kMiB);
-  const std::vector<std::vector<PieceBatch>> batches = PieceBatches(pieces, steps.size(), 3, 1, 16);
-  ExpectBatchesCover(batches, pieces, steps.size(), 3, 1, 16, "layer-wise, 3 chunks");
+  const Walk walk = WalkOf(g, steps, 3, 1, 4, 8 * kMiB, 16, "layer-wise, 3 chunks");
   // The step of 4 layers: a piece per layer in each of the 3 batches.
-  ASSERT_EQ(batches[3].size(), 3u);
+  ASSERT_EQ(walk.batches[3].size(), 3u);
   for (size_t b = 0; b < 3; ++b) {
-    EXPECT_EQ(batches[3][b].batch, b);
-    EXPECT_EQ(batches[3][b].count, 4u);
-    EXPECT_EQ(batches[3][b].begin, b);
-    EXPECT_EQ(batches[3][b].end, b + 1);
+    EXPECT_EQ(walk.batches[3][b].batch, b);
+    EXPECT_EQ(walk.batches[3][b].count, 4u);
+    EXPECT_EQ(walk.batches[3][b].begin, b);
+    EXPECT_EQ(walk.batches[3][b].end, b + 1);
   }
   // The first step: a piece (its one layer) per batch.
-  ASSERT_EQ(batches[0].size(), 3u);
-  for (const PieceBatch& b : batches[0]) EXPECT_EQ(b.count, 1u);
+  ASSERT_EQ(walk.batches[0].size(), 3u);
+  for (const PieceBatch& b : walk.batches[0]) EXPECT_EQ(b.count, 1u);
 }
 
 TEST(MultipathSplit, EachPieceGoesToTheLeastLoadedUsablePath) {
