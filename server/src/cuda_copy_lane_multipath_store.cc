@@ -17,8 +17,6 @@
 // every relay's streams, so the copy returns only once every byte is in L1.
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-
 #include "cuda_copy_lane.h"
 #include "cuda_relay_path.h"
 #include "kvstash/cuda/cuda_status.h"
