@@ -107,12 +107,10 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
 
   const size_t paths = 1 + held_.size();
   const size_t regions = std::min<size_t>(kMaxRegions, std::max<size_t>(1, slots / per_batch));
-  const size_t batches = (chunks.size() + per_batch - 1) / per_batch;
   // As in CopyThroughStaging: chunk i keeps one slot for the whole request,
   // in region (i / per_batch) % regions; a batch's chunks are adjacent, so
-  // a piece's rows are a chunk apart here. A batch waits for the scatters
-  // of the one before it in its region only where regions are reused.
-  const bool reuse = batches > regions;
+  // a piece's rows are a chunk apart here. A batch that refills a region
+  // waits for the scatters of the one before it there.
   cudaStream_t kernels = kernel_stream_.get();
   cudaStream_t copies = copy_stream_.get();
   const std::vector<uint8_t*> flats = StagingSlots(chunks.size(), per_batch, regions, chunk_bytes);
@@ -125,24 +123,21 @@ Status CudaCopyLane::CopyThroughStagingMultipath(const CopyLayout& layout,
   }
   std::vector<uint64_t> carried(paths, 0);  // bytes each path took so far
   std::vector<bool> usable(paths, true);
-  size_t next = 0;  // pieces come step by step, batch by batch
+  const std::vector<std::vector<PieceBatch>> batches =
+      PieceBatches(pieces, steps.size(), chunks.size(), per_batch, regions);
   for (size_t s = 0; s < steps.size(); ++s) {
-    for (size_t b = 0; b < batches; ++b) {
-      const size_t first = next;
-      while (next < pieces.size() && pieces[next].step == s && pieces[next].batch == b) ++next;
-      const size_t count = next - first;
-      if (count == 0) continue;  // a step without layers
-      const size_t begin = b * per_batch;
-      const size_t end = std::min(chunks.size(), begin + per_batch);
-      if (expired(begin, end)) {  // enqueue no batch past a deadline
-        *stopped_at = s == 0 ? begin : 0;
+    for (const PieceBatch& batch : batches[s]) {
+      if (expired(batch.begin, batch.end)) {  // enqueue no batch past a deadline
+        *stopped_at = s == 0 ? batch.begin : 0;
         return Status::Ok();
       }
-      const size_t reg = b % regions;
-      const bool wait_free = reuse && s * batches + b >= regions;
+      const size_t first = batch.first;
+      const size_t count = batch.count;
+      const size_t reg = batch.region;
+      const bool wait_free = batch.refill;
       // The step's last batch: its slots (or the end of the request) wait
       // for its NVLink copies, which nothing else hides.
-      const bool in_hops = b + 1 == batches;
+      const bool in_hops = batch.last;
       // Every piece of the batch gets its path first. A relay whose own
       // engine started loading gets no further piece: its own retrieves
       // queue behind no more of ours.

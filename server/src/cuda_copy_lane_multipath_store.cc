@@ -17,8 +17,6 @@
 // every relay's streams, so the copy returns only once every byte is in L1.
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-
 #include "cuda_copy_lane.h"
 #include "cuda_relay_path.h"
 #include "kvstash/cuda/cuda_status.h"
@@ -32,31 +30,21 @@ Status CudaCopyLane::StoreThroughStagingMultipath(
     const std::function<bool(size_t, size_t)>& expired, size_t* stopped_at) {
   // A relay keeps a `freed` event for each region of this GPU's staging.
   static_assert(CudaRelayPath::kMaxRegions >= kMaxRegions);
-  const size_t chunks = request.chunks.size();
   const size_t paths = 1 + held_.size();
-  const size_t batches = (chunks + per_batch - 1) / per_batch;
-  // A batch waits for the copies out of its region of the one before it
-  // only where regions are reused.
-  const bool reuse = batches > regions;
   cudaStream_t kernels = kernel_stream_.get();
   cudaStream_t copies = copy_stream_.get();
   std::vector<uint64_t> carried(paths, 0);  // bytes each path took so far
   std::vector<bool> usable(paths, true);
-  size_t next = 0;  // pieces come step by step, batch by batch
+  const std::vector<std::vector<PieceBatch>> batches =
+      PieceBatches(pieces, steps.size(), request.chunks.size(), per_batch, regions);
   for (size_t s = 0; s < steps.size(); ++s) {
-    for (size_t b = 0; b < batches; ++b) {
-      const size_t first = next;
-      while (next < pieces.size() && pieces[next].step == s && pieces[next].batch == b) ++next;
-      const size_t count = next - first;
-      if (count == 0) continue;  // a step without layers
-      const size_t begin = b * per_batch;
-      const size_t end = std::min(chunks, begin + per_batch);
-      if (expired(begin, end)) {  // enqueue no batch past a deadline
-        *stopped_at = s == 0 ? begin : 0;
+    for (const PieceBatch& batch : batches[s]) {
+      if (expired(batch.begin, batch.end)) {  // enqueue no batch past a deadline
+        *stopped_at = s == 0 ? batch.begin : 0;
         return Status::Ok();
       }
-      const size_t reg = b % regions;
-      if (reuse && s * batches + b >= regions) {
+      const size_t reg = batch.region;
+      if (batch.refill) {
         // The region is gathered into again only once every path has taken
         // the bytes of its previous batch out of it. An abandoned relay's
         // streams were synchronised.
@@ -67,24 +55,25 @@ Status CudaCopyLane::StoreThroughStagingMultipath(
         }
       }
       // One gather for the batch: its pieces are windows of the same chunks.
-      KVSTASH_RETURN_IF_ERROR(Launch(addresses, steps[s].slices, begin, end - begin, first));
+      KVSTASH_RETURN_IF_ERROR(
+          Launch(addresses, steps[s].slices, batch.begin, batch.end - batch.begin, batch.first));
       KVSTASH_CUDA_RETURN_IF_ERROR(cudaEventRecord(region_ready_[reg].get(), kernels));
       // A relay whose own engine started saving gets no further piece: its
       // own stores queue behind no more of ours.
       for (size_t p = 1; p < paths; ++p) usable[p] = usable[p] && RelayUsable(held_[p - 1]);
       // The first batch's relay pieces go in hops: the relay's host copy
       // then starts after the first hop, not after the whole piece.
-      const bool in_hops = b == 0 && s == 0;
+      const bool in_hops = batch.batch == 0 && s == 0;
       bool copies_waited = false;
-      for (size_t k = 0; k < count; ++k) {
-        const CopyPiece& piece = pieces[first + k];
+      for (size_t k = 0; k < batch.count; ++k) {
+        const CopyPiece& piece = pieces[batch.first + k];
         const size_t p = LeastLoadedPath(carried, usable);
         carried[p] += piece.bytes;
         if (p > 0) {
           HeldRelay& h = held_[p - 1];
           const Status through = StoreOnRelay(
               h, piece, RelayCopies(piece, request.chunk_bytes, in_hops, relays_.hop_bytes),
-              request, reg, first + k);
+              request, reg, batch.first + k);
           if (through.ok()) continue;
           // Abandon waits for whatever it enqueued; this link copies the
           // piece (the same bytes again, where some landed) and the rest.
@@ -99,7 +88,7 @@ Status CudaCopyLane::StoreThroughStagingMultipath(
           copies_waited = true;
         }
         KVSTASH_RETURN_IF_ERROR(CopySlots(request.chunks, request.slabs, request.flats, piece.begin,
-                                          piece.end, request.chunk_bytes, first + k,
+                                          piece.end, request.chunk_bytes, batch.first + k,
                                           piece.windows));
       }
       // This link's copies out of the region are done after this (the

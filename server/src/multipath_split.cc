@@ -118,6 +118,30 @@ std::vector<CopyPiece> SplitCopy(const std::vector<GroupAddresses>& groups,
   return pieces;
 }
 
+std::vector<std::vector<PieceBatch>> PieceBatches(const std::vector<CopyPiece>& pieces,
+                                                  size_t steps, size_t chunks,
+                                                  size_t chunks_per_batch, size_t regions) {
+  const size_t per_batch = std::max<size_t>(1, chunks_per_batch);
+  regions = std::max<size_t>(1, regions);
+  const size_t batches = (chunks + per_batch - 1) / per_batch;
+  // Where every batch of a step has a region of its own, a later step
+  // touches other bytes of the same chunks' slots: no batch waits.
+  const bool reuse = batches > regions;
+  std::vector<std::vector<PieceBatch>> out(steps);
+  size_t next = 0;  // pieces come step by step, batch by batch
+  for (size_t s = 0; s < steps; ++s) {
+    for (size_t b = 0; b < batches; ++b) {
+      const size_t first = next;
+      while (next < pieces.size() && pieces[next].step == s && pieces[next].batch == b) ++next;
+      if (next == first) continue;  // a step without layers
+      const size_t begin = b * per_batch;
+      out[s].push_back({s, b, first, next - first, begin, std::min(chunks, begin + per_batch),
+                        b % regions, reuse && s * batches + b >= regions, b + 1 == batches});
+    }
+  }
+  return out;
+}
+
 std::vector<RelayCopy> RelayCopies(const CopyPiece& piece, uint64_t chunk_bytes, bool in_hops,
                                    uint64_t hop_bytes) {
   const uint64_t rows = piece.end - piece.begin;

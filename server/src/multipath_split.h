@@ -59,6 +59,31 @@ std::vector<CopyPiece> SplitCopy(const std::vector<GroupAddresses>& groups,
                                  size_t chunks, size_t chunks_per_batch, size_t paths,
                                  uint64_t piece_bytes);
 
+// One batch of one step, as a dma copy enqueues it: the step's pieces over
+// chunks [begin, end), which share one region of the target's staging.
+struct PieceBatch {
+  size_t step = 0;
+  size_t batch = 0;  // chunks [batch * chunks_per_batch, ...)
+  size_t first = 0;  // its pieces: [first, first + count) of the copy's
+  size_t count = 0;  // at least one
+  size_t begin = 0;  // its chunks [begin, end)
+  size_t end = 0;
+  size_t region = 0;    // of the target's staging: batch % regions
+  bool refill = false;  // the region held an earlier batch: wait till it is free
+  bool last = false;    // the copy's last chunks
+};
+
+// The batches of a copy of `chunks` chunks cut into `pieces` (SplitCopy's,
+// in its order), per step of `steps`: those with pieces, in the order they
+// are enqueued (none for a step without layers, whose slots are still
+// signalled after the steps before it). Batch b lands in region
+// b % regions; a region is refilled only where a step's batches outnumber
+// the regions, then by every batch from the regions-th on, counted across
+// steps.
+std::vector<std::vector<PieceBatch>> PieceBatches(const std::vector<CopyPiece>& pieces,
+                                                  size_t steps, size_t chunks,
+                                                  size_t chunks_per_batch, size_t regions);
+
 // One copy of a piece through a relay: the window [lo, lo + width) of each
 // of the piece's chunks, between L1 and the relay's staging at `packed`
 // (its rows `width` apart there), and over NVLink between that and the

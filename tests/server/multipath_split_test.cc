@@ -1,7 +1,8 @@
 // How a multi-path copy is cut into pieces: large chunks by layers, small
 // ones whole, every path the same bytes of each batch, every byte of every
 // chunk in exactly one piece (layer-wise steps, hybrid groups, odd sizes),
-// and the least loaded usable path for each piece.
+// the batches a copy enqueues them in, and the least loaded usable path for
+// each piece.
 #include "multipath_split.h"
 
 #include <gtest/gtest.h>
@@ -139,6 +140,65 @@ void ExpectExactCover(const Groups& g, const std::vector<CopyStep>& steps,
     }
     EXPECT_EQ(covered, GroupBytes(g)) << "chunk " << chunk;
   }
+}
+
+// The batches list every piece once, in order, each under its own step and
+// batch, with that batch's chunks, region and refill rule.
+void ExpectBatchesCover(const std::vector<std::vector<PieceBatch>>& batches,
+                        const std::vector<CopyPiece>& pieces, size_t steps, size_t chunks,
+                        size_t per_batch, size_t regions, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(batches.size(), steps);
+  const size_t count = (chunks + per_batch - 1) / per_batch;
+  size_t next = 0;
+  for (size_t s = 0; s < steps; ++s) {
+    for (const PieceBatch& b : batches[s]) {
+      EXPECT_EQ(b.step, s);
+      EXPECT_EQ(b.first, next) << "step " << s << " batch " << b.batch << " skips pieces";
+      ASSERT_GT(b.count, 0u);
+      ASSERT_LE(b.first + b.count, pieces.size());
+      EXPECT_EQ(b.begin, b.batch * per_batch);
+      EXPECT_EQ(b.end, std::min(chunks, b.begin + per_batch));
+      EXPECT_EQ(b.region, b.batch % regions);
+      EXPECT_EQ(b.refill, count > regions && s * count + b.batch >= regions);
+      EXPECT_EQ(b.last, b.batch + 1 == count);
+      for (size_t i = b.first; i < b.first + b.count; ++i) {
+        EXPECT_EQ(pieces[i].step, s) << "piece " << i;
+        EXPECT_EQ(pieces[i].batch, b.batch) << "piece " << i;
+        EXPECT_GE(pieces[i].begin, b.begin) << "piece " << i;
+        EXPECT_LE(pieces[i].end, b.end) << "piece " << i;
+      }
+      next = b.first + b.count;
+    }
+  }
+  EXPECT_EQ(next, pieces.size()) << "a piece in no batch";
+}
+
+// A copy's pieces (cut as a dma copy cuts them) and the batches it walks,
+// checked to list every piece once.
+struct Walk {
+  std::vector<CopyPiece> pieces;
+  std::vector<std::vector<PieceBatch>> batches;
+};
+
+Walk WalkOf(const Groups& g, const std::vector<CopyStep>& steps, size_t chunks, size_t per_batch,
+            size_t paths, uint64_t piece_bytes, size_t regions, const std::string& what) {
+  Walk walk;
+  walk.pieces =
+      SplitCopy(g.groups, steps, g.layout.chunk_bytes(), chunks, per_batch, paths, piece_bytes);
+  walk.batches = PieceBatches(walk.pieces, steps.size(), chunks, per_batch, regions);
+  ExpectBatchesCover(walk.batches, walk.pieces, steps.size(), chunks, per_batch, regions, what);
+  return walk;
+}
+
+// A step of `count` layers from `first` of a one-group layout (none: a
+// step without layers), its slots `slots`.
+CopyStep StepOf(const Groups& g, uint32_t first, uint32_t count, std::vector<uint32_t> slots) {
+  CopyStep step;
+  step.slices = {{first, count}};
+  step.windows = FlatWindows(g.groups, step.slices);
+  step.slots = std::move(slots);
+  return step;
 }
 
 TEST(MultipathSplit, ChunksPerBatchFollowTheChunkSize) {
@@ -324,10 +384,15 @@ TEST(MultipathSplit, EveryByteIsInExactlyOnePieceWhateverTheSizes) {
             const size_t per_batch = ChunksPerBatch(chunk_bytes, paths, piece, 6);
             const std::vector<CopyPiece> pieces =
                 SplitCopy(g.groups, steps, chunk_bytes, chunks, per_batch, paths, piece);
-            ExpectExactCover(g, steps, pieces, chunks, per_batch,
-                             name + (ranges ? " layer-wise" : "") + ", " + std::to_string(chunks) +
-                                 " chunks, " + std::to_string(paths) + " paths, pieces of " +
-                                 std::to_string(piece));
+            const std::string what = name + (ranges ? " layer-wise" : "") + ", " +
+                                     std::to_string(chunks) + " chunks, " + std::to_string(paths) +
+                                     " paths, pieces of " + std::to_string(piece);
+            ExpectExactCover(g, steps, pieces, chunks, per_batch, what);
+            for (const size_t regions : {1, 2, 16}) {
+              ExpectBatchesCover(PieceBatches(pieces, steps.size(), chunks, per_batch, regions),
+                                 pieces, steps.size(), chunks, per_batch, regions,
+                                 what + ", " + std::to_string(regions) + " regions");
+            }
             if (HasFailure()) return;
           }
         }
@@ -388,6 +453,81 @@ TEST(MultipathSplit, ARelaysCopiesTileItsPieceAndHopOnlyOneChunkWindows) {
       }
     }
   }
+}
+
+TEST(MultipathSplit, AStepWithoutLayersHasNoBatchesButKeepsItsPlace) {
+  const Groups g = Llama8b();
+  const std::vector<CopyStep> steps = {StepOf(g, 0, 4, {0}), StepOf(g, 0, 0, {1}),
+                                       StepOf(g, 4, 28, {2})};
+  const Walk walk = WalkOf(g, steps, 3, 1, 2, 8 * kMiB, 4, "a step without layers");
+  ASSERT_EQ(walk.batches.size(), 3u) << "one list per step, empty or not";
+  EXPECT_EQ(walk.batches[0].size(), 3u);
+  EXPECT_TRUE(walk.batches[1].empty());
+  ASSERT_EQ(walk.batches[2].size(), 3u);
+  EXPECT_EQ(walk.batches[2][0].first, walk.batches[0].back().first + walk.batches[0].back().count)
+      << "the step after it takes up the pieces where the one before it stopped";
+  // Steps past the last piece have their lists too.
+  const std::vector<std::vector<PieceBatch>> more = PieceBatches(walk.pieces, 5, 3, 1, 4);
+  ASSERT_EQ(more.size(), 5u);
+  EXPECT_TRUE(more[4].empty());
+  EXPECT_TRUE(PieceBatches({}, 2, 3, 1, 4)[0].empty());
+}
+
+TEST(MultipathSplit, APartialLastBatchEndsAtTheLastChunk) {
+  const Groups g = Qwen05b();  // 3 MiB chunks
+  const Walk walk = WalkOf(g, CopySteps(g.groups, nullptr), 5, 2, 2, 3 * kMiB, 4, "5 chunks");
+  const std::vector<PieceBatch>& batches = walk.batches[0];
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[2].begin, 4u);
+  EXPECT_EQ(batches[2].end, 5u);
+  EXPECT_EQ((std::vector<bool>{batches[0].last, batches[1].last, batches[2].last}),
+            (std::vector<bool>{false, false, true}));
+  for (const PieceBatch& b : batches) EXPECT_FALSE(b.refill) << "3 batches fit 4 regions";
+}
+
+TEST(MultipathSplit, RegionsAreRefilledOnlyWhereBatchesOutnumberThem) {
+  const Groups g = Llama8b();
+  const CopySignal signal = LayerWise(32);
+  const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
+  // 4 batches of one chunk over 2 regions: the third batch of the first
+  // step refills the first region, and every batch of a later step refills.
+  const Walk reused = WalkOf(g, steps, 4, 1, 2, 8 * kMiB, 2, "4 batches, 2 regions");
+  const std::vector<PieceBatch>& first = reused.batches[0];
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_EQ(
+      (std::vector<size_t>{first[0].region, first[1].region, first[2].region, first[3].region}),
+      (std::vector<size_t>{0, 1, 0, 1}));
+  EXPECT_EQ((std::vector<bool>{first[0].refill, first[1].refill, first[2].refill, first[3].refill}),
+            (std::vector<bool>{false, false, true, true}));
+  for (size_t s = 1; s < steps.size(); ++s) {
+    ASSERT_EQ(reused.batches[s].size(), 4u);
+    for (const PieceBatch& b : reused.batches[s]) EXPECT_TRUE(b.refill) << "step " << s;
+  }
+  // 2 batches over 2 regions: every chunk keeps its slot, and a later step
+  // writes other bytes of it, so nothing waits, whatever the step.
+  const Walk own = WalkOf(g, steps, 2, 1, 2, 8 * kMiB, 2, "2 batches, 2 regions");
+  for (size_t s = 0; s < steps.size(); ++s) {
+    ASSERT_EQ(own.batches[s].size(), 2u);
+    for (const PieceBatch& b : own.batches[s]) EXPECT_FALSE(b.refill) << "step " << s;
+  }
+}
+
+TEST(MultipathSplit, AStepsPiecesSpanSeveralBatches) {
+  const Groups g = Llama8b();
+  const CopySignal signal = LayerWise(32);
+  const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
+  const Walk walk = WalkOf(g, steps, 3, 1, 4, 8 * kMiB, 16, "layer-wise, 3 chunks");
+  // The step of 4 layers: a piece per layer in each of the 3 batches.
+  ASSERT_EQ(walk.batches[3].size(), 3u);
+  for (size_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(walk.batches[3][b].batch, b);
+    EXPECT_EQ(walk.batches[3][b].count, 4u);
+    EXPECT_EQ(walk.batches[3][b].begin, b);
+    EXPECT_EQ(walk.batches[3][b].end, b + 1);
+  }
+  // The first step: a piece (its one layer) per batch.
+  ASSERT_EQ(walk.batches[0].size(), 3u);
+  for (const PieceBatch& b : walk.batches[0]) EXPECT_EQ(b.count, 1u);
 }
 
 TEST(MultipathSplit, EachPieceGoesToTheLeastLoadedUsablePath) {
