@@ -2,17 +2,20 @@
 // byte, on every kernel test layout (656-byte MLA entries and 132-byte int8
 // heads among them), in both transfer modes: a retrieve of every layer at
 // once, a layer-wise retrieve in growing steps, a store, a second
-// request of a registration (its layer addresses cached on the GPU), and a
+// request of a registration (its layer addresses cached on the GPU), a
 // registration made anew at the same addresses (a fresh entry, never the
-// dropped one's). L1 slots sit side by side in one registered buffer, the
+// dropped one's), and a chunk already past its deadline (left out whole).
+// L1 slots sit side by side in one registered buffer, the
 // last in another "slab", so runs are coalesced and broken where they must.
 // Skips without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <tuple>
 
 #include "cuda_copy_lane.h"
@@ -184,6 +187,68 @@ TEST_P(CudaLaneTest, ARegistrationMadeAgainAtTheSameAddressesGetsAFreshPlan) {
   // Registration 1 dropped; registration 2 names the same memory, its
   // layers in the other order: the lane must not use 1's addresses.
   CopyAndCheck(2, true);
+}
+
+// A chunk already past its deadline when Copy starts is left out whole: it
+// alone is missed, none of its bytes moves (a retrieve writes none of its
+// blocks, a store none of its slot) and the others are exact. Each of the
+// three chunks in turn: the first, one inside a run of adjacent slots, the
+// last (in a slab of its own).
+TEST_P(CudaLaneTest, AChunkPastItsDeadlineIsLeftOutWhole) {
+  const bool store = GetParam().scenario == Scenario::kStore;
+  const uint64_t group_bytes = FlatGroupBytes(GetParam().layout.shape());
+  const auto now = CopyDeadlines::Clock::now();
+  for (size_t late = 0; late < 3; ++late) {
+    SCOPED_TRACE("chunk " + std::to_string(late) + " past its deadline");
+    // The CPU twin copies the other two chunks only.
+    std::vector<uint8_t> expected_kv = host_kv_;
+    std::vector<uint8_t> expected_l1(l1_, l1_ + l1_bytes_);
+    const std::vector<uint8_t> l1_before = expected_l1;
+    const std::vector<GroupAddresses> host_groups = Groups(expected_kv.data(), false);
+    std::vector<kernels::ChunkCopy> host_chunks = Chunks(expected_l1.data());
+    host_chunks.erase(host_chunks.begin() + long(late));
+    ASSERT_TRUE((store ? kernels::GatherChunksCpu(host_groups[0].group, host_chunks.data(), 2)
+                       : kernels::ScatterChunksCpu(host_groups[0].group, host_chunks.data(), 2))
+                    .ok());
+
+    const std::vector<GroupAddresses> groups = Groups(device_kv_, false);
+    const CopyLayout layout{1, chunk_bytes_, groups};
+    CopySignal signal;  // layer-wise: one range per layer, no board slots
+    for (uint32_t k = 0; k < kLayers; ++k) signal.ranges.push_back({{k, 1}});
+    CopyDeadlines deadlines;
+    deadlines.at.assign(3, now + std::chrono::hours(1));
+    deadlines.at[late] = now - std::chrono::seconds(1);
+    const Status copied =
+        lane_->Copy(layout, Chunks(l1_), {0, 0, 1}, deadlines,
+                    GetParam().scenario == Scenario::kLayerWiseRetrieve ? &signal : nullptr);
+    ASSERT_TRUE(copied.ok()) << copied.ToString();
+    std::vector<uint8_t> want_missed(3, 0);
+    want_missed[late] = 1;
+    EXPECT_EQ(deadlines.missed, want_missed);
+
+    std::vector<uint8_t> kv(host_kv_.size());
+    ASSERT_EQ(cudaMemcpy(kv.data(), device_kv_, kv.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    if (store) {
+      EXPECT_EQ(kv, host_kv_) << "a store wrote engine memory";
+      for (size_t i = 0; i < 3; ++i) {
+        const uint64_t at = i * chunk_bytes_;
+        if (i == late) {
+          EXPECT_EQ(std::memcmp(l1_ + at, l1_before.data() + at, chunk_bytes_), 0)
+              << "the late chunk's slot was written";
+        } else {
+          EXPECT_EQ(std::memcmp(l1_ + at + kFlatOffsetBytes,
+                                expected_l1.data() + at + kFlatOffsetBytes, group_bytes),
+                    0)
+              << "chunk " << i;
+        }
+      }
+      std::memcpy(l1_, l1_before.data(), l1_bytes_);
+    } else {
+      // Blocks are the chunks' own: the late chunk's keep their bytes.
+      EXPECT_EQ(kv, expected_kv);
+      host_kv_ = kv;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaLaneTest, ::testing::ValuesIn(Cases()), NameOf);
