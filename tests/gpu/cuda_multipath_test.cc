@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -233,23 +234,38 @@ class PeerVisibleAllocation : public MappedAllocation {
   const uint64_t size_;
 };
 
+// A dma copy with two paths as the lane cuts it (multipath_split.h): its
+// pieces, chunks per batch and regions of GPU 0's staging.
+struct DmaCut {
+  std::vector<CopyPiece> pieces;
+  size_t per_batch = 1;
+  size_t regions = 1;
+};
+
+DmaCut CutDma(const Plan& plan, const std::vector<GroupAddresses>& groups,
+              const std::vector<CopyStep>& steps, uint64_t chunk_bytes) {
+  DmaCut cut;
+  const uint64_t piece = std::min(plan.piece_bytes, plan.relay_staging / 2);
+  const size_t slots = size_t(plan.lane_staging / chunk_bytes);
+  cut.per_batch =
+      ChunksPerBatch(chunk_bytes, 2, piece, std::min(plan.chunks, std::max<size_t>(1, slots / 2)));
+  cut.pieces = SplitCopy(groups, steps, chunk_bytes, plan.chunks, cut.per_batch, 2, piece);
+  // At most 16 regions, as the lane's ring has (where batches land only).
+  cut.regions = std::min<size_t>(16, std::max<size_t>(1, slots / cut.per_batch));
+  return cut;
+}
+
 // The bytes of each piece the relay is given, in order, as the lane cuts
 // the copy (multipath_split.h) with two paths, none failing.
 std::vector<uint64_t> RelayPieces(const Case& c, const Plan& plan,
                                   const std::vector<GroupAddresses>& groups,
                                   const CopySignal* signal, uint64_t chunk_bytes) {
   const std::vector<CopyStep> steps = CopySteps(groups, signal);
-  std::vector<CopyPiece> pieces;
-  if (c.mode == TransferMode::kDirect) {
-    pieces = SplitCopy(groups, steps, chunk_bytes, plan.chunks, plan.chunks, 2,
-                       std::numeric_limits<uint64_t>::max());
-  } else {
-    const uint64_t piece = std::min(plan.piece_bytes, plan.relay_staging / 2);
-    const size_t slots = size_t(plan.lane_staging / chunk_bytes);
-    const size_t per_batch = ChunksPerBatch(chunk_bytes, 2, piece,
-                                            std::min(plan.chunks, std::max<size_t>(1, slots / 2)));
-    pieces = SplitCopy(groups, steps, chunk_bytes, plan.chunks, per_batch, 2, piece);
-  }
+  const std::vector<CopyPiece> pieces =
+      c.mode == TransferMode::kDirect
+          ? SplitCopy(groups, steps, chunk_bytes, plan.chunks, plan.chunks, 2,
+                      std::numeric_limits<uint64_t>::max())
+          : CutDma(plan, groups, steps, chunk_bytes).pieces;
   const std::vector<size_t> path = AssignPieces(pieces, 2);
   std::vector<uint64_t> relay;
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -345,8 +361,9 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
         return Status::Ok();
       };
     } else {
-      relays.fault = [this](int, size_t) {
+      relays.fault = [this](int, size_t piece) {
         ++relay_calls_;
+        if (on_relay_piece_) on_relay_piece_(piece);
         return Status::Ok();
       };
     }
@@ -603,6 +620,8 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
   std::unique_ptr<CudaRelayPath> relay_;
   std::unique_ptr<CudaCopyLane> lane_;
   std::atomic<int> relay_calls_{0};
+  // Called with the index of each piece the relay is given (none failing).
+  std::function<void(size_t)> on_relay_piece_;
   std::string board_name_;
   std::shared_ptr<MappedBoard> board_;
 };
@@ -610,6 +629,200 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
 TEST_P(CudaMultipathTest, EveryByteMatchesTheCpuTwin) { CopyAndCheck(); }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaMultipathTest, ::testing::ValuesIn(Cases()), NameOf);
+
+// A multi-path dma copy that stops mid-way: the relay's hook sets
+// deadlines.stopping while the lane enqueues a chosen relay piece, so the
+// next batch's check stops the copy, at a place the split says. Copy
+// succeeds; the chunks of every batch enqueued before are exact and not
+// missed, the rest missed and untouched (a stop in a later layer-wise step
+// misses every chunk: each misses that step); the relay is not failed and
+// carried exactly its pieces before the stop; the lane then copies a whole
+// request exactly.
+class CudaMultipathDeadlineTest : public CudaMultipathTest {
+ protected:
+  static constexpr uint32_t kSequence = 1;
+
+  void StopAndCheck() {
+    const TestLayout& l = layout_;
+    const std::vector<GroupAddresses> groups = Groups(device_kv_);
+    CopyLayout layout{1, chunk_bytes_, groups};
+    layout.allocations = &allocations_;
+    CopySignal signal;
+    if (plan_.layer_wise) {
+      OpenBoard();
+      if (HasFatalFailure()) return;
+      signal.board = board_;
+      signal.sequence = kSequence;
+      for (uint32_t k = 0; k < kLayers; ++k) {
+        signal.ranges.push_back({{k, 1}});
+        signal.range_slots.push_back(k);
+      }
+      // The lane writes the slots with stream memory operations.
+      Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
+      if (!api.ok()) GTEST_SKIP() << api.status().ToString();
+    }
+    CopySignal* const signalled = plan_.layer_wise ? &signal : nullptr;
+    const std::vector<CopyStep> steps = CopySteps(groups, signalled);
+    const DmaCut cut = CutDma(plan_, groups, steps, chunk_bytes_);
+    std::vector<PieceBatch> batches;  // in the order they are enqueued
+    for (const auto& step :
+         PieceBatches(cut.pieces, steps.size(), plan_.chunks, cut.per_batch, cut.regions))
+      batches.insert(batches.end(), step.begin(), step.end());
+    const std::vector<size_t> path = AssignPieces(cut.pieces, 2);
+    // The stop: at the relay's first piece of the second step (layer-wise)
+    // or of the third batch.
+    size_t stop_piece = cut.pieces.size();
+    for (size_t i = 0; i < cut.pieces.size() && stop_piece == cut.pieces.size(); ++i) {
+      const CopyPiece& p = cut.pieces[i];
+      if (path[i] == 1 && (plan_.layer_wise ? p.step >= 1 : p.batch >= 2)) stop_piece = i;
+    }
+    ASSERT_LT(stop_piece, cut.pieces.size()) << "the relay has no piece where the copy should stop";
+    size_t at = 0;  // the batch of the stop piece: enqueued whole
+    while (at < batches.size() && batches[at].first + batches[at].count <= stop_piece) ++at;
+    ASSERT_LT(at + 1, batches.size()) << "no batch left to leave out after the stop";
+    const PieceBatch& left_out = batches[at + 1];  // the first batch not enqueued
+    const size_t stopped_at = left_out.step == 0 ? left_out.begin : 0;
+    uint64_t relay_bytes = 0;
+    int relay_pieces = 0;
+    for (size_t i = 0; i < left_out.first; ++i) {
+      if (path[i] != 1) continue;
+      relay_bytes += cut.pieces[i].bytes;
+      ++relay_pieces;
+    }
+
+    std::atomic<bool> stopping{false};
+    on_relay_piece_ = [&](size_t piece) {
+      if (piece == stop_piece) stopping.store(true);
+    };
+    const std::vector<uint8_t> kv_before = host_kv_;
+    const std::vector<uint8_t> l1_before(l1_, l1_ + l1_bytes_);
+    CopyDeadlines deadlines;
+    deadlines.stopping = &stopping;
+    ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
+    const Status copied = lane_->Copy(layout, Chunks(l1_), slabs_, deadlines, signalled);
+    ASSERT_TRUE(copied.ok()) << copied.ToString();
+    EXPECT_TRUE(stopping.load()) << "the relay was never given piece " << stop_piece;
+    std::vector<uint8_t> want_missed(plan_.chunks, 0);
+    for (size_t j = stopped_at; j < plan_.chunks; ++j) want_missed[j] = 1;
+    EXPECT_EQ(deadlines.missed, want_missed)
+        << "stopped before batch " << left_out.batch << " of step " << left_out.step;
+    EXPECT_FALSE(relay_->failed()) << relay_->failure();
+    EXPECT_EQ(relay_calls_.load(), relay_pieces);
+    EXPECT_EQ(relay_->bytes_carried(), relay_bytes);
+    EXPECT_EQ(lane_->multipath_copies(), 1u);
+
+    std::vector<uint8_t> kv(host_kv_.size());
+    ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(kv.data(), device_kv_, kv.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    // The CPU twin's copy of every chunk, and of the chunks before the stop.
+    std::vector<uint8_t> all_kv = kv_before, some_kv = kv_before;
+    std::vector<uint8_t> all_l1 = l1_before;
+    const std::vector<kernels::ChunkCopy> host_chunks = Chunks(all_l1.data());
+    if (store_) {
+      ASSERT_TRUE(kernels::GatherChunksCpu(Groups(all_kv.data())[0].group, host_chunks.data(),
+                                           host_chunks.size())
+                      .ok());
+      EXPECT_EQ(kv, kv_before) << "a store wrote the engine's memory";
+      const uint64_t group_bytes = FlatGroupBytes(l.shape());
+      for (size_t j = 0; j < plan_.chunks; ++j) {
+        const uint64_t slot = order_[j] * chunk_bytes_;
+        if (j < stopped_at) {
+          const uint64_t at_group = slot + kernels::test::kFlatOffsetBytes;
+          EXPECT_EQ(std::memcmp(l1_ + at_group, all_l1.data() + at_group, group_bytes), 0)
+              << "chunk " << j << ", enqueued before the stop, differs from the CPU twin's";
+        } else {
+          EXPECT_EQ(std::memcmp(l1_ + slot, l1_before.data() + slot, chunk_bytes_), 0)
+              << "chunk " << j << ", left out, was written to L1";
+        }
+      }
+    } else if (!plan_.layer_wise) {
+      // Chunks own their blocks: those from the stop on keep their bytes.
+      ASSERT_TRUE(
+          kernels::ScatterChunksCpu(Groups(some_kv.data())[0].group, host_chunks.data(), stopped_at)
+              .ok());
+      EXPECT_EQ(kv, some_kv) << "chunks [0, " << stopped_at << ") written, no other";
+    } else {
+      // Layer by layer: the steps before the stopped one are complete and
+      // their slots written; those after it (and the stopped one where it
+      // stopped before its first batch) untouched, their slots not written.
+      ASSERT_TRUE(kernels::ScatterChunksCpu(Groups(all_kv.data())[0].group, host_chunks.data(),
+                                            host_chunks.size())
+                      .ok());
+      const bool stopped_step_untouched = batches[at].step != left_out.step;
+      const uint64_t layer_bytes = LayerExtentBytes(l.geometry);
+      for (size_t s = 0; s < steps.size(); ++s) {
+        for (uint32_t slot : steps[s].slots) {
+          EXPECT_EQ(board_->Value(slot).value_or(0) == kSequence, s < left_out.step)
+              << "slot " << slot << " of step " << s << ", the copy stopped in step "
+              << left_out.step;
+        }
+        if (s == left_out.step && !stopped_step_untouched) continue;  // some of its batches went
+        const std::vector<uint8_t>& want = s < left_out.step ? all_kv : kv_before;
+        const auto [first, count] = steps[s].slices[0];
+        for (uint32_t k = first; k < first + count; ++k) {
+          EXPECT_EQ(std::memcmp(kv.data() + l.layer_offset(k), want.data() + l.layer_offset(k),
+                                layer_bytes),
+                    0)
+              << "layer " << k << " of step " << s << ", the copy stopped in step "
+              << left_out.step;
+        }
+      }
+    }
+
+    // The lane copies the next request whole, over both paths.
+    host_kv_ = kv;
+    std::memcpy(all_l1.data(), l1_, l1_bytes_);
+    all_kv = kv;
+    ASSERT_TRUE((store_ ? kernels::GatherChunksCpu(Groups(all_kv.data())[0].group,
+                                                   host_chunks.data(), host_chunks.size())
+                        : kernels::ScatterChunksCpu(Groups(all_kv.data())[0].group,
+                                                    host_chunks.data(), host_chunks.size()))
+                    .ok());
+    on_relay_piece_ = nullptr;
+    signal.sequence = kSequence + 1;
+    CopyDeadlines none;
+    ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
+    const Status again = lane_->Copy(layout, Chunks(l1_), slabs_, none, signalled);
+    ASSERT_TRUE(again.ok()) << again.ToString();
+    EXPECT_EQ(none.missed, std::vector<uint8_t>(plan_.chunks, 0));
+    ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(kv.data(), device_kv_, kv.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    if (store_) {
+      const uint64_t group_bytes = FlatGroupBytes(l.shape());
+      for (size_t j = 0; j < plan_.chunks; ++j) {
+        const uint64_t at_group = order_[j] * chunk_bytes_ + kernels::test::kFlatOffsetBytes;
+        EXPECT_EQ(std::memcmp(l1_ + at_group, all_l1.data() + at_group, group_bytes), 0)
+            << "chunk " << j << " of the copy after the stop";
+      }
+    } else {
+      EXPECT_EQ(kv, all_kv) << "the copy after the stop";
+    }
+    if (plan_.layer_wise) {
+      for (uint32_t k = 0; k < kLayers; ++k)
+        EXPECT_EQ(board_->Value(k).value_or(0), kSequence + 1) << "slot " << k;
+    }
+    EXPECT_FALSE(relay_->failed()) << relay_->failure();
+    EXPECT_EQ(lane_->multipath_copies(), 2u);
+  }
+};
+
+// dma only (direct mode checks no deadline once its kernels are launched):
+// a retrieve and a store of a chunk a batch, and a layer-wise retrieve.
+std::vector<Case> DeadlineCases() {
+  std::vector<Case> cases;
+  for (TestLayout l : AllLayouts()) {
+    l.num_layers = kLayers;
+    cases.push_back({l, TransferMode::kDma, Scenario::kManyChunksByLayers, Direction::kRetrieve});
+    cases.push_back({l, TransferMode::kDma, Scenario::kManyChunksByLayers, Direction::kStore});
+    cases.push_back({l, TransferMode::kDma, Scenario::kLayerWise, Direction::kRetrieve});
+  }
+  return cases;
+}
+
+TEST_P(CudaMultipathDeadlineTest, AStopMidCopyLeavesOutTheBatchesAfterIt) { StopAndCheck(); }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaMultipathDeadlineTest, ::testing::ValuesIn(DeadlineCases()),
+                         NameOf);
 
 }  // namespace
 }  // namespace kvstash::server
