@@ -13,7 +13,10 @@
 // (one path); one busy the other way only (used: PCIe is full duplex). A
 // store with a done slot: an engine stream that waits for it and then
 // overwrites its blocks never changes what reached L1, whichever path read
-// them.
+// them. A dma copy stopped mid-way (deadlines.stopping set while the relay
+// takes a chosen piece): the batches enqueued before the stop exact, the
+// chunks after it missed and untouched, the relay not failed, the next copy
+// whole.
 // Skips, saying why, without two GPUs joined by NVLink with peer access.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
