@@ -61,10 +61,10 @@ struct LayerCopy {
 
 void RunLayerCopy(void* arg) {
   auto* copy = static_cast<LayerCopy*>(arg);
-  // The chunk's checks before the copies build Status values (strings): they run to
-  // completion before any engine byte is touched, so a jump back from a
-  // fault never skips a live destructor that owns memory. LayerCopy::status
-  // is assigned only after the copy finished.
+  // The chunk's checks (the group's ran before any task) build Status values
+  // (strings): they run to completion before any engine byte is touched, so
+  // a jump back from a fault never skips a live destructor that owns memory.
+  // LayerCopy::status is assigned only after the copy finished.
   Status status = copy->direction == Direction::kStore
                       ? kernels::GatherChunksCpu(*copy->layer, copy->chunk, 1)
                       : kernels::ScatterChunksCpu(*copy->layer, copy->chunk, 1);
@@ -197,9 +197,17 @@ Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& 
     for (const auto& slices : signal->ranges) {
       std::vector<LayerRef>& range = ranges.emplace_back();
       for (size_t g = 0; g < slices.size() && g < groups.size(); ++g) {
-        for (uint32_t l = 0; l < slices[g].second; ++l) {
-          range.push_back({uint32_t(g), slices[g].first + l});
+        const auto [first, count] = slices[g];
+        // Slices come from the registration's own layers; checked still,
+        // since PreparedCpuGroup::Layers trusts its bounds.
+        if (uint64_t{first} + count > groups[g].group.shape.num_layers) {
+          return Status::Internal("layer range " + std::to_string(ranges.size() - 1) +
+                                  " takes layers [" + std::to_string(first) + ", " +
+                                  std::to_string(uint64_t{first} + count) + ") of group " +
+                                  std::to_string(g) + ", which has " +
+                                  std::to_string(groups[g].group.shape.num_layers));
         }
+        for (uint32_t l = 0; l < count; ++l) range.push_back({uint32_t(g), first + l});
       }
     }
   } else {

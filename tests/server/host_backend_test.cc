@@ -1,7 +1,8 @@
 // The host backend checks each chunk's deadline before every (layer, chunk)
 // copy task: a chunk past its deadline gets no byte written and is reported.
 // Each group is checked and prepared once per call, before any task: a group
-// that cannot be copied fails the call with nothing written.
+// that cannot be copied, or a layer range past its group, fails the call with
+// nothing written.
 #include "host_backend.h"
 
 #include <gtest/gtest.h>
@@ -72,10 +73,10 @@ class HostBackendGroupsTest : public ::testing::Test {
     chunks_ = {{flats_[0].data(), &blocks_[0], 1, 16, 0}, {flats_[1].data(), &blocks_[1], 1, 9, 0}};
   }
 
-  Status Copy(Direction direction) {
+  Status Copy(Direction direction, const CopySignal* signal = nullptr) {
     CopyDeadlines deadlines;
     const CopyLayout layout{7, layout_->chunk_bytes(), groups_};
-    Status status = backend_.Copy(direction, 0, layout, chunks_, {0, 0}, deadlines);
+    Status status = backend_.Copy(direction, 0, layout, chunks_, {0, 0}, deadlines, signal);
     missed_ = deadlines.missed;
     return status;
   }
@@ -128,6 +129,18 @@ TEST_F(HostBackendGroupsTest, AGroupThatCannotBeCopiedFailsTheCallBeforeAnyCopy)
   const Status store = Copy(Direction::kStore);
   EXPECT_EQ(store.ToString(), retrieve.ToString());
   EXPECT_TRUE(flats_ == flats_before) << "a store wrote flat chunks";
+}
+
+TEST_F(HostBackendGroupsTest, ALayerRangePastItsGroupFailsTheCallBeforeAnyCopy) {
+  const std::vector<std::vector<uint8_t>> engine_before = engine_;
+  CopySignal signal;  // refused before any slot is written: no board needed
+  signal.ranges = {{{0, 1}, {0, 1}}, {{1, 1}, {1, 2}}};
+  const Status status = Copy(Direction::kRetrieve, &signal);
+  EXPECT_EQ(status.code(), StatusCode::kInternal);
+  EXPECT_NE(status.message().find("layer range 1 takes layers [1, 3) of group 1, which has 2"),
+            std::string::npos)
+      << status.ToString();
+  EXPECT_TRUE(engine_ == engine_before) << "a retrieve wrote engine layers";
 }
 
 }  // namespace
