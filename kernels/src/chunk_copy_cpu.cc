@@ -1,8 +1,11 @@
 // CPU twins of the gather/scatter kernels. They also run on the host
 // backend's hot path, so each (layer, kv) row is copied in the longest runs
 // the geometry allows: a block's worth of tokens in one memcpy when tokens are
-// packed, else one memcpy per token (heads merged) or per head. A call touches
-// only its own chunks' bytes, so callers may split a batch across threads.
+// packed, else one memcpy per token (heads merged) or per head. The group is
+// checked and its heads merged once (PrepareGroupCpu), so that a copy of a
+// few chunks and one layer, the host backend's task, checks only its chunks.
+// A call touches only its own chunks' bytes, so callers may split a batch
+// across threads.
 #include <algorithm>
 #include <cstring>
 
@@ -57,10 +60,15 @@ void CopyRow(const GroupCopy& group, const ChunkCopy& chunk, uint32_t layer, uin
 
 }  // namespace
 
-Status GatherChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t num_chunks) {
+Result<PreparedCpuGroup> PrepareGroupCpu(const GroupCopy& group) {
   KVSTASH_RETURN_IF_ERROR(internal::CheckGroup(group));
-  KVSTASH_RETURN_IF_ERROR(internal::CheckChunks(group, chunks, num_chunks));
-  const GroupCopy merged = internal::MergeContiguousHeads(group);
+  return PreparedCpuGroup(internal::MergeContiguousHeads(group));
+}
+
+Status GatherChunksCpu(const PreparedCpuGroup& prepared, const ChunkCopy* chunks,
+                       size_t num_chunks) {
+  const GroupCopy& merged = prepared.group();
+  KVSTASH_RETURN_IF_ERROR(internal::CheckChunks(merged, chunks, num_chunks));
   const FlatGroupShape& s = merged.shape;
   const uint64_t token_bytes = uint64_t{s.num_heads} * s.head_bytes;
   for (size_t c = 0; c < num_chunks; ++c) {
@@ -77,10 +85,10 @@ Status GatherChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t n
   return Status::Ok();
 }
 
-Status ScatterChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t num_chunks) {
-  KVSTASH_RETURN_IF_ERROR(internal::CheckGroup(group));
-  KVSTASH_RETURN_IF_ERROR(internal::CheckChunks(group, chunks, num_chunks));
-  const GroupCopy merged = internal::MergeContiguousHeads(group);
+Status ScatterChunksCpu(const PreparedCpuGroup& prepared, const ChunkCopy* chunks,
+                        size_t num_chunks) {
+  const GroupCopy& merged = prepared.group();
+  KVSTASH_RETURN_IF_ERROR(internal::CheckChunks(merged, chunks, num_chunks));
   for (size_t c = 0; c < num_chunks; ++c) {
     const ChunkCopy& chunk = chunks[c];
     if (chunk.skip_tokens >= chunk.num_tokens) continue;
@@ -91,6 +99,18 @@ Status ScatterChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t 
     }
   }
   return Status::Ok();
+}
+
+Status GatherChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t num_chunks) {
+  Result<PreparedCpuGroup> prepared = PrepareGroupCpu(group);
+  if (!prepared.ok()) return prepared.status();
+  return GatherChunksCpu(*prepared, chunks, num_chunks);
+}
+
+Status ScatterChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t num_chunks) {
+  Result<PreparedCpuGroup> prepared = PrepareGroupCpu(group);
+  if (!prepared.ok()) return prepared.status();
+  return ScatterChunksCpu(*prepared, chunks, num_chunks);
 }
 
 }  // namespace kvstash::kernels

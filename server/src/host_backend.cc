@@ -54,17 +54,17 @@ class ShmAllocation : public MappedAllocation {
 // One layer of one chunk, as RunGuarded's body.
 struct LayerCopy {
   Direction direction;
-  const kernels::GroupCopy* layer;
+  const kernels::PreparedCpuGroup* layer;
   const kernels::ChunkCopy* chunk;
   Status status;  // set only when the copy ran to its end
 };
 
 void RunLayerCopy(void* arg) {
   auto* copy = static_cast<LayerCopy*>(arg);
-  // The checks before the copies build Status values (strings): they run to
-  // completion before any engine byte is touched, so a jump back from a
-  // fault never skips a live destructor that owns memory. LayerCopy::status
-  // is assigned only after the copy finished.
+  // The chunk's checks (the group's ran before any task) build Status values
+  // (strings): they run to completion before any engine byte is touched, so
+  // a jump back from a fault never skips a live destructor that owns memory.
+  // LayerCopy::status is assigned only after the copy finished.
   Status status = copy->direction == Direction::kStore
                       ? kernels::GatherChunksCpu(*copy->layer, copy->chunk, 1)
                       : kernels::ScatterChunksCpu(*copy->layer, copy->chunk, 1);
@@ -164,45 +164,65 @@ Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& 
                          const std::vector<uint32_t>& /*slabs*/, CopyDeadlines& deadlines,
                          const CopySignal* signal) {
   const std::vector<GroupAddresses>& groups = layout.groups;
+  const char* const what = direction == Direction::kStore ? "store" : "retrieve";
   deadlines.missed.assign(chunks.size(), 0);
-  // One task per (layer, chunk): a single large chunk spreads over every
-  // thread, and so do many small ones. A one-layer slice of a group is the
-  // same group with the layer's flat offset.
-  std::vector<kernels::GroupCopy> layers;
-  std::vector<size_t> group_first_layer;  // index of each group's first entry in `layers`
-  for (const GroupAddresses& g : groups) {
-    group_first_layer.push_back(layers.size());
-    kernels::GroupCopy one = g.group;
-    one.shape.num_layers = 1;
-    const uint64_t layer_bytes = FlatGroupBytes(one.shape);
-    for (uint32_t l = 0; l < g.group.shape.num_layers; ++l) {
-      one.flat_offset_bytes = g.group.flat_offset_bytes + l * layer_bytes;
-      one.layer_bases = g.group.layer_bases + l;
-      layers.push_back(one);
+  // Each group checked and its heads merged once per call, before any task
+  // runs: a group the CPU twins cannot copy fails the call with nothing
+  // copied, and the tasks check only their chunk.
+  std::vector<kernels::PreparedCpuGroup> prepared;
+  prepared.reserve(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Result<kernels::PreparedCpuGroup> group = kernels::PrepareGroupCpu(groups[g].group);
+    if (!group.ok()) {
+      const Status refused(group.status().code(),
+                           "group " + std::to_string(g) + " of registration " +
+                               std::to_string(layout.registration_id) +
+                               " cannot be copied: " + group.status().message());
+      Logger()->warn("{} of {} chunks refused: {}", what, chunks.size(), refused.message());
+      return refused;  // the transfer worker releases the slots, with the error
     }
+    prepared.push_back(*group);
   }
-  // The layer ranges, copied one after the other, each range's slot
-  // released after its copies (one range of every layer without a signal).
-  std::vector<std::vector<size_t>> ranges;
+  // One task per (layer, chunk): a single large chunk spreads over every
+  // thread, and so do many small ones. The task slices its layer out of the
+  // prepared group. The layer ranges are copied one after the other, each
+  // range's slot released after its copies (one range of every layer
+  // without a signal).
+  struct LayerRef {
+    uint32_t group;
+    uint32_t layer;
+  };
+  std::vector<std::vector<LayerRef>> ranges;
   if (signal != nullptr && !signal->ranges.empty()) {
     for (const auto& slices : signal->ranges) {
-      std::vector<size_t>& range = ranges.emplace_back();
+      std::vector<LayerRef>& range = ranges.emplace_back();
       for (size_t g = 0; g < slices.size() && g < groups.size(); ++g) {
-        for (uint32_t l = 0; l < slices[g].second; ++l) {
-          range.push_back(group_first_layer[g] + slices[g].first + l);
+        const auto [first, count] = slices[g];
+        // Slices come from the registration's own layers; checked still,
+        // since PreparedCpuGroup::Layers trusts its bounds.
+        if (uint64_t{first} + count > groups[g].group.shape.num_layers) {
+          return Status::Internal("layer range " + std::to_string(ranges.size() - 1) +
+                                  " takes layers [" + std::to_string(first) + ", " +
+                                  std::to_string(uint64_t{first} + count) + ") of group " +
+                                  std::to_string(g) + ", which has " +
+                                  std::to_string(groups[g].group.shape.num_layers));
         }
+        for (uint32_t l = 0; l < count; ++l) range.push_back({uint32_t(g), first + l});
       }
     }
   } else {
-    std::vector<size_t>& all = ranges.emplace_back();
-    for (size_t l = 0; l < layers.size(); ++l) all.push_back(l);
+    std::vector<LayerRef>& all = ranges.emplace_back();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (uint32_t l = 0; l < groups[g].group.shape.num_layers; ++l)
+        all.push_back({uint32_t(g), l});
+    }
   }
   // Each task is a copy unit: it checks its chunk's deadline before it
   // starts (tasks of one chunk may mark it from several threads).
   std::unique_ptr<std::atomic<bool>[]> missed(new std::atomic<bool>[chunks.size()]);
   for (size_t c = 0; c < chunks.size(); ++c) missed[c] = false;
   for (size_t r = 0; r < ranges.size(); ++r) {
-    const std::vector<size_t>& range = ranges[r];
+    const std::vector<LayerRef>& range = ranges[r];
     const size_t tasks = range.size() * chunks.size();
     std::vector<Status> failures(tasks);
     pool_.ParallelFor(tasks, [&](size_t i) {
@@ -212,16 +232,13 @@ Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& 
         missed[c].store(true, std::memory_order_relaxed);
         return;
       }
-      const kernels::GroupCopy& layer = layers[range[i / chunks.size()]];
-      const kernels::ChunkCopy& chunk = chunks[c];
-      failures[i] = CopyGuarded(direction, layer, chunk);
+      const LayerRef at = range[i / chunks.size()];
+      failures[i] = CopyGuarded(direction, prepared[at.group].Layers(at.layer, 1), chunks[c]);
     });
     for (size_t c = 0; c < chunks.size(); ++c) deadlines.missed[c] = missed[c].load() ? 1 : 0;
     for (Status& s : failures) {
       if (s.ok()) continue;
-      Logger()->warn("{} of {} chunks failed: {}",
-                     direction == Direction::kStore ? "store" : "retrieve", chunks.size(),
-                     s.message());
+      Logger()->warn("{} of {} chunks failed: {}", what, chunks.size(), s.message());
       return s;  // the transfer worker releases the slots, with the error
     }
     // In order, after the range's copies, as a GPU stream would. A range
@@ -238,12 +255,14 @@ Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& 
   return Status::Ok();
 }
 
-Status HostBackend::CopyGuarded(Direction direction, const kernels::GroupCopy& layer,
+Status HostBackend::CopyGuarded(Direction direction, const kernels::PreparedCpuGroup& layer,
                                 const kernels::ChunkCopy& chunk) const {
   LayerCopy copy{direction, &layer, &chunk, Status::Internal("copy did not finish")};
-  const uint8_t* engine = layer.layer_bases[0];
+  const kernels::GroupCopy& group = layer.group();
+  const uint8_t* engine = group.layer_bases[0];
   uintptr_t fault = 0;
-  if (MemoryFaultGuard::RunGuarded(engine, LayerExtentBytes(layer.geometry), RunLayerCopy, &copy,
+  // Merged heads span the same bytes: the extent is the engine layer's.
+  if (MemoryFaultGuard::RunGuarded(engine, LayerExtentBytes(group.geometry), RunLayerCopy, &copy,
                                    &fault)) {
     return copy.status;
   }

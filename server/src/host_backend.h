@@ -47,7 +47,7 @@ class HostBackend : public Backend {
  private:
   // Copies one layer of one chunk; a SIGBUS on the engine layer becomes an
   // error naming the shared memory object.
-  Status CopyGuarded(Direction direction, const kernels::GroupCopy& layer,
+  Status CopyGuarded(Direction direction, const kernels::PreparedCpuGroup& layer,
                      const kernels::ChunkCopy& chunk) const;
   std::shared_ptr<ShmNames> names_ = std::make_shared<ShmNames>();
   ThreadPool pool_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "bytes.h"
@@ -171,6 +172,69 @@ TEST_P(ChunkCopyCpuTest, AccessWidthFollowsHeadBytesAndStrides) {
   EXPECT_EQ(AccessWidthBytes(MakeGroup(l, bases), &chunk, 1), l.access_width);
 }
 
+// The host backend's task: one layer of a group prepared once, copied
+// layer by layer, writes what the whole group's copy writes.
+TEST_P(ChunkCopyCpuTest, PreparedGroupCopiedLayerByLayerMatchesReference) {
+  const TestLayout& l = GetParam();
+  std::vector<uint8_t> source = RandomBytes(l.arena_bytes(), 11);
+  std::vector<uint8_t> target(l.arena_bytes(), kPoison);
+  const std::vector<uint8_t*> source_bases = LayerBases(l, source.data());
+  const std::vector<uint8_t*> target_bases = LayerBases(l, target.data());
+  const std::vector<ChunkSpec> specs = MixedBatch(l, 12);
+  std::vector<std::vector<uint8_t>> flats(specs.size(),
+                                          std::vector<uint8_t>(l.flat_bytes(), kPoison));
+  std::vector<std::vector<uint8_t>> expected_flats = flats;
+  std::vector<uint8_t> expected_target = target;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ReferenceGather(l, source, specs[i], expected_flats[i]);
+    ReferenceScatter(l, expected_flats[i], specs[i], expected_target);
+  }
+
+  Result<PreparedCpuGroup> from = PrepareGroupCpu(MakeGroup(l, source_bases));
+  Result<PreparedCpuGroup> to = PrepareGroupCpu(MakeGroup(l, target_bases));
+  ASSERT_TRUE(from.ok()) << from.status().ToString();
+  ASSERT_TRUE(to.ok()) << to.status().ToString();
+  const std::vector<ChunkCopy> chunks = MakeChunkCopies(specs, Pointers(flats));
+  for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
+    for (const ChunkCopy& chunk : chunks) {
+      ASSERT_TRUE(GatherChunksCpu(from->Layers(layer, 1), &chunk, 1).ok()) << "layer " << layer;
+    }
+  }
+  for (uint32_t layer = l.num_layers; layer-- > 0;) {
+    ASSERT_TRUE(ScatterChunksCpu(to->Layers(layer, 1), chunks.data(), chunks.size()).ok())
+        << "layer " << layer;
+  }
+
+  for (size_t i = 0; i < flats.size(); ++i)
+    EXPECT_TRUE(SameBytes(flats[i], expected_flats[i])) << "chunk " << i;
+  EXPECT_TRUE(SameBytes(target, expected_target));
+}
+
+TEST_P(ChunkCopyCpuTest, PreparedGroupLayersAreTheGroupsLayers) {
+  const TestLayout& l = GetParam();
+  std::vector<uint8_t> arena(l.arena_bytes());
+  const std::vector<uint8_t*> bases = LayerBases(l, arena.data());
+  const GroupCopy group = MakeGroup(l, bases);
+  Result<PreparedCpuGroup> prepared = PrepareGroupCpu(group);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  const GroupCopy& merged = prepared->group();
+  EXPECT_EQ(merged.layer_bases, bases.data());
+  EXPECT_EQ(merged.flat_offset_bytes, group.flat_offset_bytes);
+  EXPECT_EQ(FlatGroupBytes(merged.shape), FlatGroupBytes(group.shape));
+  EXPECT_EQ(LayerExtentBytes(merged.geometry), LayerExtentBytes(group.geometry));
+  FlatGroupShape one = group.shape;
+  one.num_layers = 1;
+  for (uint32_t first = 0; first < l.num_layers; ++first) {
+    const PreparedCpuGroup layers = prepared->Layers(first, l.num_layers - first);
+    const GroupCopy& slice = layers.group();
+    EXPECT_EQ(slice.layer_bases, bases.data() + first);
+    EXPECT_EQ(slice.flat_offset_bytes, group.flat_offset_bytes + first * FlatGroupBytes(one));
+    EXPECT_EQ(slice.shape.num_layers, l.num_layers - first);
+    EXPECT_EQ(slice.shape.num_heads, merged.shape.num_heads);
+    EXPECT_EQ(slice.geometry.head_bytes, merged.geometry.head_bytes);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, ChunkCopyCpuTest, ::testing::ValuesIn(AllLayouts()),
                          [](const auto& info) { return info.param.name; });
 
@@ -251,6 +315,57 @@ TEST_F(ChunkCopyCpuArgsTest, ScatterWithSkipPastTheEndWritesNothing) {
   chunks_[0].skip_tokens = chunks_[0].num_tokens + 5;
   ASSERT_TRUE(ScatterChunksCpu(group(), chunks_.data(), 1).ok());
   EXPECT_TRUE(SameBytes(arena_, before));
+}
+
+TEST_F(ChunkCopyCpuArgsTest, PrepareGroupCpuRefusesWhatTheCopiesRefuse) {
+  std::vector<GroupCopy> bad(5, group());
+  bad[0].shape.head_bytes += 2;
+  bad[1].geometry.block_tokens = 0;
+  bad[1].shape.num_layers = 0;
+  bad[2].shape.num_layers = 0;
+  bad[3].layer_bases = nullptr;
+  std::vector<uint8_t*> one_null = bases_;
+  one_null[2] = nullptr;
+  bad[4].layer_bases = one_null.data();
+  for (size_t i = 0; i < bad.size(); ++i) {
+    Result<PreparedCpuGroup> refused = PrepareGroupCpu(bad[i]);
+    ASSERT_FALSE(refused.ok()) << "group " << i;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << "group " << i;
+    // The one-call copies refuse it with the same words, writing nothing.
+    EXPECT_EQ(GatherChunksCpu(bad[i], chunks_.data(), chunks_.size()).ToString(),
+              refused.status().ToString());
+    EXPECT_EQ(ScatterChunksCpu(bad[i], chunks_.data(), chunks_.size()).ToString(),
+              refused.status().ToString());
+  }
+  EXPECT_NE(PrepareGroupCpu(bad[4]).status().message().find("layer 2"), std::string::npos)
+      << PrepareGroupCpu(bad[4]).status().ToString();
+  EXPECT_TRUE(Untouched());
+}
+
+TEST_F(ChunkCopyCpuArgsTest, PreparedCopiesRefuseABadChunkAndWriteNothing) {
+  Result<PreparedCpuGroup> prepared = PrepareGroupCpu(group());
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  const std::vector<uint8_t> arena_before = arena_;
+  chunks_[1].num_tokens = layout_.chunk_tokens + 1;
+  const Status too_many = GatherChunksCpu(*prepared, chunks_.data(), chunks_.size());
+  EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.message().find("chunk 1"), std::string::npos) << too_many.ToString();
+  EXPECT_EQ(ScatterChunksCpu(*prepared, chunks_.data(), chunks_.size()).code(),
+            StatusCode::kInvalidArgument);
+  chunks_[1].num_tokens = specs_[1].num_tokens;
+  chunks_[2].num_block_ids = 0;
+  EXPECT_EQ(GatherChunksCpu(prepared->Layers(1, 1), chunks_.data(), chunks_.size()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScatterChunksCpu(prepared->Layers(1, 1), chunks_.data(), chunks_.size()).code(),
+            StatusCode::kInvalidArgument);
+  chunks_[2].num_block_ids = uint32_t(specs_[2].block_ids.size());
+  chunks_[0].flat = nullptr;
+  EXPECT_EQ(GatherChunksCpu(*prepared, chunks_.data(), chunks_.size()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(GatherChunksCpu(*prepared, nullptr, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Untouched());
+  EXPECT_TRUE(SameBytes(arena_, arena_before));
+  EXPECT_TRUE(GatherChunksCpu(*prepared, nullptr, 0).ok());
 }
 
 TEST(AccessWidth, ShrinksToTheLeastAlignedPointerOrOffset) {

@@ -32,15 +32,54 @@ struct ChunkCopy {
   uint32_t skip_tokens;       // scatter only: leading tokens not written
 };
 
+// A group as the CPU twins copy it: checked (counts, shape, layer bases) and
+// its packed heads merged, once, so that a copy checks only its chunks. The
+// CPU counterpart of PreparedGroup (chunk_copy_cuda.h). Made by
+// PrepareGroupCpu alone, so holding one means the group passed. It points at
+// the caller's layer_bases array, which must outlive it. Cheap to copy;
+// immutable, so any number of threads may copy through one at once.
+class PreparedCpuGroup {
+ public:
+  // Heads merged: the bytes addressed are the group's, in longer runs.
+  const GroupCopy& group() const { return group_; }
+
+  // Layers [first, first + count) of the group, as a task that copies a
+  // layer range reads them: no check again, the facts are the group's.
+  // Requires first + count <= group().shape.num_layers.
+  PreparedCpuGroup Layers(uint32_t first, uint32_t count) const {
+    PreparedCpuGroup out = *this;
+    FlatGroupShape one = group_.shape;
+    one.num_layers = 1;
+    out.group_.flat_offset_bytes += uint64_t{first} * FlatGroupBytes(one);
+    out.group_.shape.num_layers = count;
+    out.group_.layer_bases += first;
+    return out;
+  }
+
+ private:
+  friend Result<PreparedCpuGroup> PrepareGroupCpu(const GroupCopy& group);
+  explicit PreparedCpuGroup(const GroupCopy& merged) : group_(merged) {}
+  GroupCopy group_;
+};
+
+// InvalidArgument for a group the CPU twins cannot copy: a zero count, a flat
+// shape that disagrees with the geometry, a null layer base.
+Result<PreparedCpuGroup> PrepareGroupCpu(const GroupCopy& group);
+
 // Copies tokens [0, num_tokens) of every chunk from the paged layers into the
 // flat buffer and writes zeros over tokens [num_tokens, chunk_tokens) of every
 // (layer, kv) row, so a partial chunk never carries stale bytes. Block ids must
-// already be checked against geometry.num_blocks by the caller.
-Status GatherChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t num_chunks);
+// already be checked against geometry.num_blocks by the caller. Checks only
+// the chunks (InvalidArgument, and nothing written, for a bad one).
+Status GatherChunksCpu(const PreparedCpuGroup& group, const ChunkCopy* chunks, size_t num_chunks);
 
 // Copies tokens [skip_tokens, num_tokens) of every chunk from the flat buffer
 // into the paged layers. Never writes a token outside that range, nor a block
-// not named in block_ids.
+// not named in block_ids. Checks only the chunks, as GatherChunksCpu.
+Status ScatterChunksCpu(const PreparedCpuGroup& group, const ChunkCopy* chunks, size_t num_chunks);
+
+// PrepareGroupCpu, then the copy above: for callers that copy a group once.
+Status GatherChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t num_chunks);
 Status ScatterChunksCpu(const GroupCopy& group, const ChunkCopy* chunks, size_t num_chunks);
 
 }  // namespace kvstash::kernels
