@@ -169,18 +169,21 @@ try:
 except (OSError, ValueError) as e:
     print(f"every GPU at once: no figures to compare ({e})")
     sys.exit(1)
+# Each run is set against the raw copies of all GPUs at once measured in
+# the same run: the host's own aggregate drifts between runs (by up to 8%
+# on our hosts), so raw GB/s of two runs are not compared.
 met = True
 for op, raw_op in (("retrieve", "raw H2D copy"), ("store", "raw D2H copy")):
-    if op not in off or op not in on:
-        print(f"every GPU at once: a {op} phase is missing")
+    if any(k not in f for f in (off, on) for k in (op, raw_op)):
+        print(f"every GPU at once: a {op} or {raw_op} phase is missing")
         sys.exit(1)
     for name, figures in (("off", off), ("on", on)):
-        raw = figures.get(raw_op, 0)
-        print(f"every GPU at once, {op}s, multipath {name}: {figures[op]:.2f} GB/s"
-              + (f", {figures[op] / raw:.3f} of the raw copies at once ({raw:.2f} GB/s)"
-                 if raw else ""))
-    ratio = on[op] / off[op]
-    print(f"every GPU at once, {op}s: multipath on / off = {ratio:.3f} (target >= 0.95) "
+        print(f"every GPU at once, {op}s, multipath {name}: {figures[op]:.2f} GB/s, "
+              f"{figures[op] / figures[raw_op]:.3f} of the raw copies at once "
+              f"({figures[raw_op]:.2f} GB/s)")
+    ratio = (on[op] / on[raw_op]) / (off[op] / off[raw_op])
+    print(f"every GPU at once, {op}s: multipath on / off = {ratio:.3f} of each run's raw "
+          f"copies (target >= 0.95; {on[op] / off[op]:.3f} in GB/s) "
           + ("ok" if ratio >= 0.95 else "SHORT"))
     met = met and ratio >= 0.95
 sys.exit(0 if met else 1)
