@@ -423,6 +423,16 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     board_ = *board;
   }
 
+  // `signal` releases slot k of the board once layer k is in place.
+  void SignalEachLayer(CopySignal& signal, uint32_t sequence) {
+    signal.board = board_;
+    signal.sequence = sequence;
+    for (uint32_t k = 0; k < kLayers; ++k) {
+      signal.ranges.push_back({{k, 1}});
+      signal.range_slots.push_back(k);
+    }
+  }
+
   void CopyAndCheck() {
     const Case& c = GetParam();
     const TestLayout& l = layout_;
@@ -464,12 +474,7 @@ class CudaMultipathTest : public ::testing::TestWithParam<Case> {
     if (plan_.layer_wise) {
       OpenBoard();
       if (HasFatalFailure()) return;
-      signal.board = board_;
-      signal.sequence = kSequence;
-      for (uint32_t k = 0; k < kLayers; ++k) {
-        signal.ranges.push_back({{k, 1}});
-        signal.range_slots.push_back(k);
-      }
+      SignalEachLayer(signal, kSequence);
       Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
       if (!api.ok()) GTEST_SKIP() << api.status().ToString();
       ASSERT_EQ(cudaSetDevice(kTarget), cudaSuccess);
@@ -654,12 +659,7 @@ class CudaMultipathDeadlineTest : public CudaMultipathTest {
     if (plan_.layer_wise) {
       OpenBoard();
       if (HasFatalFailure()) return;
-      signal.board = board_;
-      signal.sequence = kSequence;
-      for (uint32_t k = 0; k < kLayers; ++k) {
-        signal.ranges.push_back({{k, 1}});
-        signal.range_slots.push_back(k);
-      }
+      SignalEachLayer(signal, kSequence);
       // The lane writes the slots with stream memory operations.
       Result<const cuda::DriverApi*> api = cuda::StreamMemOps();
       if (!api.ok()) GTEST_SKIP() << api.status().ToString();
