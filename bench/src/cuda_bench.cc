@@ -86,6 +86,19 @@ double MultipathTarget(uint64_t chunk_bytes, uint32_t n, uint32_t paths, bool st
   return paths >= 4 ? 2.8 : paths == 2 ? 1.8 : 0;
 }
 
+// Ok when every chunk of a reply came out as `expected`.
+Status CheckAll(const char* what, const Result<std::vector<ChunkOutcome>>& outcomes,
+                ChunkResult expected) {
+  if (!outcomes.ok()) return outcomes.status();
+  for (const ChunkOutcome& o : *outcomes) {
+    if (o.result != expected) {
+      return Status::Internal(std::string(what) + " chunk " + NameOf(o.result) +
+                              (o.error.ok() ? "" : ": " + o.error.ToString()));
+    }
+  }
+  return Status::Ok();
+}
+
 // One registered layout and the requests the bench sends for it.
 class LayoutRun {
  public:
@@ -113,16 +126,16 @@ class LayoutRun {
   }
 
   Status Store(const std::vector<ChunkBlocks>& chunks) {
-    return Check("store", client_.Store(reg_.id, chunks).get(), ChunkResult::kStored);
+    return CheckAll("store", client_.Store(reg_.id, chunks).get(), ChunkResult::kStored);
   }
   Status Retrieve(const std::vector<ChunkBlocks>& chunks) {
-    return Check("retrieve", client_.Retrieve(reg_.id, chunks).get(), ChunkResult::kRetrieved);
+    return CheckAll("retrieve", client_.Retrieve(reg_.id, chunks).get(), ChunkResult::kRetrieved);
   }
   Status Both(const std::vector<ChunkBlocks>& store, const std::vector<ChunkBlocks>& retrieve) {
     auto stored = client_.Store(reg_.id, store);
     auto retrieved = client_.Retrieve(reg_.id, retrieve);
-    const Status s = Check("store", stored.get(), ChunkResult::kStored);
-    const Status r = Check("retrieve", retrieved.get(), ChunkResult::kRetrieved);
+    const Status s = CheckAll("store", stored.get(), ChunkResult::kStored);
+    const Status r = CheckAll("retrieve", retrieved.get(), ChunkResult::kRetrieved);
     return s.ok() ? r : s;
   }
 
@@ -132,17 +145,6 @@ class LayoutRun {
     const auto first = blocks_.begin() + (first_chunk + c) * per_chunk;
     chunk.num_tokens = reg_.chunk_tokens;
     chunk.block_ids.assign(first, first + per_chunk);
-  }
-  static Status Check(const char* what, const Result<std::vector<ChunkOutcome>>& outcomes,
-                      ChunkResult expected) {
-    if (!outcomes.ok()) return outcomes.status();
-    for (const ChunkOutcome& o : *outcomes) {
-      if (o.result != expected) {
-        return Status::Internal(std::string(what) + " chunk " + NameOf(o.result) +
-                                (o.error.ok() ? "" : ": " + o.error.ToString()));
-      }
-    }
-    return Status::Ok();
   }
 
   Client& client_;
@@ -226,18 +228,6 @@ Status SpinOn(cudaEvent_t event) {
   while ((state = cudaEventQuery(event)) == cudaErrorNotReady) {
   }
   return cuda::CudaStatus(state, "cudaEventQuery");
-}
-
-Status CheckAll(const char* what, Result<std::vector<ChunkOutcome>> outcomes,
-                ChunkResult expected) {
-  if (!outcomes.ok()) return outcomes.status();
-  for (const ChunkOutcome& o : *outcomes) {
-    if (o.result != expected) {
-      return Status::Internal(std::string(what) + " chunk " + NameOf(o.result) +
-                              (o.error.ok() ? "" : ": " + o.error.ToString()));
-    }
-  }
-  return Status::Ok();
 }
 
 std::vector<uint32_t> BlocksOf(const std::vector<ChunkBlocks>& chunks) {

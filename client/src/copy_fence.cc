@@ -19,15 +19,6 @@ namespace kvstash::client {
 
 namespace {
 
-struct flock OneByte(short type, off_t byte) {
-  struct flock lock {};
-  lock.l_type = type;
-  lock.l_whence = SEEK_SET;
-  lock.l_start = byte;
-  lock.l_len = 1;
-  return lock;
-}
-
 // A descriptor that becomes readable once process `pid` (of this pid
 // namespace) has exited, or -1 with errno.
 int PidFdOpen(pid_t pid) {
@@ -52,7 +43,7 @@ Result<std::shared_ptr<CopyFence>> CopyFence::Create() {
   }
   // Byte 0 (no request's: ids start at 1) says the client is alive: held
   // until the descriptor closes, with the client or its process.
-  struct flock alive = OneByte(F_RDLCK, fence::kEngineByte);
+  struct flock alive = fence::OneByte(F_RDLCK, fence::kEngineByte);
   if (fchmod(fd, kMode) != 0 || fcntl(fd, F_OFD_SETLK, &alive) != 0) {
     const int error = errno;
     close(fd);
@@ -75,7 +66,7 @@ void CopyFence::Unlink() {
 }
 
 CopyFence::GiveUp CopyFence::TryGiveUp(uint64_t request_id) {
-  struct flock lock = OneByte(F_WRLCK, fence::RequestByte(request_id));
+  struct flock lock = fence::OneByte(F_WRLCK, fence::RequestByte(request_id));
   if (fcntl(fd_, F_OFD_SETLK, &lock) == 0) return GiveUp::kDone;
   return errno == EAGAIN || errno == EACCES ? GiveUp::kBusy : GiveUp::kFailed;
 }
@@ -85,7 +76,7 @@ std::optional<pid_t> CopyFence::DaemonByteHolder() const {
   // answers with the first lock in the way and its owner's pid translated
   // into this process's pid namespace (0: not visible here; -1: an open
   // file description's lock, which names no process).
-  struct flock lock = OneByte(F_WRLCK, fence::kDaemonByte);
+  struct flock lock = fence::OneByte(F_WRLCK, fence::kDaemonByte);
   if (fcntl(fd_, F_OFD_GETLK, &lock) != 0 || lock.l_type == F_UNLCK) return std::nullopt;
   return lock.l_pid;
 }

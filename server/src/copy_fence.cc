@@ -13,19 +13,6 @@
 
 namespace kvstash::server {
 
-namespace {
-
-struct flock OneByte(short type, off_t byte) {
-  struct flock lock {};
-  lock.l_type = type;
-  lock.l_whence = SEEK_SET;
-  lock.l_start = byte;
-  lock.l_len = 1;
-  return lock;
-}
-
-}  // namespace
-
 Result<std::shared_ptr<CopyFence>> CopyFence::Open(const std::string& shm_name,
                                                    const std::optional<PeerCredentials>& opener) {
   if (shm_name.size() < 2 || shm_name.size() > 255 || shm_name[0] != '/' ||
@@ -52,7 +39,7 @@ Result<std::shared_ptr<CopyFence>> CopyFence::Open(const std::string& shm_name,
   // description): the kernel names the holder of such a lock to the engine,
   // in the engine's pid namespace, and drops it as soon as the exiting
   // process closes its files, before the requests' bytes go with the file.
-  struct flock own = OneByte(F_RDLCK, fence::kDaemonByte);
+  struct flock own = fence::OneByte(F_RDLCK, fence::kDaemonByte);
   if (fcntl(fd, F_SETLK, &own) != 0) {
     const int error = errno;
     close(fd);
@@ -65,7 +52,7 @@ Result<std::shared_ptr<CopyFence>> CopyFence::Open(const std::string& shm_name,
 CopyFence::~CopyFence() { close(fd_); }
 
 Result<bool> CopyFence::Hold(uint64_t request_id) {
-  struct flock lock = OneByte(F_RDLCK, fence::RequestByte(request_id));
+  struct flock lock = fence::OneByte(F_RDLCK, fence::RequestByte(request_id));
   if (fcntl(fd_, F_OFD_SETLK, &lock) == 0) {
     // Held first, then looked at: a client that closes its fence after this
     // look waits for the hold (or its deadline) before it does.
@@ -79,12 +66,12 @@ Result<bool> CopyFence::Hold(uint64_t request_id) {
 }
 
 void CopyFence::Release(uint64_t request_id) {
-  struct flock lock = OneByte(F_UNLCK, fence::RequestByte(request_id));
+  struct flock lock = fence::OneByte(F_UNLCK, fence::RequestByte(request_id));
   (void)fcntl(fd_, F_OFD_SETLK, &lock);
 }
 
 bool CopyFence::GivenUp(uint64_t request_id) const {
-  struct flock lock = OneByte(F_RDLCK, fence::RequestByte(request_id));
+  struct flock lock = fence::OneByte(F_RDLCK, fence::RequestByte(request_id));
   if (fcntl(fd_, F_OFD_GETLK, &lock) != 0) return false;
   if (lock.l_type != F_UNLCK) return true;  // a write lock conflicts with our read lock
   return !EngineAlive();
@@ -92,7 +79,7 @@ bool CopyFence::GivenUp(uint64_t request_id) const {
 
 bool CopyFence::EngineAlive() const {
   // A write lock would conflict with the engine's read lock.
-  struct flock lock = OneByte(F_WRLCK, fence::kEngineByte);
+  struct flock lock = fence::OneByte(F_WRLCK, fence::kEngineByte);
   if (fcntl(fd_, F_OFD_GETLK, &lock) != 0) return true;  // cannot tell: assume alive
   return lock.l_type != F_UNLCK;
 }

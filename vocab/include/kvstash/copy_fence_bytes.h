@@ -12,6 +12,7 @@
 // Request ids count up from 1 per client and stay far below 2^63 - 1.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -25,6 +26,16 @@ inline constexpr off_t kDaemonByte = std::numeric_limits<off_t>::max();
 // Byte offsets must fit off_t.
 inline off_t RequestByte(uint64_t request_id) {
   return off_t(request_id & uint64_t(std::numeric_limits<off_t>::max()));
+}
+
+// A lock of `type` (F_RDLCK, F_WRLCK, F_UNLCK) on one byte of the fence.
+inline struct flock OneByte(short type, off_t byte) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = byte;
+  lock.l_len = 1;
+  return lock;
 }
 
 }  // namespace kvstash::fence
