@@ -327,14 +327,13 @@ Transfers::Reply Transfers::RetrieveFromL1(
         std::min<uint64_t>(stored, m.skip_tokens > first_token ? m.skip_tokens - first_token : 0));
     if (given < needed) {
       store_->EndRead(ticket->entry);
-      outcome = ChunkOutcome{
-          ChunkResult::kFailed, 0,
-          Status::InvalidArgument("chunk " + std::to_string(i) + " stores " +
-                                  std::to_string(stored) + " tokens, which need " +
-                                  std::to_string(needed) + " blocks; the request names " +
-                                  std::to_string(given))};
+      FailChunk(outcome,
+                Status::InvalidArgument("chunk " + std::to_string(i) + " stores " +
+                                        std::to_string(stored) + " tokens, which need " +
+                                        std::to_string(needed) + " blocks; the request names " +
+                                        std::to_string(given)),
+                stats_.retrieve_chunks_failed);
       if (preset == 0) preset = uint32_t(StatusCode::kInvalidArgument);
-      Stats::Add(stats_.retrieve_chunks_failed);
       continue;
     }
     outcome.num_tokens = stored - skip;
