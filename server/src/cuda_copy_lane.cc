@@ -326,6 +326,15 @@ Status CudaCopyLane::Launch(const LayerAddresses& addresses,
   const kernels::DeviceChunkBatch batch = plan_.Slice(begin, count);
   cudaStream_t stream = kernel_stream_.get();
   KVSTASH_RETURN_IF_ERROR(trace_.Mark(stream, trace_step, LaneTrace::Stage::kKernel, true));
+  KVSTASH_RETURN_IF_ERROR(LaunchGroups(addresses, slices, batch, stream));
+  traced_steps_ = std::max(traced_steps_, trace_step + 1);
+  return trace_.Mark(stream, trace_step, LaneTrace::Stage::kKernel, false);
+}
+
+Status CudaCopyLane::LaunchGroups(const LayerAddresses& addresses,
+                                  const std::vector<std::pair<uint32_t, uint32_t>>& slices,
+                                  const kernels::DeviceChunkBatch& batch,
+                                  cudaStream_t stream) const {
   for (size_t g = 0; g < slices.size(); ++g) {
     const auto [first, layers] = slices[g];
     if (layers == 0) continue;
@@ -334,8 +343,7 @@ Status CudaCopyLane::Launch(const LayerAddresses& addresses,
                                 ? kernels::GatherChunks(group, batch, stream, max_ctas_)
                                 : kernels::ScatterChunks(group, batch, stream, max_ctas_));
   }
-  traced_steps_ = std::max(traced_steps_, trace_step + 1);
-  return trace_.Mark(stream, trace_step, LaneTrace::Stage::kKernel, false);
+  return Status::Ok();
 }
 
 Status CudaCopyLane::CopySlots(const std::vector<kernels::ChunkCopy>& chunks,

@@ -174,6 +174,11 @@ class CudaCopyLane {
   Status Launch(const LayerAddresses& addresses,
                 const std::vector<std::pair<uint32_t, uint32_t>>& slices, size_t begin,
                 size_t count, size_t trace_step);
+  // The kernels of Launch (a gather for a store, a scatter for a retrieve)
+  // over `batch` on `stream`, whose GPU is current: a relay's too.
+  Status LaunchGroups(const LayerAddresses& addresses,
+                      const std::vector<std::pair<uint32_t, uint32_t>>& slices,
+                      const kernels::DeviceChunkBatch& batch, cudaStream_t stream) const;
   // cudaMemcpyAsync between L1 slots and staging for chunks [begin, end):
   // per window, one copy per run of slots adjacent in both and in one slab
   // (a 2D copy where the window is less than a chunk).

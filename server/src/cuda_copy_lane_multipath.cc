@@ -441,16 +441,9 @@ Status CudaCopyLane::LaunchOnRelay(HeldRelay& h, const CopyPiece& piece, size_t 
   KVSTASH_CUDA_RETURN_IF_ERROR(cudaSetDevice(path.device()));
   const Status launched = [&]() -> Status {
     if (relays_.fault) KVSTASH_RETURN_IF_ERROR(relays_.fault(path.device(), piece_index));
-    const kernels::DeviceChunkBatch batch = path.plan().Slice(piece.begin, piece.end - piece.begin);
-    for (size_t g = 0; g < piece.slices.size(); ++g) {
-      const auto [first, layers] = piece.slices[g];
-      if (layers == 0) continue;
-      const kernels::PreparedGroup group = h.addresses->Slice(g, first, layers);
-      KVSTASH_RETURN_IF_ERROR(
-          options_.direction == Direction::kStore
-              ? kernels::GatherChunks(group, batch, path.link_stream(), max_ctas_)
-              : kernels::ScatterChunks(group, batch, path.link_stream(), max_ctas_));
-    }
+    KVSTASH_RETURN_IF_ERROR(LaunchGroups(*h.addresses, piece.slices,
+                                         path.plan().Slice(piece.begin, piece.end - piece.begin),
+                                         path.link_stream()));
     return cuda::CudaStatus(cudaEventRecord(path.pulled(0), path.link_stream()),
                             "cudaEventRecord(pulled)");
   }();

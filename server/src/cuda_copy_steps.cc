@@ -5,21 +5,15 @@
 
 namespace kvstash::server {
 
-uint64_t FlatLayerBytes(const GroupAddresses& g) {
-  FlatGroupShape one = g.group.shape;
-  one.num_layers = 1;
-  return FlatGroupBytes(one);
-}
-
 std::vector<std::pair<uint64_t, uint64_t>> FlatWindows(
     const std::vector<GroupAddresses>& groups,
     const std::vector<std::pair<uint32_t, uint32_t>>& slices) {
   std::vector<std::pair<uint64_t, uint64_t>> windows;
   for (size_t g = 0; g < slices.size(); ++g) {
     if (slices[g].second == 0) continue;
-    const uint64_t lo =
-        groups[g].group.flat_offset_bytes + slices[g].first * FlatLayerBytes(groups[g]);
-    windows.emplace_back(lo, lo + slices[g].second * FlatLayerBytes(groups[g]));
+    const uint64_t layer_bytes = FlatLayerBytes(groups[g].group.shape);
+    const uint64_t lo = groups[g].group.flat_offset_bytes + slices[g].first * layer_bytes;
+    windows.emplace_back(lo, lo + slices[g].second * layer_bytes);
   }
   return windows;
 }

@@ -35,9 +35,6 @@ struct CopyStep {
 std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups,
                                 const CopySignal* signal);
 
-// Bytes of one layer of group `g` inside a flat chunk.
-uint64_t FlatLayerBytes(const GroupAddresses& g);
-
 // The byte windows of `slices` inside a flat chunk, one per group with
 // layers: a group's layers are consecutive in the flat format.
 std::vector<std::pair<uint64_t, uint64_t>> FlatWindows(

@@ -31,7 +31,7 @@ void SplitBatch(const std::vector<GroupAddresses>& groups, const CopyStep& step,
   for (size_t g = 0; g < step.slices.size() && g < groups.size(); ++g) {
     const auto [first, count] = step.slices[g];
     for (uint32_t l = first; l < first + count; ++l)
-      units.push_back({g, l, FlatLayerBytes(groups[g])});
+      units.push_back({g, l, FlatLayerBytes(groups[g].group.shape)});
   }
   if (units.empty() || end <= begin) return;
   uint64_t step_bytes = step.windows.empty() ? chunk_bytes : 0;

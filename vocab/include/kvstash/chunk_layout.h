@@ -33,6 +33,11 @@ KVSTASH_HOST_DEVICE uint64_t FlatGroupBytes(const FlatGroupShape& s) {
   return uint64_t{s.num_layers} * s.kv_count * s.chunk_tokens * s.num_heads * s.head_bytes;
 }
 
+// One layer of the group: a group's layers lie one after another.
+KVSTASH_HOST_DEVICE uint64_t FlatLayerBytes(const FlatGroupShape& s) {
+  return uint64_t{s.kv_count} * s.chunk_tokens * s.num_heads * s.head_bytes;
+}
+
 struct ChunkGroup {
   LayerGeometry geometry;        // shared by every layer of the group
   std::vector<uint32_t> layers;  // indices into the registration's layers

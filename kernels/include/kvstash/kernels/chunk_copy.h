@@ -32,6 +32,16 @@ struct ChunkCopy {
   uint32_t skip_tokens;       // scatter only: leading tokens not written
 };
 
+// Layers [first, first + count) of `group` (first + count <= its
+// num_layers): its flat window and, where set, its layer bases, moved on by
+// `first` layers. A layer range is copied as this group.
+inline GroupCopy GroupLayers(GroupCopy group, uint32_t first, uint32_t count) {
+  group.flat_offset_bytes += uint64_t{first} * FlatLayerBytes(group.shape);
+  group.shape.num_layers = count;
+  if (group.layer_bases != nullptr) group.layer_bases += first;
+  return group;
+}
+
 // A group as the CPU twins copy it: checked (counts, shape, layer bases) and
 // its packed heads merged, once, so that a copy checks only its chunks. The
 // CPU counterpart of PreparedGroup (chunk_copy_cuda.h). Made by
@@ -47,13 +57,7 @@ class PreparedCpuGroup {
   // layer range reads them: no check again, the facts are the group's.
   // Requires first + count <= group().shape.num_layers.
   PreparedCpuGroup Layers(uint32_t first, uint32_t count) const {
-    PreparedCpuGroup out = *this;
-    FlatGroupShape one = group_.shape;
-    one.num_layers = 1;
-    out.group_.flat_offset_bytes += uint64_t{first} * FlatGroupBytes(one);
-    out.group_.shape.num_layers = count;
-    out.group_.layer_bases += first;
-    return out;
+    return PreparedCpuGroup(GroupLayers(group_, first, count));
   }
 
  private:

@@ -55,10 +55,7 @@ struct PreparedGroup {
   // layer allows, so the bytes copied are the same.
   PreparedGroup Layers(uint32_t first, uint32_t count) const {
     PreparedGroup out = *this;
-    FlatGroupShape one = group.shape;
-    one.num_layers = 1;
-    out.group.flat_offset_bytes += uint64_t{first} * FlatGroupBytes(one);
-    out.group.shape.num_layers = count;
+    out.group = GroupLayers(group, first, count);
     out.device_layer_bases = device_layer_bases + first;
     return out;
   }
