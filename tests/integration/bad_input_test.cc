@@ -189,6 +189,24 @@ TEST_F(BadInput, AChunkWithoutBlockIdsIsRefusedAtOnce) {
   }
 }
 
+// A retrieve that names fewer blocks than a stored chunk's tokens need
+// fails that chunk alone, with the rule it breaks; the others arrive.
+TEST_F(BadInput, ARetrieveChunkWithTooFewBlocksFailsAlone) {
+  auto chunks = Chunks(kept_, Blocks(100, 8));
+  chunks[1].block_ids.resize(2);  // its 64 stored tokens need 4 blocks of 16
+  engine_->Poison(Blocks(100, 8));
+  auto got = client_->Retrieve(reg_.id, chunks).get();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[0].result, ChunkResult::kRetrieved);
+  EXPECT_EQ((*got)[1].result, ChunkResult::kFailed);
+  EXPECT_EQ((*got)[1].error.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE((*got)[1].error.message().find("which need 4 blocks; the request names 2"),
+            std::string::npos)
+      << (*got)[1].error.ToString();
+  EXPECT_EQ(engine_->CountMismatches(kSeed, kept_, Blocks(100, 8), 0, 64), 0u);
+}
+
 TEST_F(BadInput, BadRegistrationsAreRefused) {
   RegisterOptions options = engine_->Registration("m");
   // Memory that does not exist.
