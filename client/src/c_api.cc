@@ -148,6 +148,7 @@ kvstash_lookup_result ToC(const LookupResult& result) {
   out.l2_chunks = result.CountIn(TierLevel::kL2);
   out.l3_chunks = result.CountIn(TierLevel::kL3);
   out.prefetch_pending = result.prefetch_pending;
+  out.lease_truncated = result.lease_truncated ? 1u : 0u;
   return out;
 }
 

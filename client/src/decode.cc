@@ -158,6 +158,7 @@ Result<LookupResult> DecodeLookup(const wire::Envelope& envelope) {
   const wire::LookupReply& r = **reply;
   LookupResult out{r.hit_chunks(),      r.hit_tokens(), r.lease_id(), r.lease_expires_ms(), {},
                    r.prefetch_pending()};
+  out.lease_truncated = r.lease_truncated();
   if (r.hit_tiers() != nullptr) {
     for (auto level : *r.hit_tiers()) {
       const uint8_t value = uint8_t(level);

@@ -154,6 +154,7 @@ class CLookupResult(_Versioned):
         ("l2_chunks", c_uint32),
         ("l3_chunks", c_uint32),
         ("prefetch_pending", c_uint32),
+        ("lease_truncated", c_uint32),
     ]
 
 
@@ -164,7 +165,8 @@ def lookup_result(c: CLookupResult) -> Any:
     """The Python LookupResult of a kvstash_lookup_result."""
     from .types import LookupResult
     return LookupResult(c.hit_chunks, c.hit_tokens, c.lease_id, c.lease_expires_ms,
-                        c.l1_chunks, c.l2_chunks, c.l3_chunks, c.prefetch_pending)
+                        c.l1_chunks, c.l2_chunks, c.l3_chunks, c.prefetch_pending,
+                        bool(c.lease_truncated))
 
 
 class CServerInfo(_Versioned):

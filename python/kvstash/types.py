@@ -69,6 +69,9 @@ class LookupResult:
     l3_chunks: int = 0
     # Hit chunks a prefetch is still promoting into L1; 0 once it completed.
     prefetch_pending: int = 0
+    # The prefix stopped at kvstashd's leased-bytes budget (--max-leased-share)
+    # although more keys are stored: fewer hits than the daemon holds.
+    lease_truncated: bool = False
 
     @property
     def hit_tiers(self) -> List[str]:

@@ -231,6 +231,7 @@ ChunkStore::LookupResult ChunkStore::Lookup(ScopeId scope, const std::vector<Chu
     if (e->leases == 0 && limits_.leased_bytes != 0 &&
         leased_bytes_ + new_bytes + e->bytes > limits_.leased_bytes) {
       Stats::Add(stats_.leases_truncated);
+      result.lease_truncated = true;
       break;
     }
     if (e->leases == 0) new_bytes += e->bytes;

@@ -78,6 +78,8 @@ class ChunkStore {
     // The prefix ended at a key absent from L1 (not at a partial chunk, the
     // leased-bytes budget or the last key): lower tiers may continue it.
     bool ended_at_miss = false;
+    // The prefix ended at the leased-bytes budget, before a stored key.
+    bool lease_truncated = false;
   };
 
   // A chunk to write below L1; its slot stays pinned until EndFlush.

@@ -21,6 +21,7 @@ Leases::Reply Leases::Lookup(const Request& r, const LookupRequest& m) {
   prefix.tiers.assign(hit.hit_chunks, uint8_t(TierLevel::kL1));
   prefix.hit_tokens = hit.hit_tokens;
   prefix.lease_id = hit.lease_id;
+  prefix.lease_truncated = hit.lease_truncated;
   if (!tiers_.enabled() || !hit.ended_at_miss) {
     return std::optional<ReplyBody>(Finish(*reg, m, prefix, lease_ms));
   }
@@ -78,6 +79,7 @@ LookupReply Leases::Finish(Registration& reg, const LookupRequest& m, const Foun
   Stats::Add(stats_.lookup_hit_chunks_l3, l3);
   LookupReply reply{
       hits, found.hit_tokens, found.lease_id, found.lease_id ? lease_ms : 0, found.tiers, 0};
+  reply.lease_truncated = found.lease_truncated;
   if (l2 + l3 == 0) return reply;
   std::vector<ChunkKey> lower;
   for (size_t i = 0; i < found.tiers.size(); ++i) {

@@ -39,6 +39,7 @@ class Leases {
     std::vector<uint8_t> tiers;  // TierLevel per hit
     uint64_t hit_tokens = 0;
     uint64_t lease_id = 0;
+    bool lease_truncated = false;  // L1's prefix stopped at the leased-bytes budget
   };
   // Leases the lower-tier hits `more` (pinned L2 chunks stay pinned until the
   // lease ends), adds them to `found`.

@@ -317,8 +317,9 @@ struct Encoder {
     FlatBufferBuilder fbb(64 + r.hit_tiers.size());
     auto tiers = fbb.CreateVector(reinterpret_cast<const wire::TierLevel*>(r.hit_tiers.data()),
                                   r.hit_tiers.size());
-    auto body = wire::CreateLookupReply(fbb, r.hit_chunks, r.hit_tokens, r.lease_id,
-                                        r.lease_expires_ms, tiers, r.prefetch_pending);
+    auto body =
+        wire::CreateLookupReply(fbb, r.hit_chunks, r.hit_tokens, r.lease_id, r.lease_expires_ms,
+                                tiers, r.prefetch_pending, r.lease_truncated);
     return proto::Finish(fbb, id, wire::Body::LookupReply, body.Union());
   }
   proto::Bytes operator()(const ReleaseReply& r) const {

@@ -136,6 +136,7 @@ struct LookupReply {
   uint32_t lease_expires_ms = 0;
   std::vector<uint8_t> hit_tiers;  // wire::TierLevel per hit
   uint32_t prefetch_pending = 0;
+  bool lease_truncated = false;
 };
 struct ReleaseReply {
   uint32_t released_chunks = 0;

@@ -144,15 +144,22 @@ def connector_config(socket: str, async_loads: bool = True, layerwise: bool = Tr
     }
 
 
-def make_llm(model_dir: Path, *, kvstash_socket: Optional[str] = None, async_loads: bool = True,
-             layerwise: bool = True,
-             native_offload_gb: float = 0, full_cuda_graphs: bool = False, tp: int = 1,
-             max_model_len: int = 40000, gpu_memory_utilization: float = 0.80,
-             connector_extra: Optional[Dict[str, Any]] = None) -> Any:
-    """One vLLM engine: prefix caching on, bf16, dummy weights; with kvstash's
-    connector, vLLM's native CPU offloading, or neither."""
+def make_llm(model_dir: Path, **options: Any) -> Any:
+    """One vLLM engine (engine_kwargs)."""
     from vllm import LLM
 
+    return LLM(**engine_kwargs(model_dir, **options))
+
+
+def engine_kwargs(model_dir: Path, *, kvstash_socket: Optional[str] = None,
+                  async_loads: bool = True, layerwise: bool = True,
+                  native_offload_gb: float = 0, full_cuda_graphs: bool = False, tp: int = 1,
+                  max_model_len: int = 40000, gpu_memory_utilization: float = 0.80,
+                  connector_extra: Optional[Dict[str, Any]] = None,
+                  overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """vLLM's engine arguments (LLM's keywords) of one engine: prefix caching
+    on, bf16, dummy weights; with kvstash's connector, vLLM's native CPU
+    offloading, or neither. `overrides` replace any of them."""
     kwargs: Dict[str, Any] = dict(
         model=str(model_dir), load_format="dummy", skip_tokenizer_init=True,
         enable_prefix_caching=True, gpu_memory_utilization=gpu_memory_utilization,
@@ -172,9 +179,10 @@ def make_llm(model_dir: Path, *, kvstash_socket: Optional[str] = None, async_loa
         kwargs["compilation_config"] = {"pass_config": {"fuse_allreduce_rms": False}}
     if full_cuda_graphs:
         kwargs.setdefault("compilation_config", {})["cudagraph_mode"] = "FULL_AND_PIECEWISE"
+    kwargs.update(overrides or {})
     # Extra engine arguments for a whole run (JSON), e.g. to try a vLLM option.
     kwargs.update(json.loads(os.environ.get("KVSTASH_VLLM_ARGS", "{}")))
-    return LLM(**kwargs)
+    return kwargs
 
 
 def prompts(count: int, length: int, seed: int, vocab: int = 100000) -> List[List[int]]:

@@ -175,6 +175,9 @@ struct LookupResult {
   // Hit chunks still being promoted into L1 (a prefetch in progress); 0
   // once every prefetched chunk has landed.
   uint32_t prefetch_pending = 0;
+  // The prefix stopped at the daemon's leased-bytes budget
+  // (--max-leased-share) before a stored key: fewer hits than stored.
+  bool lease_truncated = false;
   // Hit chunks found in `level`.
   uint32_t CountIn(TierLevel level) const;
 };

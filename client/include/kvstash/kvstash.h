@@ -261,6 +261,10 @@ typedef struct kvstash_lookup_result {
   uint32_t l3_chunks;
   /* Hit chunks still being promoted into L1 by a prefetch; 0 once done. */
   uint32_t prefetch_pending;
+  /* 1: the leased prefix stopped at the daemon's leased-bytes budget
+   * (--max-leased-share) although the next key is stored (fewer hits than
+   * stored). Left 0 by a libkvstash that predates it. */
+  uint32_t lease_truncated;
 } kvstash_lookup_result;
 #define KVSTASH_LOOKUP_RESULT_INIT \
   { sizeof(kvstash_lookup_result) }

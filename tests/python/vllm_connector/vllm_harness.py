@@ -321,10 +321,12 @@ class WorkerRank:
 
     def write(self, block_ids, tokens: Sequence[int], begin: int, end: int,
               layers: Optional[Sequence[str]] = None) -> None:
-        """What the forward pass does: KV of tokens [begin, end) into their slots."""
+        """What the forward pass does: KV of tokens [begin, end) into their slots
+        (with asynchronous scheduling a step's input token may not be known
+        to the scheduler yet: those are left out)."""
         for name in layers or self.kv_caches:
             ids = block_ids[self.group_of(name)]
-            for p in range(begin, end):
+            for p in range(begin, min(end, len(tokens))):
                 slot = self._slot(name, ids[p // self.block_size], p % self.block_size)
                 slot.copy_(pattern(self.rank, self.layer_index[name], tokens[p], p, slot.shape))
 
@@ -370,7 +372,9 @@ class WorkerRank:
             if after_layer_wait is not None:
                 after_layer_wait(self, name)
             for req_id, n in (scheduler_output.num_scheduled_tokens.items() if write_kv else ()):
-                request = scheduler.requests[req_id]
+                request = scheduler.requests.get(req_id)
+                if request is None or request.is_finished():
+                    continue  # aborted during the step: its KV is never read
                 block_ids = scheduler.kv_cache_manager.get_block_ids(req_id)
                 self.write(block_ids, request.all_token_ids, computed[req_id],
                            computed[req_id] + n, layers=[name])
@@ -399,11 +403,11 @@ class Engine:
 
     def __init__(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig,
                  layout: str = "LBNHC", kernel_block_size: Optional[int] = None,
-                 write_kv: bool = True) -> None:
+                 write_kv: bool = True, scheduler_cls: type = Scheduler) -> None:
         tp = vllm_config.parallel_config.tensor_parallel_size
         self.write_kv = write_kv
         self.block_size = vllm_config.cache_config.block_size
-        self.scheduler = Scheduler(
+        self.scheduler = scheduler_cls(
             vllm_config=vllm_config, kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
             block_size=self.block_size, log_stats=True)
@@ -421,6 +425,13 @@ class Engine:
 
     def step(self, before_load=None, **hooks):
         so = self.scheduler.schedule()
+        self.finish_step(so, before_load, **hooks)
+        return so
+
+    def finish_step(self, so, before_load=None, **hooks) -> None:
+        """Runs a scheduled step on the workers and hands vLLM its output.
+        Apart from step(): with asynchronous scheduling vLLM schedules the
+        next step before it processes this one's output."""
         # num_computed_tokens before this step (the scheduler advances it in schedule()).
         computed = {}
         for new in so.scheduled_new_reqs:
@@ -437,8 +448,9 @@ class Engine:
         req_ids = list(so.num_scheduled_tokens)
         sampled = []
         for r in req_ids:
-            request = self.scheduler.requests[r]
-            done_prefill = computed[r] + so.num_scheduled_tokens[r] >= request.num_prompt_tokens
+            request = self.scheduler.requests.get(r)  # None: aborted during the step
+            done_prefill = (request is not None and computed[r] + so.num_scheduled_tokens[r]
+                            >= request.num_prompt_tokens)
             sampled.append([7] if done_prefill else [])
         runner_outputs = [
             ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
@@ -451,7 +463,6 @@ class Engine:
             stats = eco.scheduler_stats
             if stats is not None and stats.kv_connector_stats is not None:
                 self.connector_stats.append(stats.kv_connector_stats)
-        return so
 
     def busy(self) -> bool:
         return self.scheduler.has_requests() or self.connector.has_pending_push_work()

@@ -22,9 +22,6 @@ class LoadSpec:
     start_token: int
     """Tokens before this are already in vLLM's blocks (its own prefix cache)."""
     end_token: int
-    lease_ids: Tuple[int, ...]
-    """The scheduler's lookup lease per registration (rank 0's scope, in
-    group_layouts order); released by the load."""
     async_load: bool = False
     """Loaded between steps: the request is computed only once every worker
     reported it in finished_recving."""

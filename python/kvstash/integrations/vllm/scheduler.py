@@ -31,6 +31,7 @@ import torch
 import kvstash
 
 from .layout import GroupLayout
+from .leases import LoadLeases, Throttled
 from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
 from .settings import Settings
 from .stats import Recorder, timed_hook
@@ -93,6 +94,9 @@ class SchedulerSide:
         self._sending: Set[str] = set()            # finished, blocks held until stored
         self._receiving: Set[str] = set()          # asynchronous loads in flight
         self._block_ids: Dict[str, Tuple[List[int], ...]] = {}  # per request, per group
+        self.leases = LoadLeases(self._client_release)
+        self._truncated_warning = Throttled(logger)
+        self._lookup_warning = Throttled(logger)
 
     @property
     def chunk_tokens(self) -> int:
@@ -104,15 +108,14 @@ class SchedulerSide:
     # ---- hits ----
 
     def _release(self, lease_ids: Tuple[int, ...]) -> None:
-        for lease in lease_ids:
-            if lease:
-                try:
-                    self._client_release(lease)
-                except kvstash.Error as error:  # an expired lease is no problem
-                    logger.debug("kvstash release of lease %d: %s", lease, error)
+        self.leases.release(lease_ids)
 
     def _client_release(self, lease: int) -> None:
-        self._regs[0].release(lease)
+        # Every registration is on this connection, which owns the lease.
+        try:
+            self._regs[0].release(lease)
+        except kvstash.Error as error:  # expired (a load waited past lease_ms): no problem
+            logger.debug("kvstash release of lease %d: %s", lease, error)
 
     def _keys(self, request: Any, reg_index: int, last: int) -> List[bytes]:
         """The keys of the prompt's chunks [0, last) in a lookup
@@ -150,12 +153,15 @@ class SchedulerSide:
                 self.recorder.count("lookups")
                 result = reg.lookup(keys, lease_ms=self._settings.lease_ms)
                 lease_ids.append(result.lease_id)
+                if result.lease_truncated:
+                    self._note_truncated(request, first, result.hit_chunks, len(keys))
                 hit_chunks = min(hit_chunks, result.hit_chunks)
                 if hit_chunks == 0:
                     break
         except kvstash.Error as error:
             # kvstash down or slow: serve the request without it, never stall vLLM.
-            logger.warning("kvstash lookup for request %s failed: %s", request.request_id, error)
+            self._lookup_warning.warning("kvstash lookup for request %s failed, served as a "
+                                         "miss: %s", request.request_id, error)
             self.recorder.count("lookup_failures")
             self._release(tuple(lease_ids))
             return 0, False
@@ -167,6 +173,15 @@ class SchedulerSide:
             return 0, False
         self._hits[request.request_id] = _Hit(num_computed_tokens, hit_end, tuple(lease_ids))
         return hit_end - num_computed_tokens, self._settings.async_loads
+
+    def _note_truncated(self, request: Any, first: int, hits: int, looked_up: int) -> None:
+        self.recorder.count("lookups_truncated")
+        self._truncated_warning.warning(
+            "kvstash: the hit of request %s stops at chunk %d of the %d looked up although more "
+            "are stored: kvstashd's leased bytes reached --max-leased-share (%d leases held for "
+            "this engine's loads); the rest is recomputed. Leases end with their loads: many "
+            "loads at once, or leases not ended, hold that budget",
+            request.request_id, first + hits, first + looked_up, self.leases.held())
 
     @timed_hook
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
@@ -189,9 +204,9 @@ class SchedulerSide:
             block_ids=tuple(list(ids) for ids in blocks.get_block_ids()),
             start_token=hit.num_local,
             end_token=end,
-            lease_ids=hit.lease_ids,
             async_load=self._settings.async_loads,
         )
+        self.leases.load_planned(request.request_id, hit.lease_ids)
         if self._settings.async_loads:
             self._receiving.add(request.request_id)
         # Chunks that came from kvstash need no store.
@@ -247,6 +262,7 @@ class SchedulerSide:
         meta = KvstashConnectorMetadata()
         meta.loads = list(self._loads.values())
         self._loads.clear()
+        self.leases.step_built((load.req_id, load.async_load) for load in meta.loads)
         meta.preempted_req_ids = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
         for req_id in meta.preempted_req_ids:
             # Its workers forget its chain (handle_preemptions): its next
@@ -290,11 +306,10 @@ class SchedulerSide:
         hit = self._hits.pop(req_id, None)
         if hit is not None:
             self._release(hit.lease_ids)
-        load = self._loads.pop(req_id, None)
-        if load is not None:
+        if self._loads.pop(req_id, None) is not None:
             # Never sent to the workers: nothing writes its blocks.
-            self._release(load.lease_ids)
             self._receiving.discard(req_id)
+        self.leases.request_finished(req_id)
         self._requests.pop(req_id, None)
         self._lookup_keys.pop(req_id, None)
         self._stored_chunks.pop(req_id, None)
@@ -319,10 +334,16 @@ class SchedulerSide:
             self._sending.discard(req_id)
         for req_id in connector_output.finished_recving or ():
             self._receiving.discard(req_id)
+        # vLLM 0.30 on: a failed load of several KV cache groups, whole.
+        failed = getattr(connector_output, "failed_recving", None) or ()
+        self.leases.loads_ended(list(connector_output.finished_recving or ()) + list(failed))
 
     def get_kv_connector_stats(self) -> Any:
         """This step's figures and the interval's (vLLM calls it once per
-        step, after update_connector_output), or None."""
+        step, at the end of processing the step's output, after
+        update_connector_output), or None. The end of a step: its in-step
+        loads are done."""
+        self.leases.step_ended()
         return self.recorder.take()
 
     def has_pending_push_work(self) -> bool:
@@ -338,6 +359,10 @@ class SchedulerSide:
             return False
 
     def shutdown(self) -> None:
+        for hit in self._hits.values():
+            self._release(hit.lease_ids)
+        self._hits.clear()
+        self.leases.release_all()
         for reg in self._regs:
             try:
                 reg.unregister()

@@ -15,6 +15,11 @@ KNOWN_KEYS = ("socket", "model", "tenant", "timeout_ms", "lease_ms", "async_load
 _MAX_TIMEOUT_MS = 3_600_000
 # kvstashd refuses leases longer than ten minutes.
 _MAX_LEASE_MS = 600_000
+# A lease ends with its load (leases.py); it needs to outlast only the time
+# from the lookup to the load's retrieve reaching kvstashd, a step or two,
+# and bounds how long hits stay pinned when the scheduler dies
+# (docs/vllm.md, "Leases").
+DEFAULT_LEASE_MS = 10_000
 
 
 class SettingsError(ValueError):
@@ -32,7 +37,9 @@ class Settings:
     timeout_ms: int
     """Per-request timeout of every kvstash call."""
     lease_ms: int
-    """How long a lookup pins its hits in kvstashd until the load."""
+    """The longest a lookup pins its hits in kvstashd: the scheduler releases
+    them once their load ended, so this only bounds a lease whose release
+    never comes (the scheduler died)."""
     async_loads: bool = True
     """Loads run between scheduler steps (vLLM's asynchronous loads): a hit
     request waits for its KV before it is first scheduled, and a failed
@@ -122,7 +129,7 @@ def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Sett
         model=model,
         tenant=_string(extra, "tenant"),
         timeout_ms=_integer(extra, "timeout_ms", 5000, _MAX_TIMEOUT_MS),
-        lease_ms=_integer(extra, "lease_ms", 30_000, _MAX_LEASE_MS),
+        lease_ms=_integer(extra, "lease_ms", DEFAULT_LEASE_MS, _MAX_LEASE_MS),
         async_loads=_boolean(extra, "async_loads", True),
         layerwise_loads=_boolean(extra, "layerwise_loads", True),
         # A store takes 2 slots.

@@ -21,6 +21,8 @@ COUNTERS: Dict[str, str] = {
     # scheduler side
     "lookups": "Lookup requests sent to kvstashd (one per KV cache group)",
     "lookup_failures": "lookups that failed (daemon down, timeout): served as misses",
+    "lookups_truncated": ("lookups whose hit kvstashd cut short at its leased-bytes budget "
+                          "(--max-leased-share): the stored rest is recomputed"),
     "hit_requests": "requests given a load from kvstash",
     "hit_tokens": "tokens those loads bring (past vLLM's own prefix hit)",
     "hit_chunks": "chunks those loads bring, summed over KV cache groups",

@@ -419,9 +419,10 @@ class WorkerSide:
         c = self._chunk_tokens
         load = _Load(spec, index, first, last - first, num_ranges=registered.num_ranges,
                      issued_ns=time.perf_counter_ns())
-        # The lease is rank 0's scope's; other ranks' scopes hold no lease.
-        lease = spec.lease_ids[index] if (self._tp_rank == 0 or registered.layout.is_mla) else 0
         skip = spec.start_token - first * c
+        # No lease_id on the retrieves: the lookup's lease belongs to the
+        # scheduler's connection (kvstashd ignores anyone else naming it),
+        # which releases it once this load ended.
         try:
             chunks = registered.reg.chunks(
                 spec.token_ids[: last * c], self._table(registered, spec.block_ids),
@@ -437,7 +438,7 @@ class WorkerSide:
             try:
                 load.request = registered.reg.retrieve_on_stream(
                     chunks, stream=self._stream(registered), layer_ranges=registered.num_ranges,
-                    skip_tokens=skip, lease_id=lease)
+                    skip_tokens=skip)
                 _note_reply(load, load.request.outcomes)
                 return load
             except kvstash.ResourceExhausted as error:
@@ -451,7 +452,7 @@ class WorkerSide:
                 return load
         if on_stream:
             self._count("load_fallbacks")
-        load.future = registered.reg.retrieve_async(chunks, skip_tokens=skip, lease_id=lease)
+        load.future = registered.reg.retrieve_async(chunks, skip_tokens=skip)
         _note_reply(load, load.future)
         return load
 
