@@ -87,6 +87,26 @@ TEST_F(Limits, LeasedChunksTakeAtMostTheirShareSoOthersStillStore) {
   }
 }
 
+TEST_F(Limits, ALookupCutByTheLeasedShareSaysSo) {
+  for (uint32_t p = 0; p < 8; ++p) FillAndStore(kSeed, PromptTokens(p, 64, 0), Blocks(0, 4));
+  std::unique_ptr<Client> second = Connect();
+  ASSERT_NE(second, nullptr);
+  auto reg2 = second->RegisterKV(engine_->Registration("test-model")).get();
+  ASSERT_TRUE(reg2.ok());
+  // Four chunks (half the pool) leased one by one: none was cut.
+  for (uint32_t p = 0; p < 3; ++p) EXPECT_FALSE(Lease(*client_, p, reg_).lease_truncated) << p;
+  EXPECT_FALSE(Lease(*second, 3, *reg2).lease_truncated);
+  // The fifth is stored but past the budget: no hit, and the reply says why.
+  LookupResult cut = Lease(*second, 4, *reg2);
+  EXPECT_EQ(cut.hit_chunks, 0u);
+  EXPECT_TRUE(cut.lease_truncated);
+  // A key never stored ends the prefix as a miss, not a cut.
+  const auto absent = PromptTokens(99, 64, 0);
+  auto miss = second->Lookup(reg2->id, ChunkKeys(*reg2, absent.data(), absent.size())).get();
+  ASSERT_TRUE(miss.ok()) << miss.status().ToString();
+  EXPECT_FALSE(miss->lease_truncated);
+}
+
 TEST_F(Limits, LeaseDurationIsClamped) {
   FillAndStore(kSeed, PromptTokens(0, 64, 0), Blocks(0, 4));
   const auto t = PromptTokens(0, 64, 0);
