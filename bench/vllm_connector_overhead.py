@@ -91,7 +91,7 @@ def run(layers: int, requests: int, rounds: int, directory: Path) -> dict:
             # Load them into other blocks.
             meta = KvstashConnectorMetadata(loads=[
                 LoadSpec(req_id=f"l{r}-{j}", token_ids=prompts[j], block_ids=blocks(j, True),
-                         start_token=0, end_token=TOKENS, lease_ids=(0,))
+                         start_token=0, end_token=TOKENS)
                 for j in range(requests)])
             c.bind_connector_metadata(meta)
             t2 = time.perf_counter_ns()
