@@ -162,17 +162,21 @@ class Outcome:
     itl_ms: List[float] = field(default_factory=list)   # one per token after the first
     cached_tokens: Optional[int] = None
     error: Optional[str] = None
+    dropped: bool = False        # still waiting for a slot when the arrivals ended
 
 
 def summarize(outcomes: List[Outcome], output_tokens: int) -> Dict[str, Any]:
     """The figures of the measured part; `errors` lists what went wrong."""
+    dropped = sum(o.dropped for o in outcomes)
+    outcomes = [o for o in outcomes if not o.dropped]
     errors = [o.error for o in outcomes if o.error]
     short = [o for o in outcomes if not o.error and o.output_tokens != output_tokens]
     if short:
         errors.append(f"{len(short)} requests returned other than {output_tokens} tokens "
                       f"(e.g. {short[0].output_tokens})")
     ok = [o for o in outcomes if not o.error and o.first is not None and o.done is not None]
-    out: Dict[str, Any] = {"requests": len(outcomes), "completed": len(ok), "errors": errors}
+    out: Dict[str, Any] = {"requests": len(outcomes) + dropped, "completed": len(ok),
+                           "dropped": dropped, "errors": errors}
     if not ok:
         return out
     ttft = [(o.first - o.sent) * 1000 for o in ok]
@@ -218,7 +222,7 @@ def async_engine_args(kwargs: Dict[str, Any]) -> Any:
 
 
 async def serve_one(llm: Any, request: Request, request_id: str, args: argparse.Namespace,
-                    start: float, slots: asyncio.Semaphore) -> Outcome:
+                    start: float, slots: asyncio.Semaphore, timed: bool) -> Outcome:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
@@ -229,6 +233,11 @@ async def serve_one(llm: Any, request: Request, request_id: str, args: argparse.
         sent = time.perf_counter()
         outcome = Outcome(len(request.tokens), request.prefix_tokens,
                           lag_s=max(0.0, sent - start - request.arrival_s), sent=sent)
+        if timed and sent - start > args.duration:
+            # An overloaded engine: the backlog is not served (the lag of
+            # those sent says how far behind it was).
+            outcome.dropped = True
+            return outcome
         last = sent
         try:
             async for out in llm.generate(TokensPrompt(prompt_token_ids=request.tokens), params,
@@ -259,8 +268,9 @@ async def serve_one(llm: Any, request: Request, request_id: str, args: argparse.
 async def run_requests(llm: Any, requests: List[Request], args: argparse.Namespace,
                        tag: str, timed: bool) -> List[Outcome]:
     """Sends each request at its arrival time (at once when not `timed`),
-    at most --max-concurrency in flight; waits for all, --drain-s at most
-    after the last arrival."""
+    at most --max-concurrency in flight (one still waiting for a slot when
+    the arrivals end is dropped); waits for all, --drain-s at most after the
+    last arrival."""
     slots = asyncio.Semaphore(args.max_concurrency)
     start = time.perf_counter()
     tasks = []
@@ -270,7 +280,7 @@ async def run_requests(llm: Any, requests: List[Request], args: argparse.Namespa
             if delay > 0:
                 await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(serve_one(llm, request, f"{tag}-{i}", args,
-                                                   start, slots)))
+                                                   start, slots, timed)))
         if getattr(llm, "errored", False):
             break
     done, pending = await asyncio.wait(tasks, timeout=args.drain_s)
@@ -446,10 +456,10 @@ def table(directory: Path) -> int:
 
     print()
     print("| mode | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | requests/s | output tok/s "
-          "| mean in flight | cached share of prompt | prefix hit rate | TTFT p50 / native "
-          "| TTFT p90 / native | tok/s / native | kvstash leases granted / released / expired "
-          "/ truncated |")
-    print("| --- |" + " ---: |" * 14)
+          "| mean in flight | arrival lag p90 | dropped | cached share of prompt "
+          "| prefix hit rate | TTFT p50 / native | TTFT p90 / native | tok/s / native "
+          "| kvstash leases granted / released / expired / truncated |")
+    print("| --- |" + " ---: |" * 16)
     for name in order:
         r = runs[name]
         k = r.get("kvstash")
@@ -459,13 +469,17 @@ def table(directory: Path) -> int:
               f"{_cell(r.get('ttft_p99_ms'))} | {_cell(r.get('itl_p50_ms'), '{:.2f}')} | "
               f"{_cell(r.get('requests_per_s'), '{:.2f}')} | "
               f"{_cell(r.get('output_tokens_per_s'), '{:.0f}')} | "
-              f"{_cell(r.get('mean_in_flight'))} | "
+              f"{_cell(r.get('mean_in_flight'))} | {_cell(r.get('lag_p90_ms'), '{:.0f}')} | "
+              f"{_cell(r.get('dropped'), '{}')} | "
               f"{_cell(r.get('cached_share_of_prompt'), '{:.1%}')} | "
               f"{_cell(r.get('prefix_hit_rate'), '{:.1%}')} | {ratio(r, 'ttft_p50_ms')} | "
               f"{ratio(r, 'ttft_p90_ms')} | {ratio(r, 'output_tokens_per_s')} | {leases} |")
     print()
-    print("TTFT and ITL in ms. Cached share: prompt tokens vLLM did not compute (its GPU prefix "
-          "cache or the offload tier); prefix hit rate: the same, of the shared prefixes' tokens.")
+    print("TTFT, ITL and arrival lag in ms. Arrival lag: how long an arrival waited for one of "
+          "--max-concurrency slots (an engine that keeps up: 0); dropped: arrivals still waiting "
+          "when the arrivals ended. Cached share: prompt tokens vLLM did not compute (its GPU "
+          "prefix cache or the offload tier); prefix hit rate: the same, of the shared "
+          "prefixes' tokens.")
     return 1 if any(r.get("errors") for r in runs.values()) else 0
 
 

@@ -94,6 +94,11 @@ def test_the_figures_of_a_run_and_its_errors():
     assert s["output_tokens_per_s"] == pytest.approx(12 / 1.23)
     assert s["cached_share_of_prompt"] == pytest.approx(0.9)
     assert s["prefix_hit_rate"] == pytest.approx(900 / 950)
+    # An arrival still waiting for a slot when the arrivals ended is dropped, no error.
+    late = bench.Outcome(1000, 950, lag_s=5.0, sent=9.0, dropped=True)
+    with_late = bench.summarize(runs + [late], output_tokens=4)
+    assert with_late["errors"] == [] and with_late["dropped"] == 1
+    assert with_late["requests"] == 4 and with_late["completed"] == 3
     bad = bench.summarize(runs + [outcome(2.0, 0.1, 0.01, tokens=2),
                                   outcome(2.0, 0, 0, error="req-9: EngineDeadError")], 4)
     assert "req-9: EngineDeadError" in bad["errors"]
