@@ -251,3 +251,17 @@ def test_a_hit_cut_short_by_the_leased_bytes_budget_is_counted_and_said(model_di
         assert c["leases_released"] == c["leases_granted"] and c["leases_expired"] == 0, c
     finally:
         d.close()
+
+
+def test_should_vllm_stop_reporting_step_ends_a_steps_leases_go_once_four_more_were_built():
+    from kvstash.integrations.vllm.leases import MAX_STEPS_IN_FLIGHT, LoadLeases
+
+    released = []
+    book = LoadLeases(released.append)
+    book.load_planned("a", (11, 0, 12))  # 0: a group whose lookup took no lease
+    book.step_built([("a", False)])
+    for _ in range(MAX_STEPS_IN_FLIGHT - 1):
+        book.step_built([])
+    assert released == [] and book.held() == 2
+    book.step_built([])
+    assert released == [11, 12]

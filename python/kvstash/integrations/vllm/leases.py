@@ -89,9 +89,9 @@ class LoadLeases:
 
     def held(self) -> int:
         """Leases held for planned or running loads."""
-        return (sum(len(l) for l in self._unsent.values())
-                + sum(len(l) for l in self._receiving.values())
-                + sum(len(l) for step in self._steps for l in step))
+        groups = [*self._unsent.values(), *self._receiving.values(),
+                  *(leases for step in self._steps for leases in step)]
+        return sum(1 for leases in groups for lease in leases if lease)
 
     def release_all(self) -> None:
         for leases in list(self._unsent.values()) + list(self._receiving.values()):
