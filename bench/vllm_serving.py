@@ -119,14 +119,14 @@ def check_args(args: argparse.Namespace) -> List[str]:
     if errors:
         return errors
     per_token = kv_bytes_per_token(args.model)
-    working_set = args.prefixes * (args.prefix_min + args.prefix_max) / 2 * per_token / 2**30
+    working_set = build_workload(args).working_set_tokens() * per_token / 2**30
     longest = (args.prefix_max + args.suffix + args.output_tokens) * per_token / 2**30
     if working_set <= args.gpu_kv_gb:
-        errors.append(f"the prefixes' KV, {working_set:.1f} GiB on average, fits in --gpu-kv-gb "
+        errors.append(f"the prefixes' KV, {working_set:.1f} GiB, fits in --gpu-kv-gb "
                       f"{args.gpu_kv_gb}: the offload tier would not be needed (more --prefixes "
                       "or a smaller --gpu-kv-gb)")
     if working_set > 0.9 * args.offload_gb:
-        errors.append(f"the prefixes' KV, {working_set:.1f} GiB on average, is over 90% of "
+        errors.append(f"the prefixes' KV, {working_set:.1f} GiB, is over 90% of "
                       f"--offload-gb {args.offload_gb}: the offload tier could not hold it")
     if longest * 2 > args.gpu_kv_gb:
         errors.append(f"--gpu-kv-gb {args.gpu_kv_gb} holds fewer than two of the longest "
