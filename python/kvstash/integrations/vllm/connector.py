@@ -254,8 +254,7 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         began = time.monotonic_ns()
         matched = self._scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
-        if matched[0]:
-            self._timeline.stamp(request.request_id, "lookup", began)
+        self._timeline.stamp(request.request_id, "lookup", began)
         return matched
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",

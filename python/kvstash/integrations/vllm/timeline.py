@@ -15,7 +15,7 @@ Events (in the order a hit meets them):
 
 | event | side | when |
 | --- | --- | --- |
-| lookup | scheduler | get_num_new_matched_tokens began a lookup that hit |
+| lookup | scheduler | get_num_new_matched_tokens began (a hit or a miss) |
 | alloc | scheduler | update_state_after_alloc: blocks given, the load is planned |
 | load_issued | worker | start_load_kv sent the request's first retrieve |
 | load_done | worker | the bytes of every retrieve of the request were seen in place |
