@@ -169,11 +169,11 @@ class Timelines:
     def take(self) -> List[Dict[str, Any]]:
         if not self.path.exists():
             return []
-        with open(self.path) as f:
+        with open(self.path, "rb") as f:
             f.seek(self.offset)
-            text = f.read()
-        whole = text[:text.rfind("\n") + 1]
-        self.offset += len(whole.encode())
+            data = f.read()
+        whole = data[:data.rfind(b"\n") + 1]  # a line being written waits
+        self.offset += len(whole)
         return [json.loads(line) for line in whole.splitlines() if line]
 
 
@@ -419,14 +419,20 @@ def table(directory: Path) -> int:
         target = plain["gpu_hit_ms"] + 1.1 * (kv or plain)["raw_load_ms"]
 
         def ms(r: Dict[str, Any], key: str) -> str:
-            return f"{r[key]:.1f}" if key in r else "-"
+            # With 8 prompts or more (32k by default), the p99 beside the median.
+            if key not in r:
+                return "-"
+            tail = (f" (p99 {r['hit_p99_ms']:.1f})"
+                    if key.endswith("hit_ms") and r.get("prompts", 0) >= 8 and "hit_p99_ms" in r
+                    else "")
+            return f"{r[key]:.1f}{tail}"
 
         ratio = (f"{kv['offload_hit_ms'] / native['offload_hit_ms']:.2f}"
                  if kv and native else "-")
         cold_n = f"{native['cold_ms'] / plain['cold_ms'] - 1:+.1%}" if native else "-"
         cold_k = f"{kv['cold_ms'] / plain['cold_ms'] - 1:+.1%}" if kv else "-"
         print(f"| {t:,} | {plain['kv_mib']:.0f} MiB | {plain['cold_ms']:.1f} | "
-              f"{plain['gpu_hit_ms']:.1f} | {ms(native, 'offload_hit_ms')} | "
+              f"{ms(plain, 'gpu_hit_ms')} | {ms(native, 'offload_hit_ms')} | "
               f"{ms(kv, 'offload_hit_ms')} | {ms(layerwise, 'offload_hit_ms')} | {target:.1f} | "
               f"{ratio} | {cold_n} | {cold_k} |"
               + "".join(multipath_cells(row_of(k, t), native) for k in multipath)

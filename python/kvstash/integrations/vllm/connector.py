@@ -87,7 +87,8 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
 
     Settings (``kv_connector_extra_config``): ``socket``, ``model``,
     ``tenant``, ``timeout_ms``, ``lease_ms``, ``async_loads``, ``layerwise_loads``,
-    ``board_slots`` (docs/vllm.md).
+    ``board_slots``, ``board_completion``, ``early_reports``, ``finish_wait_us``,
+    ``timeline_file`` (docs/vllm.md).
     """
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
