@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from ...client import max_board_slots
+from ...board import max_board_slots
 
 # Keys the connector understands; any other key is refused so that a typo
 # ("timout_ms") does not silently fall back to a default.
