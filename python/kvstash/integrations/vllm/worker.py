@@ -43,6 +43,7 @@ prompt never changes), so keeping one longer costs memory, never keys.
 from __future__ import annotations
 
 import concurrent.futures
+import enum
 import logging
 import time
 from dataclasses import dataclass, field
@@ -101,6 +102,22 @@ def _cpu_wait(request: Any, k: int, deadline: float) -> bool:
             time.sleep(_POLL_S)
 
 
+class _Waits(enum.Enum):
+    """How a registration's loads and stores are waited for, chosen once
+    when it is registered (a request finding its board full still goes
+    the REPLY way, and says so)."""
+
+    STREAM = "stream"
+    """A board mapped for the tensors' GPU: the forward pass's stream waits
+    on its slots, and gates stores; the CPU never waits."""
+    CPU_BOARD = "cpu board"
+    """A board and CPU tensors (the host backend): the CPU polls its slots
+    and opens stores' gates."""
+    REPLY = "reply"
+    """No board (a driver without stream memory operations): the CPU waits
+    for the replies, and for the stream before a store."""
+
+
 @dataclass
 class _Registered:
     layout: GroupLayout
@@ -112,6 +129,7 @@ class _Registered:
     num_ranges: int
     device: Any
     """The tensors' CUDA device, or None (host memory, no stream)."""
+    waits: _Waits
 
 
 @dataclass
@@ -361,8 +379,10 @@ class WorkerSide:
             index = len(self._registered)
             for i, name in enumerate(tensors.tensors):
                 self._layer[name] = (index, range_of[i])
+            waits = (_Waits.REPLY if board is None
+                     else _Waits.STREAM if device is not None else _Waits.CPU_BOARD)
             self._registered.append(_Registered(layout, tensors, reg, board, range_of,
-                                                max(range_of) + 1, device))
+                                                max(range_of) + 1, device, waits))
 
     def _register(self, layout: GroupLayout, tensors: GroupTensors, board: Any) -> Any:
         return self._client.register(
@@ -473,7 +493,8 @@ class WorkerSide:
             return load
         # Keyed from token 0: the request's chain now ends at chunk `last`.
         self._extend_chain(spec.req_id, index, chunks.key(-1), last)
-        if registered.board is not None and (on_stream or self._settings.board_completion):
+        if registered.waits is not _Waits.REPLY and (on_stream or
+                                                     self._settings.board_completion):
             try:
                 load.request = registered.reg.retrieve_on_stream(
                     chunks, stream=self._stream(registered) if on_stream else None,
@@ -499,7 +520,7 @@ class WorkerSide:
         """layerwise_loads off, or CPU tensors: wait before the first layer."""
         for load in self._step.loads:
             registered = self._registered[load.registration]
-            if load.request is not None and registered.device is not None:
+            if load.request is not None and registered.waits is _Waits.STREAM:
                 # One range on a stream: libkvstash enqueued the stream's
                 # wait before retrieve_on_stream returned.
                 load.waited.add(0)
@@ -522,7 +543,7 @@ class WorkerSide:
             load.waited.update(range(load.num_ranges))
             return
         self._count("layer_waits")
-        if stream is not None:
+        if registered.waits is _Waits.STREAM:
             load.request.wait(stream, k)
         elif not _cpu_wait(load.request, k, self._cpu_deadline()):
             load.failed = True
@@ -847,7 +868,7 @@ class WorkerSide:
         stream = self._stream(registered)
         chunk_bytes = registered.reg.chunk_bytes
         issued_ns = time.perf_counter_ns()
-        if registered.board is None:
+        if registered.waits is _Waits.REPLY:
             # No board: the host waits for the stream, then submits.
             return _Store(future=registered.reg.store_async(chunks, stream=stream),
                           chunk_bytes=chunk_bytes, num_chunks=spec.num_chunks,
@@ -866,7 +887,7 @@ class WorkerSide:
             logger.warning("kvstash store for request %s failed: %s", spec.req_id, error)
             self._count("store_failed_chunks", spec.num_chunks)
             return None
-        if stream is None:
+        if registered.waits is _Waits.CPU_BOARD:
             # CPU tensors: the forward's writes are done when this runs.
             request.open_gate()
         return _Store(request=request, device=registered.device, chunk_bytes=chunk_bytes,
