@@ -85,9 +85,10 @@ def wait_stored(daemon: Any, chunks: int, timeout: float = 30) -> None:
 
 class LoadTimes:
     """The connector's own load latencies (its `load_ms` figure: a load's
-    issue to its reply) in this process: with one in-process worker (tensor
-    parallel 1, VLLM_ENABLE_V1_MULTIPROCESSING=0) the bench reads them to
-    split a hit's TTFT into the load and what the engine adds around it."""
+    issue until its bytes are known in place) in this process: with one
+    in-process worker (tensor parallel 1, VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    the bench reads them to split a hit's TTFT into the load and what the
+    engine adds around it."""
 
     def __init__(self) -> None:
         self.samples: List[float] = []
@@ -443,7 +444,7 @@ def table(directory: Path) -> int:
     split = [k for k in runs if any("load_ms" in r for r in runs[k].get("rows", []))]
     if split:
         print()
-        print("Where a kvstash hit's time goes (ms): the connector's load, issue to reply, "
+        print("Where a kvstash hit's time goes (ms): the connector's load (issue until in place), "
               "and the rest over vLLM's GPU prefix hit")
         print()
         print("| engine | prompt tokens | hit | GPU prefix hit | load | raw load | load / raw "

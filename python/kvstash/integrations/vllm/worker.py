@@ -3,11 +3,16 @@ own completion board) per KV cache group on this rank; loads between steps
 or ordered on the forward pass's stream, stores gated on it.
 
 Loads between steps (async_loads, the default): start_load_kv issues one
-retrieve_async per registration and request; its reply comes once the bytes
-are in place. get_block_ids_with_load_errors hands out the blocks of every
-chunk that did not arrive, and the following get_finished reports the
-request in finished_recving, so vLLM computes it only after its KV is there,
-and recomputes a failed load before the request ever runs.
+retrieve per registration and request, with one board slot (board_completion:
+the engine thread sees the slot released with status 0 once every chunk is
+in place, without the CPU reply and the thread hand-off it costs) or as
+retrieve_async (its reply says so). get_finished reports a load whose every
+chunk is in place in finished_recving as soon as it sees it (early_reports);
+for a load with missing chunks, get_block_ids_with_load_errors first hands
+out their blocks and the following get_finished reports it, so vLLM computes
+a request only after its KV is there, and recomputes a failed load before
+the request ever runs. In a step without a forward pass, get_finished may
+wait a little for loads about to land (finish_wait_us).
 
 Loads in the step (docs/vllm.md, "On the stream"): start_load_kv issues one
 retrieve_on_stream per registration and request on the stream vLLM runs the
