@@ -266,7 +266,7 @@ def per_length(llm: Any, kind: str, length: int, count: int, seed: int,
     first = next(iter(variants))
     row["gpu_hit_ms" if kind == "plain" else "offload_hit_ms"] = engine.median(hits[first])
     row["hit_p99_ms"] = p99(hits[first])
-    if kind != "plain":
+    if daemon is not None:
         row["variants"] = {}
         for name in variants:
             row["variants"][name] = summary(hits[name], stamps[name])
