@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Time to first token in a real vLLM on a host with GPUs: the same model and
 # prompts with no offloading (recompute, vLLM's GPU prefix cache), with
-# vLLM's native CPU offloading and with kvstash, loading between scheduler
-# steps (its default) and in the step layer by layer (bench/vllm_ttft.py),
-# then all side by side. With four GPUs the four engines run at once,
-# one per GPU (each loads over its own PCIe link); otherwise one after the
-# other. Then, with two GPUs or more, kvstash with multi-path retrieves
-# (kvstashd --multipath on) alone on the host, its engine on GPU 0, kvstashd
-# serving GPUs 0-1 and, with four, 0-3. Exits non-zero on any error.
+# vLLM's native CPU offloading and with kvstash, then all side by side
+# (bench/vllm_ttft.py). The kvstash engine compares its connector variants
+# (bench/vllm_ttft.py DEFAULT_VARIANTS, or --variants JSON) in the one
+# engine, each prompt's hit once per variant, and splits each hit by the
+# connector's timeline. $KVSTASH_TTFT_KINDS picks the engines (default
+# "plain native kvstash"; add kvstash-layerwise for loads in the step layer
+# by layer, which needs its own engine: piecewise CUDA graphs). With four
+# GPUs the engines run at once, one per GPU (each loads over its own PCIe
+# link); otherwise one after the other. Then, with two GPUs or more, kvstash
+# with multi-path retrieves (kvstashd --multipath on) alone on the host, its
+# engine on GPU 0, kvstashd serving GPUs 0-1 and, with four, 0-3. Exits
+# non-zero on any error.
 #
 #   KVSTASH_BIN_DIR=build/bin scripts/vllm_ttft.sh [OUT_DIR] [bench/vllm_ttft.py options]
 set -uo pipefail
@@ -23,7 +28,7 @@ gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())') || exit 1
 status=0
 i=0
 pids=()
-kinds=(plain native kvstash kvstash-layerwise)
+read -r -a kinds <<<"${KVSTASH_TTFT_KINDS:-plain native kvstash}"
 for kind in "${kinds[@]}"; do
   if [ "$gpus" -ge 4 ]; then
     CUDA_VISIBLE_DEVICES=$i "$python" bench/vllm_ttft.py --engine "$kind" --out "$out" "$@" \

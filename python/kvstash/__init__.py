@@ -14,7 +14,9 @@ project); build it from the kvstash repository with `pip install .`.
 torch and numpy are optional: the package imports without either.
 """
 
-from .client import Client, CompletionBoard, layer_range_begin, max_board_slots, max_layer_ranges
+from .board import (CompletionBoard, StreamRequest, layer_range_begin, max_board_slots,
+                    max_layer_ranges)
+from .client import Client
 from .errors import (
     Cancelled,
     DeviceError,
@@ -31,7 +33,7 @@ from .errors import (
     UnsupportedVersion,
 )
 from .layouts import LAYOUT_NAMES, LayerSpec, layer_specs
-from .registration import Chunks, Registration, StreamRequest
+from .registration import Chunks, Registration
 from .shm import host_tensor, shm_name_of
 from .types import BoardSignal, ChunkOutcome, ChunkResult, DType, Geometry, LookupResult, ServerInfo
 

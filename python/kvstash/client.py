@@ -5,18 +5,17 @@ from __future__ import annotations
 import ctypes
 import json
 from ctypes import byref, c_uint64, c_void_p
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import _lib
+from ._checks import uint_arg as _uint
 from ._connection import Connection
+from .board import CompletionBoard
 from .errors import error_for, invalid
 from .layouts import LayerSpec, layer_specs
-from .registration import stream_handle
+from .registration import Registration
 from .shm import find_region
 from .types import Geometry, ServerInfo
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .registration import Registration
 
 
 def _text(value: Optional[str], what: str) -> Optional[bytes]:
@@ -25,88 +24,6 @@ def _text(value: Optional[str], what: str) -> Optional[bytes]:
     if not isinstance(value, str):
         raise invalid(f"{what} must be a str, got {type(value).__name__}")
     return value.encode()
-
-
-def _uint(value: Any, what: str, bits: int = 32) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(f"{what} must be an int, got {type(value).__name__}")
-    if value < 0 or value >= 1 << bits:
-        raise invalid(f"{what} {value} is out of range [0, {(1 << bits) - 1}]")
-    return value
-
-
-def max_board_slots() -> int:
-    """Slots a completion board holds at most (KVSTASH_MAX_BOARD_SLOTS)."""
-    return int(_lib.lib().kvstash_max_board_slots())
-
-
-def max_layer_ranges() -> int:
-    """Layer ranges a retrieve signals at most (KVSTASH_MAX_LAYER_RANGES)."""
-    return int(_lib.lib().kvstash_max_layer_ranges())
-
-
-def layer_range_begin(num_layers: int, ranges: int, k: int) -> int:
-    """The first layer of layer range k (0 <= k <= ranges) of a retrieve
-    with `ranges` ranges over a registration's `num_layers` layers, as
-    kvstashd splits them: range k holds [begin(k), begin(k + 1))."""
-    return int(_lib.lib().kvstash_layer_range_begin(
-        _uint(num_layers, "num_layers"), _uint(ranges, "ranges"), _uint(k, "k")))
-
-
-class CompletionBoard:
-    """A completion board (docs/protocol.md "GPU-side completion"): slots in
-    shared memory that the engine's and kvstashd's GPU streams write and wait
-    on. `gpu` >= 0 maps it for that GPU's streams; -1: CPU only (host backend).
-    Pass it to Client.register(board=...)."""
-
-    def __init__(self, client: "Client", slots: int = 256, gpu: int = -1) -> None:
-        self._client = client  # kept alive while the board is
-        self._connection = client._connection
-        self._lib = self._connection.lib
-        handle = c_void_p()
-        self._connection.call(self._lib.kvstash_board_create, _uint(slots, "slots"), int(gpu),
-                              byref(handle))
-        self._handle = handle
-        self.slots: int = slots
-        self.gpu: int = int(gpu)
-
-    def released(self, slot: int, count: int, sequence: int, k: int = 0) -> bool:
-        """Whether slot `slot + k` of a request's signal is released."""
-        signal = _lib.CBoardSignal(slot, count, sequence)
-        return bool(self._lib.kvstash_board_released(self._handle, byref(signal), k))
-
-    def status(self, slot: int) -> int:
-        """The slot's status word: 0 (OK) or the kvstash status of a failure."""
-        if not 0 <= _uint(slot, "slot") < self.slots:
-            raise invalid(f"slot {slot} is outside the board's {self.slots} slots")
-        return int(self._lib.kvstash_board_status(self._handle, slot))
-
-    def wait(self, stream: Any, slot: int, count: int, sequence: int, k: int = 0) -> None:
-        """Makes a CUDA stream (torch.cuda.current_stream().cuda_stream, or a
-        torch.cuda.Stream) wait until slot `slot + k` is released."""
-        signal = _lib.CBoardSignal(slot, count, sequence)
-        self._connection.call(self._lib.kvstash_board_wait, self._handle,
-                              c_void_p(stream_handle(stream)), byref(signal), _uint(k, "k"))
-
-    def release(self, slot: int, sequence: int, status: int = 0) -> None:
-        """Writes the slot's status word, then its value `sequence`: releases
-        whatever waits on it. From the CPU this opens a store's gate
-        (StreamRequest.open_gate) when it was given no stream."""
-        if not 0 <= _uint(slot, "slot") < self.slots:
-            raise invalid(f"slot {slot} is outside the board's {self.slots} slots")
-        self._lib.kvstash_board_release(self._handle, slot, _uint(sequence, "sequence"),
-                                        _uint(status, "status"))
-
-    def close(self) -> None:
-        if self._handle:
-            self._lib.kvstash_board_destroy(self._handle)
-            self._handle = c_void_p()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class Client:
@@ -232,9 +149,9 @@ class Client:
     def register(self, layers: Any, model: str, tenant: Optional[str] = None, tp_rank: int = 0,
                  tp_size: int = 1,
                  layout: Union[None, str, Geometry, Dict[str, Union[None, str, Geometry]]] = None,
-                 board: Optional["CompletionBoard"] = None,
+                 board: Optional[CompletionBoard] = None,
                  replicated_across_ranks: Optional[bool] = None,
-                 ) -> "Registration":
+                 ) -> Registration:
         """Registers an engine's KV cache and returns its Registration.
 
         `layers`: a list of per-layer tensors, vLLM's dict of layer name to
@@ -258,8 +175,6 @@ class Client:
         The tensors must stay alive and in place while registered (the
         Registration keeps a reference).
         """
-        from .registration import Registration
-
         if not isinstance(model, str) or not model:
             raise invalid("model must be a non-empty str (it names the key namespace)")
         specs = layer_specs(layers, layout)

@@ -8,18 +8,16 @@ import ctypes
 import sys
 from concurrent.futures import Future
 from ctypes import byref, c_void_p
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 from . import _lib
 from ._arrays import int32_buffer
 from ._connection import Connection
 from ._dispatch import KIND_LOOKUP, KIND_OUTCOMES, KIND_RELEASE, outcomes_from
+from .board import CompletionBoard, StreamRequest, stream_handle
 from .errors import invalid
 from .layouts import LayerSpec
-from .types import BoardSignal, ChunkOutcome, Geometry, LookupResult
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client, CompletionBoard
+from .types import ChunkOutcome, Geometry, LookupResult
 
 _KEY = 32
 _CHUNK_SIZE = ctypes.sizeof(_lib.CChunk)
@@ -133,91 +131,6 @@ def _sync_stream(stream: Any) -> None:
     )
 
 
-_CUDA_STREAM_LEGACY = 0x1  # cudaStreamLegacy / CU_STREAM_LEGACY
-
-
-def stream_handle(stream: Any) -> Optional[int]:
-    """A cudaStream_t as an int: None (no stream), an int handle
-    (torch.cuda.current_stream().cuda_stream), or an object with a
-    `cuda_stream` attribute (a torch.cuda.Stream). Handle 0, CUDA's legacy
-    default stream (torch's default stream), becomes cudaStreamLegacy: the
-    C API reads a NULL stream as "no stream"."""
-    if stream is None:
-        return None
-    handle = getattr(stream, "cuda_stream", stream)
-    if isinstance(handle, bool) or not isinstance(handle, int) or not 0 <= handle < 1 << 64:
-        raise invalid(
-            f"stream must be an int cudaStream_t, a torch.cuda.Stream or None, got {stream!r}"
-        )
-    return handle or _CUDA_STREAM_LEGACY
-
-
-class StreamRequest:
-    """A retrieve_on_stream or store_on_stream request in flight
-    (docs/protocol.md "GPU-side completion").
-
-    `signal`: its BoardSignal (slot, count, sequence) on `board`.
-    `outcomes`: a concurrent.futures.Future of the per-chunk outcomes (the
-    CPU reply; `await asyncio.wrap_future(request.outcomes)` in asyncio).
-    The slots are released whatever happens (failures too, with the error
-    in their status words), so a stream waiting on them never hangs; the
-    outcomes, or every slot's status once the last is released, say whether
-    the bytes are all there.
-    """
-
-    __slots__ = ("board", "signal", "outcomes", "_chunks")
-
-    def __init__(self, board: "CompletionBoard", signal: BoardSignal,
-                 outcomes: "Future[List[ChunkOutcome]]", chunks: "Chunks") -> None:
-        self.board = board
-        self.signal = signal
-        self.outcomes = outcomes
-        self._chunks = chunks  # the block ids stay alive until the reply
-
-    def _k(self, k: int) -> int:
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < self.signal.count:
-            raise invalid(f"k {k!r} is outside the request's {self.signal.count} slots [0, "
-                          f"{self.signal.count})")
-        return k
-
-    def wait(self, stream: Any, k: int = 0) -> None:
-        """Makes a CUDA stream (an int cudaStream_t such as
-        torch.cuda.current_stream().cuda_stream, or a torch.cuda.Stream)
-        wait, on the GPU, until slot k is released: a retrieve's layer range
-        k is in place, or (store, k=1) the blocks may be reused. Needs a
-        board made for a GPU (CompletionBoard(gpu=...))."""
-        slot, count, sequence = self.signal
-        self.board.wait(stream, slot, count, sequence, self._k(k))
-
-    def released(self, k: int = 0) -> bool:
-        """Non-blocking CPU check: whether slot k is released."""
-        slot, count, sequence = self.signal
-        return self.board.released(slot, count, sequence, self._k(k))
-
-    def status(self, k: int = 0) -> int:
-        """Slot k's status word: 0 (OK) or the kvstash status of what went
-        wrong (NOT_FOUND for a missing chunk, ...); final once the request's
-        last slot is released."""
-        return self.board.status(self.signal.slot + self._k(k))
-
-    @property
-    def done(self) -> bool:
-        """Whether every slot is released (the last one is released last)."""
-        return self.released(self.signal.count - 1)
-
-    def open_gate(self, status: int = 0) -> None:
-        """A store given no stream: tells kvstashd from the CPU that the
-        blocks are written (releases the gate, slot 0)."""
-        self.board.release(self.signal.slot, self.signal.sequence, status)
-
-    def result(self, timeout: Optional[float] = None) -> List[ChunkOutcome]:
-        """The per-chunk outcomes, waiting for the CPU reply."""
-        return self.outcomes.result(timeout)
-
-    def __repr__(self) -> str:
-        return f"<kvstash.StreamRequest {self.signal}>"
-
-
 class Registration:
     """An engine's KV cache registered with kvstashd.
 
@@ -229,10 +142,10 @@ class Registration:
     was registered with alive.
     """
 
-    def __init__(self, client: "Client", connection: Connection, c: _lib.CRegistration,
+    def __init__(self, client: Any, connection: Connection, c: _lib.CRegistration,
                  specs: List[LayerSpec], layers: Any,
-                 board: Optional["CompletionBoard"] = None) -> None:
-        self._client = client  # kept alive while the registration is
+                 board: Optional[CompletionBoard] = None) -> None:
+        self._client = client  # the kvstash.Client, kept alive while the registration is
         self._connection = connection  # the client's: what the data calls go through
         self._c = c
         self._specs = specs
@@ -250,7 +163,8 @@ class Registration:
         self._unregistered = False
 
     @property
-    def client(self) -> "Client":
+    def client(self) -> Any:
+        """The kvstash.Client that registered it."""
         return self._client
 
     def __repr__(self) -> str:
@@ -450,7 +364,7 @@ class Registration:
 
     # ---- GPU-side completion (docs/protocol.md) ----
 
-    def _on_stream(self, fn: Any, chunks: Chunks, board: Optional["CompletionBoard"],
+    def _on_stream(self, fn: Any, chunks: Chunks, board: Optional[CompletionBoard],
                    before_board: tuple, after_board: tuple) -> StreamRequest:
         chunks = self._chunks_arg(chunks)
         board = self.board if board is None else board
@@ -475,12 +389,11 @@ class Registration:
             # Refused before it was sent (or the client is closed): no slot
             # was taken, nothing to wait on. Raise here, not in the Future.
             raise future.exception()
-        return StreamRequest(board, BoardSignal(signal.slot, signal.count, signal.sequence),
-                             future, chunks)
+        return StreamRequest(board, signal, future, chunks)
 
     def retrieve_on_stream(self, chunks: Chunks, *, stream: Any = None, layer_ranges: int = 1,
                            skip_tokens: int = 0, lease_id: int = 0,
-                           board: Optional["CompletionBoard"] = None) -> StreamRequest:
+                           board: Optional[CompletionBoard] = None) -> StreamRequest:
         """retrieve() with GPU-side completion: returns a StreamRequest once
         the request is queued. Its slots are released (one per layer range,
         in order) as the ranges' bytes land in the blocks; range k holds
@@ -502,7 +415,7 @@ class Registration:
                                 _u32(layer_ranges, "layer_ranges")))
 
     def store_on_stream(self, chunks: Chunks, *, stream: Any = None,
-                        board: Optional["CompletionBoard"] = None) -> StreamRequest:
+                        board: Optional[CompletionBoard] = None) -> StreamRequest:
         """store() gated on the engine's stream, without a host wait:
         libkvstash enqueues the gate (slot 0) on `stream` and kvstashd reads
         the blocks only once the stream got there. Slot 1 is released once

@@ -160,10 +160,13 @@ def test_a_completion_board_is_registered_and_readable_from_the_cpu(client):
     reg = client.register([kv], model="board-model", board=board)
     assert reg is not None
     # Nothing signalled yet: slot 0 holds 0, below any sequence.
-    assert not board.released(0, 1, 1)
+    signal = kvstash.BoardSignal(slot=0, count=1, sequence=1)
+    assert not board.released(signal)
     assert board.status(0) == 0
     with pytest.raises(kvstash.InvalidArgument):
-        board.wait(0, 0, 1, 1)  # a CPU-only board has no streams
+        board.wait(0, signal)  # a CPU-only board has no streams
+    with pytest.raises(kvstash.InvalidArgument, match="BoardSignal"):
+        board.released((0, 1, 1))  # three ints are not a signal
     with pytest.raises(kvstash.InvalidArgument):
         kvstash.CompletionBoard(client, slots=5000)
     reg.unregister()

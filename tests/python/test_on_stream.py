@@ -264,7 +264,7 @@ def test_a_gate_never_opened_fails_the_store_at_its_deadline(daemon, board):
 
 
 def test_streams_are_given_as_handles_and_the_default_stream_is_not_no_stream():
-    from kvstash.registration import stream_handle
+    from kvstash.board import stream_handle
 
     class TorchLikeStream:
         cuda_stream = 0x7F00_0000_1234

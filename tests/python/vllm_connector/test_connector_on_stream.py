@@ -268,12 +268,15 @@ def test_a_full_board_falls_back_to_a_cpu_wait_and_still_loads(model_dir, daemon
     run_and_store(storer, "a1", a1)
     run_and_store(storer, "a2", a2)
     # Two slots: the step's first load takes both, the second finds none.
+    # A load gives its slots back with its reply: kvstashd is paused until
+    # both loads were issued, so the first still holds them when the second
+    # asks, however the threads of this process are scheduled.
     e = engine(model_dir, daemon, extra={"board_slots": 2})
     b1, b2 = a1[:96] + [2], a2[:96] + [3]
     prefix_hit(e, "b1", b1)
     e.scheduler.add_request(make_request("b2", b2, max_tokens=2))
     side = e.workers[0].connector.worker_side
-    so = e.step()
+    so = e.step(before_load=daemon.pause, after_start=lambda w: daemon.resume())
     assert len(so.kv_connector_metadata.loads) == 2
     assert side.stats["load_fallbacks"] == 1
     for req_id, tokens in (("b1", b1), ("b2", b2)):

@@ -11,7 +11,9 @@ and scheduler.py read what is there rather than a version number.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
 
 import torch
@@ -28,6 +30,7 @@ from .metadata import KvstashConnectorMetadata
 from .scheduler import SchedulerSide
 from .settings import parse_settings, waits_per_layer
 from .stats import KvstashConnectorStats
+from .timeline import Timeline
 from .worker import WorkerSide
 
 logger = logging.getLogger(__name__)
@@ -84,7 +87,8 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
 
     Settings (``kv_connector_extra_config``): ``socket``, ``model``,
     ``tenant``, ``timeout_ms``, ``lease_ms``, ``async_loads``, ``layerwise_loads``,
-    ``board_slots`` (docs/vllm.md).
+    ``board_slots``, ``board_completion``, ``early_reports``, ``finish_wait_us``,
+    ``timeline_file`` (docs/vllm.md).
     """
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
@@ -97,7 +101,10 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
         _check_library()
         self.scheduler_side: Optional[SchedulerSide] = None
         self.worker_side: Optional[WorkerSide] = None
+        # The scheduler's stamps (timeline.py) are taken here, around its hooks.
+        self._timeline = Timeline(None, "scheduler")
         if role == KVConnectorRole.SCHEDULER:
+            self._timeline = Timeline(self.settings.timeline_file, "scheduler")
             if getattr(self._kv_transfer_config, "kv_load_failure_policy", "fail") == "fail":
                 logger.warning(
                     "KvstashConnector: kv_load_failure_policy is 'fail', so a request whose "
@@ -131,6 +138,24 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
         # is released; restore_kv_caches registers the same tensors again.
         return True
 
+    def apply_settings(self, **changes: Any) -> None:
+        """Changes settings of this side for what comes next, as
+        kv_connector_extra_config would have set them (checked the same
+        way). For benchmarks that compare variants in one engine; settings
+        fixed at registration (board_slots, and layerwise_loads's ranges
+        and CUDA graph mode) keep their first values."""
+        extra = {k: v for k, v in dataclasses.asdict(self.settings).items() if v is not None}
+        extra.update(changes)
+        settings = parse_settings(extra, None)
+        if settings.timeline_file != self.settings.timeline_file and self.scheduler_side:
+            self._timeline.close()
+            self._timeline = Timeline(settings.timeline_file, "scheduler")
+        self.settings = settings
+        if self.worker_side is not None:
+            self.worker_side.use_settings(settings)
+        if self.scheduler_side is not None:
+            self.scheduler_side._settings = settings
+
     @property
     def _worker(self) -> WorkerSide:
         assert self.worker_side is not None, "a worker-side call on the scheduler's connector"
@@ -160,7 +185,8 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
         if self.worker_side is not None:
-            self.worker_side.begin_step()
+            assert isinstance(connector_metadata, KvstashConnectorMetadata)
+            self.worker_side.begin_step(connector_metadata)
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         # Loads are ordered on the forward pass's stream: this never waits
@@ -218,6 +244,7 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
             self.worker_side.shutdown()
         if self.scheduler_side is not None:
             self.scheduler_side.shutdown()
+        self._timeline.close()
 
     # ---- scheduler side ----
 
@@ -226,17 +253,30 @@ class KvstashConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
-        return self._scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
+        began = time.monotonic_ns()
+        matched = self._scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
+        self._timeline.stamp(request.request_id, "lookup", began)
+        return matched
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int) -> None:
         self._scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
+        if num_external_tokens > 0:
+            self._timeline.stamp(request.request_id, "alloc")
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
-        return self._scheduler.build_connector_meta(scheduler_output)
+        meta = self._scheduler.build_connector_meta(scheduler_output)
+        meta.forward_tokens = int(getattr(scheduler_output, "total_num_scheduled_tokens", -1))
+        if self._timeline.on:
+            for new in scheduler_output.scheduled_new_reqs:
+                self._timeline.stamp(new.req_id, "scheduled")
+        return meta
 
     def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
         self._scheduler.update_connector_output(connector_output)
+        if self._timeline.on:
+            for req_id in connector_output.finished_recving or ():
+                self._timeline.stamp(req_id, "recv_reported")
 
     def request_finished(self, request: "Request",
                          block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:

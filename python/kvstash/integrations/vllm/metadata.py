@@ -55,3 +55,8 @@ class KvstashConnectorMetadata(KVConnectorMetadata):
     loads: List[LoadSpec] = field(default_factory=list)
     stores: List[StoreSpec] = field(default_factory=list)
     preempted_req_ids: Set[str] = field(default_factory=set)
+    forward_tokens: int = -1
+    """Tokens the step computes (the scheduler output's
+    total_num_scheduled_tokens): 0 when vLLM steps only to move KV, so a
+    worker may wait for loads in flight without holding anyone's forward
+    pass (finish_wait_us). -1: unknown."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from ...client import max_board_slots
+from ...board import max_board_slots
 
 # Keys the connector understands; any other key is refused so that a typo
 # ("timout_ms") does not silently fall back to a default.
 KNOWN_KEYS = ("socket", "model", "tenant", "timeout_ms", "lease_ms", "async_loads",
-              "layerwise_loads", "board_slots")
+              "layerwise_loads", "board_slots", "board_completion", "early_reports",
+              "finish_wait_us", "timeline_file")
 
 _MAX_TIMEOUT_MS = 3_600_000
 # kvstashd refuses leases longer than ten minutes.
@@ -20,6 +21,8 @@ _MAX_LEASE_MS = 600_000
 # and bounds how long hits stay pinned when the scheduler dies
 # (docs/vllm.md, "Leases").
 DEFAULT_LEASE_MS = 10_000
+# A wait in get_finished holds the engine's step: never longer than this.
+_MAX_FINISH_WAIT_US = 100_000
 
 
 class SettingsError(ValueError):
@@ -55,6 +58,24 @@ class Settings:
     """Slots of each registration's completion board (by default the most a
     board holds, kvstash.max_board_slots()): a load takes one per layer range
     (at most this many ranges), a store two, until its reply."""
+    board_completion: bool = True
+    """A load is known done from its board slot (released with status 0:
+    every chunk in place), read by the engine thread, instead of from the
+    CPU reply, which reaches the engine thread only through the client's
+    dispatcher thread (and the GIL). Loads between steps then take one
+    board slot each. The reply still comes and is counted."""
+    early_reports: bool = True
+    """A load between steps whose every chunk is in place is reported in
+    the very get_finished that finds it done. False: one step later, after
+    get_block_ids_with_load_errors (the way a failed load always goes)."""
+    finish_wait_us: int = 0
+    """get_finished of a step with no forward pass (vLLM steps only to move
+    KV) waits up to this long for loads in flight, so that a load that
+    lands meanwhile is reported in this step instead of the next. It
+    waits only for loads expected to land within the bound (at the load
+    rate seen so far). 0: never waits."""
+    timeline_file: Optional[str] = None
+    """A file both sides append per-request stamps to (timeline.py)."""
 
 
 def _string(extra: Mapping[str, Any], key: str) -> Optional[str]:
@@ -135,6 +156,11 @@ def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Sett
         # A store takes 2 slots.
         board_slots=_integer(extra, "board_slots", max_board_slots(), max_board_slots(), "slots",
                              low=2),
+        board_completion=_boolean(extra, "board_completion", True),
+        early_reports=_boolean(extra, "early_reports", True),
+        finish_wait_us=_integer(extra, "finish_wait_us", 0, _MAX_FINISH_WAIT_US, "microseconds",
+                                low=0),
+        timeline_file=_string(extra, "timeline_file"),
     )
 
 

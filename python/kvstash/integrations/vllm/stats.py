@@ -43,7 +43,8 @@ COUNTERS: Dict[str, str] = {
 
 SAMPLES: Dict[str, str] = {
     "lookup_ms": "one request's lookup, every KV cache group (scheduler)",
-    "load_ms": "a load from its issue to its reply (per request and group)",
+    "load_ms": ("a load from its issue until its bytes are known in place (its board slot, "
+                "or its reply), per request and group"),
     "store_ms": "a store from its issue to its reply (per request and group)",
     "scheduler_step_ms": "the scheduler's time in the connector's hooks, per step with kvstash work",
     "worker_step_ms": "a worker's time in the connector's hooks, per step with kvstash work",

@@ -3,11 +3,16 @@ own completion board) per KV cache group on this rank; loads between steps
 or ordered on the forward pass's stream, stores gated on it.
 
 Loads between steps (async_loads, the default): start_load_kv issues one
-retrieve_async per registration and request; its reply comes once the bytes
-are in place. get_block_ids_with_load_errors hands out the blocks of every
-chunk that did not arrive, and the following get_finished reports the
-request in finished_recving, so vLLM computes it only after its KV is there,
-and recomputes a failed load before the request ever runs.
+retrieve per registration and request, with one board slot (board_completion:
+the engine thread sees the slot released with status 0 once every chunk is
+in place, without the CPU reply and the thread hand-off it costs) or as
+retrieve_async (its reply says so). get_finished reports a load whose every
+chunk is in place in finished_recving as soon as it sees it (early_reports);
+for a load with missing chunks, get_block_ids_with_load_errors first hands
+out their blocks and the following get_finished reports it, so vLLM computes
+a request only after its KV is there, and recomputes a failed load before
+the request ever runs. In a step without a forward pass, get_finished may
+wait a little for loads about to land (finish_wait_us).
 
 Loads in the step (docs/vllm.md, "On the stream"): start_load_kv issues one
 retrieve_on_stream per registration and request on the stream vLLM runs the
@@ -43,6 +48,7 @@ prompt never changes), so keeping one longer costs memory, never keys.
 from __future__ import annotations
 
 import concurrent.futures
+import enum
 import logging
 import time
 from dataclasses import dataclass, field
@@ -54,6 +60,7 @@ from .layout import GroupLayout, GroupTensors, group_tensors, kernel_block_table
 from .metadata import KvstashConnectorMetadata, LoadSpec, StoreSpec
 from .settings import Settings
 from .stats import KvstashConnectorStats, Recorder, timed_hook
+from .timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +83,12 @@ def layer_ranges(num_layers: int, wanted: int) -> List[int]:
 
 
 def _note_reply(load: "_Load", future: Any) -> None:
-    """Stamps load.replied_ns when its reply comes (the client's dispatcher
-    thread writes one int, read once the future is done)."""
+    """Stamps load.replied_ns (and load.replied_mono_ns, CLOCK_MONOTONIC)
+    when its reply comes (the client's dispatcher thread writes two ints,
+    read once the future is done)."""
     def replied(_: Any) -> None:
         load.replied_ns = time.perf_counter_ns()
+        load.replied_mono_ns = time.monotonic_ns()
     future.add_done_callback(replied)
 
 
@@ -98,6 +107,22 @@ def _cpu_wait(request: Any, k: int, deadline: float) -> bool:
             time.sleep(_POLL_S)
 
 
+class _Waits(enum.Enum):
+    """How a registration's loads and stores are waited for, chosen once
+    when it is registered (a request finding its board full still goes
+    the REPLY way, and says so)."""
+
+    STREAM = "stream"
+    """A board mapped for the tensors' GPU: the forward pass's stream waits
+    on its slots, and gates stores; the CPU never waits."""
+    CPU_BOARD = "cpu board"
+    """A board and CPU tensors (the host backend): the CPU polls its slots
+    and opens stores' gates."""
+    REPLY = "reply"
+    """No board (a driver without stream memory operations): the CPU waits
+    for the replies, and for the stream before a store."""
+
+
 @dataclass
 class _Registered:
     layout: GroupLayout
@@ -109,6 +134,7 @@ class _Registered:
     num_ranges: int
     device: Any
     """The tensors' CUDA device, or None (host memory, no stream)."""
+    waits: _Waits
 
 
 @dataclass
@@ -129,6 +155,17 @@ class _Load:
     issued_ns: int = 0
     replied_ns: int = 0
     """When the reply came (the future's done callback), for load_ms."""
+    issued_mono_ns: int = 0
+    replied_mono_ns: int = 0
+    landed_mono_ns: int = 0
+    """When the engine thread first saw the bytes in place (board slot
+    released with status 0, or the reply), CLOCK_MONOTONIC."""
+    nbytes: int = 0
+    """Bytes the load writes at most (its chunks' size): for the load rate."""
+
+    @property
+    def outcomes(self) -> "concurrent.futures.Future[Any]":
+        return self.request.outcomes if self.request is not None else self.future
 
 
 @dataclass
@@ -222,6 +259,22 @@ class WorkerSide:
         self._namespaces: List[bytes] = []
         """The registrations' key namespaces while asleep (sleep mode)."""
         self.recorder = Recorder("worker_step_ms")
+        self.timeline = Timeline(settings.timeline_file, "worker")
+        self._settling: List[_Load] = []
+        """Loads known in place from their board slots whose replies are
+        not counted yet (stats only: the slot's status already said OK)."""
+        self._forward_tokens = -1  # this step's, from the metadata
+        self._ns_per_byte = 0.0
+        """Load time per byte seen so far (0: none yet): when a load in
+        flight is expected to land (finish_wait_us)."""
+
+    def use_settings(self, settings: Settings) -> None:
+        """New settings for what comes next (benchmarks compare variants in
+        one engine); the registrations and their boards stay as they are."""
+        if settings.timeline_file != self._settings.timeline_file:
+            self.timeline.close()
+            self.timeline = Timeline(settings.timeline_file, "worker")
+        self._settings = settings
 
     @property
     def stats(self) -> Dict[str, int]:
@@ -277,6 +330,7 @@ class WorkerSide:
             return
         self._resolve_loads()
         self._poll_async_loads(wait=True)
+        self._count_settled(wait=True)
         self._load_errors.clear()  # vLLM drops every request's KV on sleep anyway
         self.wait_for_stores()
         self._namespaces = [r.reg.namespace_id for r in self._registered]
@@ -330,8 +384,10 @@ class WorkerSide:
             index = len(self._registered)
             for i, name in enumerate(tensors.tensors):
                 self._layer[name] = (index, range_of[i])
+            waits = (_Waits.REPLY if board is None
+                     else _Waits.STREAM if device is not None else _Waits.CPU_BOARD)
             self._registered.append(_Registered(layout, tensors, reg, board, range_of,
-                                                max(range_of) + 1, device))
+                                                max(range_of) + 1, device, waits))
 
     def _register(self, layout: GroupLayout, tensors: GroupTensors, board: Any) -> Any:
         return self._client.register(
@@ -371,11 +427,12 @@ class WorkerSide:
         return out
 
     @timed_hook
-    def begin_step(self) -> None:
+    def begin_step(self, meta: Optional[KvstashConnectorMetadata] = None) -> None:
         """vLLM bound a new step's metadata (before its forward pass)."""
         # A step's loads are resolved by its end (get_block_ids_with_load_errors).
         self._resolve_loads()
         self._step = _Step()
+        self._forward_tokens = meta.forward_tokens if meta is not None else -1
 
     @timed_hook
     def start_load_kv(self, meta: KvstashConnectorMetadata) -> None:
@@ -389,6 +446,7 @@ class WorkerSide:
         step.resolved = False
         c = self._chunk_tokens
         for spec in meta.loads:
+            self.timeline.stamp(spec.req_id, "load_issued")
             first = spec.start_token // c
             last = spec.end_token // c  # only whole chunks are stored
             if spec.async_load:
@@ -416,9 +474,16 @@ class WorkerSide:
 
     def _load(self, index: int, registered: _Registered, spec: LoadSpec, first: int,
               last: int, on_stream: bool = True) -> _Load:
+        """One retrieve: on the forward pass's stream (on_stream), or between
+        steps, where it takes a board slot (board_completion) so that the
+        engine thread sees it land without waiting for the reply."""
         c = self._chunk_tokens
-        load = _Load(spec, index, first, last - first, num_ranges=registered.num_ranges,
-                     issued_ns=time.perf_counter_ns())
+        # Layer-wise: one range per layer; else one, which libkvstash makes
+        # the stream wait for before retrieve_on_stream returns.
+        ranges = registered.num_ranges if on_stream and self._settings.layerwise_loads else 1
+        load = _Load(spec, index, first, last - first, num_ranges=ranges,
+                     issued_ns=time.perf_counter_ns(), issued_mono_ns=time.monotonic_ns(),
+                     nbytes=registered.reg.chunk_bytes * (last - first))
         skip = spec.start_token - first * c
         # No lease_id on the retrieves: the lookup's lease belongs to the
         # scheduler's connection (kvstashd ignores anyone else naming it),
@@ -434,11 +499,12 @@ class WorkerSide:
             return load
         # Keyed from token 0: the request's chain now ends at chunk `last`.
         self._extend_chain(spec.req_id, index, chunks.key(-1), last)
-        if registered.board is not None and on_stream:
+        if registered.waits is not _Waits.REPLY and (on_stream or
+                                                     self._settings.board_completion):
             try:
                 load.request = registered.reg.retrieve_on_stream(
-                    chunks, stream=self._stream(registered), layer_ranges=registered.num_ranges,
-                    skip_tokens=skip)
+                    chunks, stream=self._stream(registered) if on_stream else None,
+                    layer_ranges=ranges, skip_tokens=skip)
                 _note_reply(load, load.request.outcomes)
                 return load
             except kvstash.ResourceExhausted as error:
@@ -460,7 +526,7 @@ class WorkerSide:
         """layerwise_loads off, or CPU tensors: wait before the first layer."""
         for load in self._step.loads:
             registered = self._registered[load.registration]
-            if load.request is not None and registered.device is not None:
+            if load.request is not None and registered.waits is _Waits.STREAM:
                 # One range on a stream: libkvstash enqueued the stream's
                 # wait before retrieve_on_stream returned.
                 load.waited.add(0)
@@ -483,7 +549,7 @@ class WorkerSide:
             load.waited.update(range(load.num_ranges))
             return
         self._count("layer_waits")
-        if stream is not None:
+        if registered.waits is _Waits.STREAM:
             load.request.wait(stream, k)
         elif not _cpu_wait(load.request, k, self._cpu_deadline()):
             load.failed = True
@@ -503,7 +569,8 @@ class WorkerSide:
         stream = self._stream(registered)
         for load in loads:
             if load.registration == index:
-                self._wait_range(load, registered, k, stream)
+                # A load of one range (layerwise_loads off) covers every layer.
+                self._wait_range(load, registered, k if load.num_ranges > 1 else 0, stream)
 
     def _resolve_loads(self) -> None:
         """Collects this step's outcomes (the CPU reply; the forward pass is
@@ -525,13 +592,84 @@ class WorkerSide:
                     "Set layerwise_loads=false if this engine skips the per-layer hooks",
                     load.spec.req_id, unwaited)
                 load.failed = True
-            future = load.request.outcomes if load.request is not None else load.future
-            errors = self._failed_blocks(load, future, self._cpu_deadline())
+            if not load.failed and self._landed_on_board(load, wait=True):
+                self._settling.append(load)  # every chunk in place; counted at the reply
+                continue
+            errors = self._failed_blocks(load, load.outcomes, self._cpu_deadline())
             if errors:
                 self._load_errors |= errors
                 step.failed_reqs.add(load.spec.req_id)
+        if self.timeline.on:
+            landed: Dict[str, int] = {}
+            for load in step.loads:
+                ns = load.landed_mono_ns or load.replied_mono_ns
+                landed[load.spec.req_id] = max(landed.get(load.spec.req_id, 0), ns)
+            for req_id, ns in landed.items():
+                self.timeline.stamp(req_id, "load_done", ns or None)
         # Later waits of this step (none expected) have nothing to wait for.
         step.loads = []
+
+    def _landed_on_board(self, load: _Load, wait: bool = False) -> bool:
+        """Whether every chunk of `load` is in its blocks, from its board
+        slot alone (board_completion; its last slot released with status 0,
+        docs/protocol.md). `wait`: polls the slot from the CPU until it is
+        released. False: not known that way (not released yet, no board,
+        or a status other than 0: the reply says which chunks failed)."""
+        request = load.request
+        if request is None or not self._settings.board_completion:
+            return False
+        last = request.signal.count - 1
+        if not request.released(last):
+            if not wait or not _cpu_wait(request, last, self._cpu_deadline()):
+                return False
+        if request.status(last) != 0:
+            return False
+        if not load.landed_mono_ns:
+            load.landed_mono_ns = time.monotonic_ns()
+            self._learn_rate(load)
+            self._count_landed(load)
+        return True
+
+    def _count_landed(self, load: _Load) -> None:
+        """Counts a load known in place from its board slot: every chunk
+        whole (a stored chunk is a whole one: only whole chunks are keyed)."""
+        c = self._chunk_tokens
+        start = load.spec.start_token
+        tokens = (load.first_chunk + load.num_chunks) * c - max(load.first_chunk * c, start)
+        self._count("load_chunks", load.num_chunks)
+        self._count("load_bytes",
+                    self._registered[load.registration].reg.chunk_bytes * tokens // c)
+        self.recorder.observe("load_ms", (load.landed_mono_ns - load.issued_mono_ns) / 1e6)
+
+    def _learn_rate(self, load: _Load) -> None:
+        if load.nbytes <= 0:
+            return
+        landed = load.landed_mono_ns or load.replied_mono_ns
+        if not landed:
+            return
+        seen = max(landed - load.issued_mono_ns, 1) / load.nbytes
+        self._ns_per_byte = seen if not self._ns_per_byte else 0.5 * (self._ns_per_byte + seen)
+
+    def _count_settled(self, wait: bool = False) -> None:
+        """Takes the replies of loads already known in place (counted when
+        they landed): a check that they agree."""
+        left = []
+        for load in self._settling:
+            if not wait and not load.outcomes.done():
+                left.append(load)
+                continue
+            try:
+                outcomes = load.outcomes.result(max(0.0, self._cpu_deadline() - time.monotonic()))
+            except Exception as error:
+                outcomes, failed = [], repr(error)
+            else:
+                failed = [o for o in outcomes if o.result != kvstash.ChunkResult.RETRIEVED]
+            if failed:
+                # The protocol rules this out (status 0 means every chunk
+                # was retrieved); say so loudly if it ever happens.
+                logger.error("kvstash: request %s's load was released with status 0 but its "
+                             "reply says %s", load.spec.req_id, failed)
+        self._settling = left
 
     def _failed_blocks(self, load: _Load, future: Any, deadline: float) -> Set[int]:
         """The vLLM blocks `load` should have filled and did not, from its
@@ -585,24 +723,60 @@ class WorkerSide:
             self._seed_chains(spec, last)
         self._async_loads[spec.req_id] = pending
 
+    def _async_done(self, pending: _AsyncLoad) -> bool:
+        """Whether every retrieve of a load between steps landed (board) or replied."""
+        return all(self._landed_on_board(load) or load.outcomes.done() for load in pending.loads)
+
     def _poll_async_loads(self, wait: bool = False) -> None:
         for req_id, pending in list(self._async_loads.items()):
-            if not wait and not all(load.future.done() for load in pending.loads):
+            if not wait and not self._async_done(pending):
                 continue
+            landed = 0
             for load in pending.loads:
-                pending.errors |= self._failed_blocks(load, load.future, self._cpu_deadline())
+                if self._landed_on_board(load):
+                    self._settling.append(load)
+                else:
+                    pending.errors |= self._failed_blocks(load, load.outcomes,
+                                                          self._cpu_deadline())
+                    self._learn_rate(load)
+                landed = max(landed, load.landed_mono_ns or load.replied_mono_ns)
+            self.timeline.stamp(req_id, "load_done", landed or None)
             del self._async_loads[req_id]
             if pending.errors and self.report_failed_requests:
                 self._recv_failed.add(req_id)
                 self._recv_ready.add(req_id)
                 continue
             self._load_errors |= pending.errors
-            self._recv_unreported.add(req_id)
+            if not pending.errors and self._settings.early_reports:
+                # Nothing to hand out first: reported in this get_finished.
+                self._recv_ready.add(req_id)
+            else:
+                self._recv_unreported.add(req_id)
+
+    def _await_landing(self) -> None:
+        """finish_wait_us: in a step without a forward pass, waits (up to
+        the bound) for the loads in flight expected to land meanwhile."""
+        bound_ns = self._settings.finish_wait_us * 1000
+        if not bound_ns or not self._async_loads or self._forward_tokens != 0:
+            return
+        now = time.monotonic_ns()
+        deadline = now + bound_ns
+        if self._ns_per_byte:
+            # Half again the time loads took so far, and 0.2 ms for the rest.
+            expected = max(load.issued_mono_ns + int(1.5 * load.nbytes * self._ns_per_byte)
+                           for pending in self._async_loads.values() for load in pending.loads)
+            if expected + 200_000 > deadline:
+                return  # would not land in time: vLLM steps on meanwhile
+        while not all(self._async_done(p) for p in self._async_loads.values()):
+            if time.monotonic_ns() > deadline:
+                return
+            time.sleep(0)  # lets the client's dispatcher thread take the GIL
 
     @timed_hook
     def take_load_errors(self) -> Set[int]:
         self._resolve_loads()
         self._poll_async_loads()
+        self._count_settled()
         errors, self._load_errors = self._load_errors, set()
         # Their failed blocks are out: the loads may be reported finished.
         self._recv_ready |= self._recv_unreported
@@ -667,6 +841,8 @@ class WorkerSide:
                     continue  # MLA is the same on every rank: rank 0 stores it
                 store = self._store(index, registered, spec, publish)
                 if store is not None:
+                    if spec.req_id not in self._stores:
+                        self.timeline.stamp(spec.req_id, "store_issued")
                     self._stores.setdefault(spec.req_id, []).append(store)
 
     def _store(self, index: int, registered: _Registered, spec: StoreSpec,
@@ -698,7 +874,7 @@ class WorkerSide:
         stream = self._stream(registered)
         chunk_bytes = registered.reg.chunk_bytes
         issued_ns = time.perf_counter_ns()
-        if registered.board is None:
+        if registered.waits is _Waits.REPLY:
             # No board: the host waits for the stream, then submits.
             return _Store(future=registered.reg.store_async(chunks, stream=stream),
                           chunk_bytes=chunk_bytes, num_chunks=spec.num_chunks,
@@ -717,7 +893,7 @@ class WorkerSide:
             logger.warning("kvstash store for request %s failed: %s", spec.req_id, error)
             self._count("store_failed_chunks", spec.num_chunks)
             return None
-        if stream is None:
+        if registered.waits is _Waits.CPU_BOARD:
             # CPU tensors: the forward's writes are done when this runs.
             request.open_gate()
         return _Store(request=request, device=registered.device, chunk_bytes=chunk_bytes,
@@ -809,10 +985,11 @@ class WorkerSide:
         already handed out by get_block_ids_with_load_errors). vLLM frees a
         finished request's blocks on either report, so one in both is
         reported once, as received, when its loads and its stores are done."""
-        if self._stores or self._async_loads or self._finishing:
+        if self._stores or self._async_loads or self._finishing or self._settling:
             self.recorder.step_has_work = True
         for req_id in finished_req_ids:
             self._chains.pop(req_id, None)
+        self._await_landing()
         self._poll_async_loads()
         self._finishing |= finished_req_ids & self._store_reqs
         stored = set()
@@ -828,6 +1005,8 @@ class WorkerSide:
         sending = {r for r in stored if r not in loading}
         received = {r for r in self._recv_ready if r not in self._finishing}
         self._recv_ready -= received
+        for req_id in received:
+            self.timeline.stamp(req_id, "load_reported")
         return (sending or None), (received or None)
 
     def transfer_results(self, finished_req_ids: Set[str]) -> Tuple[Set[str], Set[str], Set[str]]:
@@ -848,6 +1027,8 @@ class WorkerSide:
     def shutdown(self) -> None:
         self._resolve_loads()
         self._poll_async_loads(wait=True)
+        self._count_settled(wait=True)
         self.wait_for_stores()
         self._unregister_all()
         self._client.close()
+        self.timeline.close()
