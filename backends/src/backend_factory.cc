@@ -1,16 +1,16 @@
 // Backend selection.
-#include "backend_factory.h"
+#include "kvstash/backends/backend_factory.h"
 
 #include <algorithm>
 #include <thread>
 
-#include "daemon_logger.h"
+#include "backends_logger.h"
 #include "host_backend.h"
 #if KVSTASH_HAVE_CUDA
 #include "cuda_backend.h"
 #endif
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 namespace {
 
@@ -18,10 +18,14 @@ std::unique_ptr<Backend> MakeHostBackend(const config::ServerConfig& config) {
   const size_t copy_threads = config.copy_threads
                                   ? config.copy_threads
                                   : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  return std::make_unique<HostBackend>(copy_threads);
+  return CreateHostBackend(copy_threads);
 }
 
 }  // namespace
+
+std::unique_ptr<Backend> CreateHostBackend(size_t copy_threads) {
+  return std::make_unique<HostBackend>(copy_threads);
+}
 
 Result<std::unique_ptr<Backend>> CreateBackend(const config::ServerConfig& config) {
   using config::BackendKind;
@@ -48,4 +52,4 @@ Result<std::unique_ptr<Backend>> CreateBackend(const config::ServerConfig& confi
 #endif
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -7,14 +7,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends_logger.h"
 #include "cuda_ipc_allocation.h"
-#include "daemon_logger.h"
 #include "kvstash/cuda/board_device.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/cuda/driver_api.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig& config) {
   Result<int> count = cuda::DeviceCount();
@@ -275,4 +275,4 @@ void CudaBackend::Describe(nlohmann::json& out) const {
   out["multipath"] = multipath;
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

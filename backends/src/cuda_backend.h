@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
 #include "cuda_copy_lane.h"
 #include "cuda_relay_path.h"
+#include "kvstash/backends/backend.h"
+#include "kvstash/backends/link_loads.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/cuda/devices.h"
 #include "kvstash/cuda/peers.h"
-#include "link_loads.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class CudaBackend : public Backend {
  public:
@@ -74,4 +74,4 @@ class CudaBackend : public Backend {
   std::shared_ptr<std::atomic<int64_t>> ipc_open_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

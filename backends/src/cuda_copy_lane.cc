@@ -9,12 +9,12 @@
 #include <string>
 #include <thread>
 
+#include "backends_logger.h"
 #include "cuda_relay_path.h"
-#include "daemon_logger.h"
 #include "kvstash/cuda/board_device.h"
 #include "kvstash/cuda/cuda_status.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 namespace {
 
@@ -418,4 +418,4 @@ Status CudaCopyLane::Poll(uint64_t bytes, std::chrono::steady_clock::time_point 
   return Status::Ok();
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -74,10 +74,10 @@
 #include <memory>
 #include <vector>
 
-#include "backend.h"
 #include "cuda_copy_plan.h"
 #include "cuda_copy_steps.h"
 #include "cuda_lane_trace.h"
+#include "kvstash/backends/backend.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
@@ -85,7 +85,7 @@
 #include "multipath_split.h"
 #include "registration_cache.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class CudaRelayPath;
 class LinkLoads;
@@ -310,4 +310,4 @@ class CudaCopyLane {
   std::atomic<uint64_t> multipath_copies_{0};
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

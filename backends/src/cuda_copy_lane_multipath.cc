@@ -8,13 +8,13 @@
 #include <limits>
 #include <string>
 
+#include "backends_logger.h"
 #include "cuda_copy_lane.h"
 #include "cuda_relay_path.h"
-#include "daemon_logger.h"
+#include "kvstash/backends/link_loads.h"
 #include "kvstash/cuda/cuda_status.h"
-#include "link_loads.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 namespace {
 
@@ -516,4 +516,4 @@ void CudaCopyLane::ReleaseRelays(bool drained) {
   held_.clear();
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -21,7 +21,7 @@
 #include "cuda_relay_path.h"
 #include "kvstash/cuda/cuda_status.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 Status CudaCopyLane::StoreThroughStagingMultipath(
     const LayerAddresses& addresses, const std::vector<CopyStep>& steps,
@@ -153,4 +153,4 @@ Status CudaCopyLane::StoreOnRelay(HeldRelay& h, const CopyPiece& piece,
   return Status::Ok();
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -6,7 +6,7 @@
 
 #include "kvstash/cuda/cuda_status.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 namespace {
 
@@ -95,4 +95,4 @@ kernels::DeviceChunkBatch CopyPlan::Slice(size_t begin, size_t count) const {
   return kernels::DeviceChunkBatch{host + begin, device + begin, count};
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -21,11 +21,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/kernels/chunk_copy_cuda.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class LayerAddresses {
  public:
@@ -64,4 +64,4 @@ class CopyPlan {
   uint64_t used_bytes_ = 0;
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

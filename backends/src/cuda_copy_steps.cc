@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 std::vector<std::pair<uint64_t, uint64_t>> FlatWindows(
     const std::vector<GroupAddresses>& groups,
@@ -64,4 +64,4 @@ std::vector<CopyStep> CopySteps(const std::vector<GroupAddresses>& groups,
   return steps;
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 struct CopyStep {
   // slices[g]: the (first, count) of group g's layers in this step.
@@ -41,4 +41,4 @@ std::vector<std::pair<uint64_t, uint64_t>> FlatWindows(
     const std::vector<GroupAddresses>& groups,
     const std::vector<std::pair<uint32_t, uint32_t>>& slices);
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -6,12 +6,12 @@
 #include <cstring>
 #include <string>
 
-#include "daemon_logger.h"
+#include "backends_logger.h"
 #include "kvstash/cuda/cuda_status.h"
 #include "kvstash/cuda/devices.h"
 #include "kvstash/cuda/driver_api.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 namespace {
 
@@ -119,4 +119,4 @@ Result<std::shared_ptr<MappedAllocation>> OpenIpcAllocation(
       static_cast<uint8_t*>(opened), usable, device, std::move(open_count), std::move(on_peers)));
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 // Opens `spec` on `device` (the ordinal of its GPU UUID) and checks the
 // declared size against the real size of the opened allocation. `open_count`
@@ -21,4 +21,4 @@ Result<std::shared_ptr<MappedAllocation>> OpenIpcAllocation(
     const AllocationSpec& spec, int device, std::shared_ptr<std::atomic<int64_t>> open_count,
     const std::vector<int>& peers = {});
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

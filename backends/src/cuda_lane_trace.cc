@@ -6,7 +6,7 @@
 
 #include "kvstash/cuda/cuda_status.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 Status LaneTrace::Enable() {
   std::vector<cuda::Event> events;
@@ -47,4 +47,4 @@ std::string LaneTrace::Report(cudaEvent_t start, size_t steps) {
   return text;
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -13,7 +13,7 @@
 #include "kvstash/cuda/streams.h"
 #include "kvstash/status.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class LaneTrace {
  public:
@@ -38,4 +38,4 @@ class LaneTrace {
   std::vector<cuda::Event> events_;
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

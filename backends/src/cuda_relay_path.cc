@@ -8,7 +8,7 @@
 
 #include "kvstash/cuda/cuda_status.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 Result<std::unique_ptr<CudaRelayPath>> CudaRelayPath::Create(int device, Direction direction,
                                                              uint64_t staging_bytes) {
@@ -65,4 +65,4 @@ std::string CudaRelayPath::failure() const {
   return failure_;
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

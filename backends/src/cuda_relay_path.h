@@ -23,15 +23,15 @@
 #include <memory>
 #include <string>
 
-#include "backend.h"
 #include "cuda_copy_plan.h"
+#include "kvstash/backends/backend.h"
 #include "kvstash/cuda/buffers.h"
 #include "kvstash/cuda/streams.h"
 #include "kvstash/runtime/thread_annotations.h"
 #include "kvstash/status.h"
 #include "registration_cache.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class CudaRelayPath {
  public:
@@ -106,4 +106,4 @@ class CudaRelayPath {
   std::string failure_ KVSTASH_GUARDED_BY(mutex_);
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -1,11 +1,11 @@
 // Faults at chosen copies.
-#include "fault_injection_backend.h"
+#include "kvstash/backends/fault_injection_backend.h"
 
 #include <unistd.h>
 
 #include <thread>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 void FaultInjectionBackend::AddRule(FaultRule rule) {
   MutexLock lock(mutex_);
@@ -69,4 +69,4 @@ Status FaultInjectionBackend::Copy(Direction direction, int device, const CopyLa
   return rule->error;
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

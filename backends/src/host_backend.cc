@@ -16,10 +16,10 @@
 #include <string>
 #include <thread>
 
-#include "daemon_logger.h"
-#include "memory_fault_guard.h"
+#include "backends_logger.h"
+#include "kvstash/backends/memory_fault_guard.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 std::string AllocationSpec::identity() const {
   if (kind == Kind::kHostShm) return "shm:" + shm_name;
@@ -276,4 +276,4 @@ Status HostBackend::CopyGuarded(Direction direction, const kernels::PreparedCpuG
   return Status::DeviceError(what);
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

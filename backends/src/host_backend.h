@@ -13,11 +13,11 @@
 #include <mutex>
 #include <string>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 #include "kvstash/runtime/thread_annotations.h"
 #include "thread_pool.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 // The names of the shared memory objects mapped now, by mapping address:
 // read only to name the object in an error. Thread-safe.
@@ -53,4 +53,4 @@ class HostBackend : public Backend {
   ThreadPool pool_;
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -1,5 +1,5 @@
 // Opening an engine's completion board and touching its words from the CPU.
-#include "mapped_board.h"
+#include "kvstash/backends/mapped_board.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,10 +9,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kvstash/backends/memory_fault_guard.h"
 #include "kvstash/completion_board.h"
-#include "memory_fault_guard.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 namespace {
 
@@ -136,4 +136,4 @@ uint64_t MappedBoard::device_value(uint32_t slot) const {
                                     kBoardValueOffset);
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -1,12 +1,12 @@
 // The SIGBUS recovery point (see memory_fault_guard.h for why).
-#include "memory_fault_guard.h"
+#include "kvstash/backends/memory_fault_guard.h"
 
 #include <setjmp.h>
 #include <signal.h>
 
 #include <mutex>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 namespace {
 
 struct RecoveryPoint {
@@ -79,4 +79,4 @@ bool MemoryFaultGuard::RunGuarded(const void* begin, size_t bytes, void (*body)(
   return true;
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 std::vector<size_t> ChooseRelays(const MultipathPolicy& policy, uint64_t bytes, size_t max_shares,
                                  const std::vector<RelayCandidate>& candidates) {
@@ -22,4 +22,4 @@ std::vector<size_t> ChooseRelays(const MultipathPolicy& policy, uint64_t bytes, 
   return chosen;
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

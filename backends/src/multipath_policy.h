@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 struct MultipathPolicy {
   // A relay whose own lane of the copy's direction holds more bytes than
@@ -53,4 +53,4 @@ inline bool RelayIdle(const MultipathPolicy& policy, uint64_t queued_bytes) {
 std::vector<size_t> ChooseRelays(const MultipathPolicy& policy, uint64_t bytes, size_t max_shares,
                                  const std::vector<RelayCandidate>& candidates);
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

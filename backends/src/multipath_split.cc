@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <limits>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 namespace {
 
@@ -178,4 +178,4 @@ std::vector<size_t> AssignPieces(const std::vector<CopyPiece>& pieces, size_t pa
   return path;
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -32,7 +32,7 @@
 
 #include "cuda_copy_steps.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 struct CopyPiece {
   size_t step = 0;   // the CopyStep whose layers it carries (part of)
@@ -114,4 +114,4 @@ size_t LeastLoadedPath(const std::vector<uint64_t>& carried, const std::vector<b
 // The path of each piece when every path stays usable.
 std::vector<size_t> AssignPieces(const std::vector<CopyPiece>& pieces, size_t paths);
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

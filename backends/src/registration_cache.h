@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 template <typename Entry>
 class RegistrationCache {
@@ -55,4 +55,4 @@ class RegistrationCache {
   std::unordered_map<uint64_t, typename List::iterator> index_;
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <memory>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 ThreadPool::ThreadPool(size_t threads) {
   for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
@@ -70,4 +70,4 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   loop->finished.wait(lock.native(), [&] { return loop->done.load() == n; });
 }
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

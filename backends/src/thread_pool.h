@@ -14,7 +14,7 @@
 
 #include "kvstash/runtime/thread_annotations.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class ThreadPool {
  public:
@@ -36,4 +36,4 @@ class ThreadPool {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -13,7 +13,7 @@
 #include "kvstash/chunk_layout.h"
 #include "kvstash/layouts.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 namespace {
 
 // A registration's groups over fake engine addresses (never dereferenced).
@@ -120,4 +120,4 @@ TEST(CudaCopySteps, WindowsAreExactForOddHeadSizes) {
 }
 
 }  // namespace
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

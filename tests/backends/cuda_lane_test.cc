@@ -22,7 +22,7 @@
 #include "gpu.h"
 #include "layouts.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 namespace {
 
 using kernels::test::AllLayouts;
@@ -254,4 +254,4 @@ TEST_P(CudaLaneTest, AChunkPastItsDeadlineIsLeftOutWhole) {
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaLaneTest, ::testing::ValuesIn(Cases()), NameOf);
 
 }  // namespace
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -36,15 +36,15 @@
 #include "cuda_copy_lane.h"
 #include "cuda_relay_path.h"
 #include "gpu.h"
+#include "kvstash/backends/link_loads.h"
+#include "kvstash/backends/mapped_board.h"
 #include "kvstash/completion_board.h"
 #include "kvstash/cuda/driver_api.h"
 #include "kvstash/cuda/peers.h"
 #include "layouts.h"
-#include "link_loads.h"
-#include "mapped_board.h"
 #include "multipath_split.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 namespace {
 
 using kernels::test::AllLayouts;
@@ -828,4 +828,4 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaMultipathDeadlineTest, ::testing::ValuesIn
                          NameOf);
 
 }  // namespace
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -15,7 +15,7 @@
 #include "kvstash/chunk_layout.h"
 #include "kvstash/layouts.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 namespace {
 
 TEST(HostBackendTest, ARetrieveWritesNoBlockOfAChunkPastItsDeadline) {
@@ -144,4 +144,4 @@ TEST_F(HostBackendGroupsTest, ALayerRangePastItsGroupFailsTheCallBeforeAnyCopy) 
 }
 
 }  // namespace
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "link_loads.h"
+#include "kvstash/backends/link_loads.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -127,4 +127,4 @@ TEST(LinkLoads, CountsQueuedBytesPerDeviceAndDirection) {
 }
 
 }  // namespace
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

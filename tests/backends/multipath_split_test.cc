@@ -15,7 +15,7 @@
 #include "kvstash/chunk_layout.h"
 #include "kvstash/layouts.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -539,4 +539,4 @@ TEST(MultipathSplit, EachPieceGoesToTheLeastLoadedUsablePath) {
 }
 
 }  // namespace
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

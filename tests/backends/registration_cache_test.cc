@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 namespace {
 
 TEST(RegistrationCache, ASecondRequestOfARegistrationFindsItsFirstRequestsEntry) {
@@ -49,4 +49,4 @@ TEST(RegistrationCache, InsertingAnIdAgainReplacesItsEntry) {
 }
 
 }  // namespace
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

@@ -17,13 +17,13 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kvstash/backends/mapped_board.h"
+#include "kvstash/backends/peer_credentials.h"
+#include "kvstash/backends/slab_hooks.h"
 #include "kvstash/kernels/chunk_copy.h"
 #include "kvstash/status.h"
-#include "l1_pool.h"
-#include "mapped_board.h"
-#include "peer.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class LinkLoads;
 
@@ -183,4 +183,4 @@ class Backend {
   virtual LinkLoads* link_loads() { return nullptr; }
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

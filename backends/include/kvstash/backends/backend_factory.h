@@ -2,13 +2,18 @@
 // daemon was built with CUDA and a GPU is visible, host otherwise).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 #include "kvstash/config/server_config.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 Result<std::unique_ptr<Backend>> CreateBackend(const config::ServerConfig& config);
 
-}  // namespace kvstash::server
+// The host backend, its copies spread over `copy_threads` threads (the
+// caller's among them), as tests and harnesses put it under a service.
+std::unique_ptr<Backend> CreateHostBackend(size_t copy_threads);
+
+}  // namespace kvstash::backends

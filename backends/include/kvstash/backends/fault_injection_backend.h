@@ -14,10 +14,10 @@
 #include <optional>
 #include <vector>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 #include "kvstash/runtime/thread_annotations.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 struct FaultRule {
   enum class Action {
@@ -80,4 +80,4 @@ class FaultInjectionBackend : public Backend {
   std::atomic<uint64_t> retrieve_copies_{0};
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

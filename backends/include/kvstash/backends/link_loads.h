@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class LinkLoads {
  public:
@@ -43,4 +43,4 @@ class LinkLoads {
   const std::unique_ptr<std::atomic<uint64_t>[]> bytes_;
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

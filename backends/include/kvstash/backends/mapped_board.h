@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "kvstash/backends/peer_credentials.h"
 #include "kvstash/status.h"
-#include "peer.h"
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 // How a backend makes a board reachable from its copy engines.
 struct BoardMapping {
@@ -75,4 +75,4 @@ class MappedBoard {
   std::atomic<bool> abandoned_{false};
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends

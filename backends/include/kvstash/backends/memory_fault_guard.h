@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kvstash::server {
+namespace kvstash::backends {
 
 class MemoryFaultGuard {
  public:
@@ -39,4 +39,4 @@ class MemoryFaultGuard {
                          uintptr_t* fault_address);
 };
 
-}  // namespace kvstash::server
+}  // namespace kvstash::backends
