@@ -51,6 +51,62 @@ class ShmAllocation : public MappedAllocation {
   std::shared_ptr<ShmNames> names_;
 };
 
+// One layer of one group, as a copy task names it.
+struct LayerRef {
+  uint32_t group;
+  uint32_t layer;
+};
+
+// Each group checked and its heads merged once per call, before any task
+// runs: a group the CPU twins cannot copy fails the call with nothing
+// copied, and the tasks check only their chunk.
+Result<std::vector<kernels::PreparedCpuGroup>> PrepareGroups(const CopyLayout& layout) {
+  const std::vector<GroupAddresses>& groups = layout.groups;
+  std::vector<kernels::PreparedCpuGroup> prepared;
+  prepared.reserve(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Result<kernels::PreparedCpuGroup> group = kernels::PrepareGroupCpu(groups[g].group);
+    if (!group.ok()) {
+      return Status(group.status().code(), "group " + std::to_string(g) + " of registration " +
+                                               std::to_string(layout.registration_id) +
+                                               " cannot be copied: " + group.status().message());
+    }
+    prepared.push_back(*group);
+  }
+  return prepared;
+}
+
+// The layer ranges, copied one after the other, each range's slot released
+// after its copies (one range of every layer without a signal).
+Result<std::vector<std::vector<LayerRef>>> LayerRanges(const std::vector<GroupAddresses>& groups,
+                                                       const CopySignal* signal) {
+  std::vector<std::vector<LayerRef>> ranges;
+  if (signal == nullptr || signal->ranges.empty()) {
+    std::vector<LayerRef>& all = ranges.emplace_back();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (uint32_t l = 0; l < groups[g].group.shape.num_layers; ++l)
+        all.push_back({uint32_t(g), l});
+    }
+    return ranges;
+  }
+  for (const auto& slices : signal->ranges) {
+    std::vector<LayerRef>& range = ranges.emplace_back();
+    for (size_t g = 0; g < slices.size() && g < groups.size(); ++g) {
+      const auto [first, count] = slices[g];
+      // Slices come from the registration's own layers; checked still,
+      // since PreparedCpuGroup::Layers trusts its bounds.
+      if (uint64_t{first} + count > groups[g].group.shape.num_layers) {
+        return Status::Internal(
+            "layer range " + std::to_string(ranges.size() - 1) + " takes layers [" +
+            std::to_string(first) + ", " + std::to_string(uint64_t{first} + count) + ") of group " +
+            std::to_string(g) + ", which has " + std::to_string(groups[g].group.shape.num_layers));
+      }
+      for (uint32_t l = 0; l < count; ++l) range.push_back({uint32_t(g), first + l});
+    }
+  }
+  return ranges;
+}
+
 // One layer of one chunk, as RunGuarded's body.
 struct LayerCopy {
   Direction direction;
@@ -163,66 +219,24 @@ Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& 
                          const std::vector<kernels::ChunkCopy>& chunks,
                          const std::vector<uint32_t>& /*slabs*/, CopyDeadlines& deadlines,
                          const CopySignal* signal) {
-  const std::vector<GroupAddresses>& groups = layout.groups;
   const char* const what = direction == Direction::kStore ? "store" : "retrieve";
   deadlines.missed.assign(chunks.size(), 0);
-  // Each group checked and its heads merged once per call, before any task
-  // runs: a group the CPU twins cannot copy fails the call with nothing
-  // copied, and the tasks check only their chunk.
-  std::vector<kernels::PreparedCpuGroup> prepared;
-  prepared.reserve(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    Result<kernels::PreparedCpuGroup> group = kernels::PrepareGroupCpu(groups[g].group);
-    if (!group.ok()) {
-      const Status refused(group.status().code(),
-                           "group " + std::to_string(g) + " of registration " +
-                               std::to_string(layout.registration_id) +
-                               " cannot be copied: " + group.status().message());
-      Logger()->warn("{} of {} chunks refused: {}", what, chunks.size(), refused.message());
-      return refused;  // the transfer worker releases the slots, with the error
-    }
-    prepared.push_back(*group);
+  Result<std::vector<kernels::PreparedCpuGroup>> prepared = PrepareGroups(layout);
+  if (!prepared.ok()) {
+    Logger()->warn("{} of {} chunks refused: {}", what, chunks.size(), prepared.status().message());
+    return prepared.status();  // the transfer worker releases the slots, with the error
   }
   // One task per (layer, chunk): a single large chunk spreads over every
   // thread, and so do many small ones. The task slices its layer out of the
-  // prepared group. The layer ranges are copied one after the other, each
-  // range's slot released after its copies (one range of every layer
-  // without a signal).
-  struct LayerRef {
-    uint32_t group;
-    uint32_t layer;
-  };
-  std::vector<std::vector<LayerRef>> ranges;
-  if (signal != nullptr && !signal->ranges.empty()) {
-    for (const auto& slices : signal->ranges) {
-      std::vector<LayerRef>& range = ranges.emplace_back();
-      for (size_t g = 0; g < slices.size() && g < groups.size(); ++g) {
-        const auto [first, count] = slices[g];
-        // Slices come from the registration's own layers; checked still,
-        // since PreparedCpuGroup::Layers trusts its bounds.
-        if (uint64_t{first} + count > groups[g].group.shape.num_layers) {
-          return Status::Internal("layer range " + std::to_string(ranges.size() - 1) +
-                                  " takes layers [" + std::to_string(first) + ", " +
-                                  std::to_string(uint64_t{first} + count) + ") of group " +
-                                  std::to_string(g) + ", which has " +
-                                  std::to_string(groups[g].group.shape.num_layers));
-        }
-        for (uint32_t l = 0; l < count; ++l) range.push_back({uint32_t(g), first + l});
-      }
-    }
-  } else {
-    std::vector<LayerRef>& all = ranges.emplace_back();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      for (uint32_t l = 0; l < groups[g].group.shape.num_layers; ++l)
-        all.push_back({uint32_t(g), l});
-    }
-  }
+  // prepared group.
+  Result<std::vector<std::vector<LayerRef>>> ranges = LayerRanges(layout.groups, signal);
+  if (!ranges.ok()) return ranges.status();
   // Each task is a copy unit: it checks its chunk's deadline before it
   // starts (tasks of one chunk may mark it from several threads).
   std::unique_ptr<std::atomic<bool>[]> missed(new std::atomic<bool>[chunks.size()]);
   for (size_t c = 0; c < chunks.size(); ++c) missed[c] = false;
-  for (size_t r = 0; r < ranges.size(); ++r) {
-    const std::vector<LayerRef>& range = ranges[r];
+  for (size_t r = 0; r < ranges->size(); ++r) {
+    const std::vector<LayerRef>& range = (*ranges)[r];
     const size_t tasks = range.size() * chunks.size();
     std::vector<Status> failures(tasks);
     pool_.ParallelFor(tasks, [&](size_t i) {
@@ -233,7 +247,7 @@ Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& 
         return;
       }
       const LayerRef at = range[i / chunks.size()];
-      failures[i] = CopyGuarded(direction, prepared[at.group].Layers(at.layer, 1), chunks[c]);
+      failures[i] = CopyGuarded(direction, (*prepared)[at.group].Layers(at.layer, 1), chunks[c]);
     });
     for (size_t c = 0; c < chunks.size(); ++c) deadlines.missed[c] = missed[c].load() ? 1 : 0;
     for (Status& s : failures) {
