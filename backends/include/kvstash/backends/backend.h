@@ -63,7 +63,8 @@ enum class Direction { kStore, kRetrieve };
 // backend checks before each copy unit of a chunk (host: each (layer,
 // chunk) task; CUDA: each sub-batch it enqueues) and starts no unit past
 // the cut-off: no engine block of that chunk is written after it, but for a
-// unit already running (the copy fence covers those: copy_fence.h).
+// unit already running (the server's copy fence covers those:
+// docs/protocol.md "The copy fence").
 struct CopyDeadlines {
   using Clock = std::chrono::steady_clock;
   std::vector<Clock::time_point> at;  // per chunk; empty: no deadlines
