@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/thread_safety.sh: builds the server and client libraries (no tests,
+# scripts/thread_safety.sh: builds the backends, server and client libraries (no tests,
 # no CUDA, no executables: cheap enough for CI) with clang 14 and
 # -Wthread-safety -Werror=thread-safety, which checks every
 # KVSTASH_GUARDED_BY / KVSTASH_REQUIRES annotation (runtime's
@@ -19,5 +19,5 @@ start=$(date +%s)
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_CXX_FLAGS="-Wthread-safety -Werror=thread-safety" \
   -DKVSTASH_WITH_CUDA=OFF -DKVSTASH_BUILD_TESTS=OFF -DKVSTASH_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target kvstash_server kvstash_tiers kvstash_client kvstash_shared
-echo "thread-safety: server and client libraries pass -Wthread-safety ($(($(date +%s) - start)) s)"
+cmake --build "$build_dir" -j "$(nproc)" --target kvstash_backends kvstash_server kvstash_tiers kvstash_client kvstash_shared
+echo "thread-safety: backends, server and client libraries pass -Wthread-safety ($(($(date +%s) - start)) s)"

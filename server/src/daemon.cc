@@ -18,11 +18,11 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "backend_factory.h"
 #include "daemon_logger.h"
 #include "doorbell.h"
 #include "frontend_channels.h"
 #include "ipc_path.h"
+#include "kvstash/backends/backend_factory.h"
 #include "kvstash/endpoint.h"
 #include "kvstash/runtime/adaptive_spin.h"
 #include "kvstash/runtime/stage_trace.h"
@@ -88,7 +88,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& confi
   impl->config.socket = NormalizeEndpoint(config.socket);  // a plain path is an ipc socket
   impl->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->stop_fd < 0) return Status::Internal("eventfd failed");
-  Result<std::unique_ptr<Backend>> backend = CreateBackend(config);
+  Result<std::unique_ptr<Backend>> backend = backends::CreateBackend(config);
   if (!backend.ok()) return backend.status();
   impl->backend_name = (*backend)->name();  // the chosen one, also under --backend auto
   KVSTASH_RETURN_IF_ERROR(SizePool(impl->config, impl->backend_name));

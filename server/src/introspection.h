@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
-#include "backend.h"
 #include "background_worker.h"
 #include "chunk_store.h"
+#include "kvstash/backends/backend.h"
 #include "l1_pool.h"
 #include "registrations.h"
 #include "requests.h"

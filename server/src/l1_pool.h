@@ -20,15 +20,12 @@
 #include <thread>
 #include <vector>
 
+#include "kvstash/backends/slab_hooks.h"
 #include "kvstash/status.h"
 
 namespace kvstash::server {
 
-// Prepares a slab for use (touch, pin) and undoes it at shutdown.
-struct SlabHooks {
-  std::function<Status(uint8_t* data, uint64_t bytes)> prepare;
-  std::function<void(uint8_t* data, uint64_t bytes)> release;
-};
+using backends::SlabHooks;  // the backend says how a slab is touched and pinned
 
 class L1Pool {
  public:

@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "memory_fault_guard.h"
+#include "kvstash/backends/memory_fault_guard.h"
 
 namespace kvstash::server {
 
@@ -133,7 +133,7 @@ Result<std::unique_ptr<MappedChannel>> MappedChannel::Open(const Peer& peer,
   if (base == MAP_FAILED) {
     return Status::Exhausted("mmap of channel " + shm_name + " failed: " + std::strerror(errno));
   }
-  MemoryFaultGuard::Install();
+  backends::MemoryFaultGuard::Install();
   std::unique_ptr<MappedChannel> ch(new MappedChannel());
   ch->peer_ = peer;
   ch->name_ = shm_name;
@@ -182,7 +182,7 @@ MappedChannel::~MappedChannel() {
 
 bool MappedChannel::Guarded(void (*body)(void*), void* arg) {
   uintptr_t fault = 0;
-  return MemoryFaultGuard::RunGuarded(base_, bytes_, body, arg, &fault);
+  return backends::MemoryFaultGuard::RunGuarded(base_, bytes_, body, arg, &fault);
 }
 
 channel::RingResult MappedChannel::PopRequest(std::vector<uint64_t>* frame, const uint8_t** data,

@@ -1,13 +1,10 @@
-// Peer credentials, groups and the admin policy.
+// Peer addresses and the admin policy.
 #include "peer.h"
 
 #include <grp.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 namespace kvstash::server {
 
@@ -42,20 +39,6 @@ std::optional<PeerCredentials> ParsePeerAddress(const std::string& address) {
   return PeerCredentials{uid_t(uid), gid_t(gid), pid_t(pid)};
 }
 
-std::vector<gid_t> PeerGroups(const PeerCredentials& peer) {
-  std::vector<gid_t> groups{peer.gid};
-  std::ifstream status("/proc/" + std::to_string(peer.pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("Groups:", 0) != 0) continue;
-    std::istringstream in(line.substr(7));
-    uint64_t gid = 0;
-    while (in >> gid) groups.push_back(gid_t(gid));
-    break;
-  }
-  return groups;
-}
-
 Result<AccessPolicy> AccessPolicy::Create(const std::string& admin_group) {
   std::optional<gid_t> gid;
   if (!admin_group.empty()) {
@@ -84,27 +67,6 @@ bool AccessPolicy::IsAdmin(const Peer& peer) const {
     if (g == *admin_gid_) return true;
   }
   return false;
-}
-
-Status MayReadWrite(const std::optional<PeerCredentials>& peer, uid_t owner, gid_t group,
-                    mode_t mode, const std::string& name) {
-  if (!peer) {
-    return Status::NotFound("a peer without credentials (tcp) may not register " + name +
-                            ": host shared memory is registered over the ipc socket only");
-  }
-  if (peer->uid == 0) return Status::Ok();
-  mode_t need = 0;
-  if (peer->uid == owner) {
-    need = S_IRUSR | S_IWUSR;
-  } else {
-    bool member = false;
-    for (gid_t g : PeerGroups(*peer)) member = member || g == group;
-    need = member ? (S_IRGRP | S_IWGRP) : (S_IROTH | S_IWOTH);
-  }
-  if ((mode & need) != need) {
-    return Status::NotFound("peer uid " + std::to_string(peer->uid) + " may not open " + name);
-  }
-  return Status::Ok();
 }
 
 }  // namespace kvstash::server

@@ -11,19 +11,20 @@
 #include <string>
 #include <vector>
 
+#include "kvstash/backends/peer_credentials.h"
 #include "kvstash/status.h"
 
 namespace kvstash::server {
 
+// A peer's credentials and what it may open are the backends' words: they
+// open engine memory on a peer's behalf.
+using backends::MayReadWrite;
+using backends::PeerCredentials;
+using backends::PeerGroups;
+
 // The ROUTER identity of a connection. libkvstash keeps one identity across
 // reconnects (router_handover), so what a connection owns survives them.
 using PeerId = std::string;
-
-struct PeerCredentials {
-  uid_t uid = 0;
-  gid_t gid = 0;
-  pid_t pid = 0;
-};
 
 struct Peer {
   PeerId id;
@@ -33,11 +34,6 @@ struct Peer {
 // Parses libzmq's "Peer-Address" of an ipc connection: the last three
 // ':'-separated fields are uid, gid and pid. nullopt when they are not.
 std::optional<PeerCredentials> ParsePeerAddress(const std::string& address);
-
-// The peer's supplementary groups, from /proc/<pid>/status "Groups:", plus
-// its primary gid. Read when needed (registration, admin checks), not cached:
-// a pid names the live process behind the still-open connection.
-std::vector<gid_t> PeerGroups(const PeerCredentials& peer);
 
 // Who may do what. Admins are the daemon's own uid, root, and members of the
 // configured admin group (--admin-group); a peer without credentials (tcp)
@@ -54,11 +50,5 @@ class AccessPolicy {
   uid_t daemon_uid_;
   std::optional<gid_t> admin_gid_;
 };
-
-// Whether a peer could open, read and write a file with this owner and mode
-// itself (POSIX: the owner class if it owns it, else the group class if it
-// is in the group, else other). Root may open anything.
-Status MayReadWrite(const std::optional<PeerCredentials>& peer, uid_t owner, gid_t group,
-                    mode_t mode, const std::string& name);
 
 }  // namespace kvstash::server

@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 #include "peer_watch.h"
 #include "registry.h"
 #include "requests.h"

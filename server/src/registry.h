@@ -19,17 +19,29 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
 #include "chunk_store.h"
 #include "copy_fence.h"
+#include "kvstash/backends/backend.h"
+#include "kvstash/backends/mapped_board.h"
 #include "kvstash/chunk_layout.h"
 #include "kvstash/keys.h"
 #include "kvstash/runtime/thread_annotations.h"
-#include "mapped_board.h"
 #include "peer_budget.h"
 #include "stats.h"
 
 namespace kvstash::server {
+
+// The copy engines' words: what the registry opens through a backend, and
+// what the transfer workers hand it.
+using backends::AllocationSpec;
+using backends::Backend;
+using backends::CopyDeadlines;
+using backends::CopyLayout;
+using backends::CopySignal;
+using backends::Direction;
+using backends::GroupAddresses;
+using backends::MappedAllocation;
+using backends::MappedBoard;
 
 struct LayerSpec {
   uint32_t allocation = 0;

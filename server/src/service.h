@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
 #include "chunk_store.h"
 #include "introspection.h"
+#include "kvstash/backends/backend.h"
 #include "kvstash/config/server_config.h"
 #include "kvstash/proto/codec.h"
 #include "kvstash/runtime/stage_trace.h"

@@ -1,7 +1,7 @@
 // Lanes, batching and completion.
 #include "transfer_worker.h"
+#include "kvstash/backends/link_loads.h"
 #include "kvstash/runtime/thread_annotations.h"
-#include "link_loads.h"
 
 #include <sched.h>
 #include <sys/prctl.h>

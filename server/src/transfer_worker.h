@@ -18,12 +18,14 @@
 #include <thread>
 #include <vector>
 
-#include "backend.h"
+#include "kvstash/backends/backend.h"
 #include "kvstash/runtime/stage_trace.h"
 #include "kvstash/runtime/thread_annotations.h"
 #include "registry.h"
 
 namespace kvstash::server {
+
+using backends::LinkLoads;
 
 struct TransferJob {
   std::shared_ptr<Registration> registration;

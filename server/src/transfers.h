@@ -14,8 +14,8 @@
 #include <optional>
 #include <vector>
 
-#include "backend.h"
 #include "chunk_store.h"
+#include "kvstash/backends/backend.h"
 #include "registrations.h"
 #include "requests.h"
 #include "tier_chain.h"

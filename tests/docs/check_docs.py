@@ -32,7 +32,8 @@ DOCS = ["README.md", "docs/*.md"]
 # libkvstash, the tests' helpers.
 OWNERS = ["docker/*", "scripts/*", "CMakeLists.txt", "*/CMakeLists.txt", "client/src/**/*",
           "cli/src/**/*", "bench/src/**/*", "bench/include/**/*", "vocab/**/*", "runtime/**/*",
-          "server/src/*", "tests/**/*.sh", "tests/**/*.py", "packaging/**/*", "python/**/*.py"]
+          "server/src/*", "backends/src/*", "tests/**/*.sh", "tests/**/*.py", "packaging/**/*",
+          "python/**/*.py"]
 
 
 def run_help(binary, *args):

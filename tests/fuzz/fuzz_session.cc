@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "fuzz_messages.h"
-#include "host_backend.h"
+#include "kvstash/backends/backend_factory.h"
 
 namespace kvstash::fuzz {
 namespace {
@@ -69,8 +69,7 @@ FuzzSession::FuzzSession() {
   if (shm_fd_ < 0 || ftruncate(shm_fd_, off_t(ShmBytes())) != 0) {
     Die(std::string("cannot create shared memory ") + kShmName + ": " + std::strerror(errno));
   }
-  auto service =
-      server::Service::Create(HarnessConfig(), std::make_unique<server::HostBackend>(2), replies_);
+  auto service = server::Service::Create(HarnessConfig(), backends::CreateHostBackend(2), replies_);
   if (!service.ok()) Die("cannot create the Service: " + service.status().ToString());
   service_ = std::move(*service);
   // The pool is prepared in the background: wait, so stores reach the copies.

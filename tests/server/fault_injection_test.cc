@@ -2,7 +2,7 @@
 // copies that fail part-way or stall. Failures come back per chunk, a failed
 // store is never visible, a stalled copy gets exactly one reply, and nothing
 // stale is served after a failed copy.
-#include "fault_injection_backend.h"
+#include "kvstash/backends/fault_injection_backend.h"
 
 #include <unistd.h>
 
@@ -12,13 +12,16 @@
 #include <thread>
 
 #include "engine_kv.h"
-#include "host_backend.h"
+#include "kvstash/backends/backend_factory.h"
 #include "kvstash/client.h"
 #include "reply_queue.h"
 #include "service.h"
 
 namespace kvstash::server {
 namespace {
+
+using backends::FaultInjectionBackend;
+using backends::FaultRule;
 
 // A connection of this process: its credentials open the shm it creates.
 Peer Self(const char* id) { return Peer{id, PeerCredentials{::getuid(), ::getgid(), ::getpid()}}; }
@@ -53,7 +56,7 @@ class FaultInjection : public ::testing::Test {
     config.peer_timeout_ms = 0;
     config.copy_threads = 2;
     config.pin_threads = 1;
-    auto backend = std::make_unique<FaultInjectionBackend>(std::make_unique<HostBackend>(2));
+    auto backend = std::make_unique<FaultInjectionBackend>(backends::CreateHostBackend(2));
     faults_ = backend.get();
     auto service = Service::Create(config, std::move(backend), replies_);
     ASSERT_TRUE(service.ok()) << service.status().ToString();

@@ -9,7 +9,7 @@
 #include <future>
 #include <mutex>
 
-#include "link_loads.h"
+#include "kvstash/backends/link_loads.h"
 #include "transfer_worker.h"
 
 namespace kvstash::server {
