@@ -46,8 +46,7 @@ Status OpenFailed(const ClientShmRequest& request, int error) {
     case EWOULDBLOCK:  // a lease: opening would wait for its holder to let go
       return Status::Unavailable(
           Named(request) + " is leased by another process; kvstashd does not wait for a lease");
-    default:
-      return Status::NotFound("cannot open " + Named(request) + ": " + std::strerror(error));
+    default: return Status::NotFound("cannot open " + Named(request) + ": " + std::strerror(error));
   }
 }
 
@@ -78,8 +77,7 @@ Result<ClientShmFd> OpenClientShm(const ClientShmRequest& request) {
     return Status::NotFound("cannot stat " + Named(request) + ": " + std::strerror(errno));
   }
   if (const char* kind = NotShmKind(st.st_mode)) {
-    return Status::InvalidArgument(Named(request) + " is " + kind +
-                                   ", not a shared memory object");
+    return Status::InvalidArgument(Named(request) + " is " + kind + ", not a shared memory object");
   }
   // The daemon may open more than the client: check what the client itself
   // could open, on the object the descriptor names.

@@ -45,10 +45,10 @@ class ClientShmFd {
 };
 
 struct ClientShmRequest {
-  const char* what = "shared memory";  // names the object in errors: "completion board"
-  std::string name;                    // "/name", as shm_open takes it
-  bool writable = true;                // opened read-write, else read-only
-  uint64_t min_bytes = 0;              // it must hold at least this many bytes
+  const char* what = "shared memory";     // names the object in errors: "completion board"
+  std::string name;                       // "/name", as shm_open takes it
+  bool writable = true;                   // opened read-write, else read-only
+  uint64_t min_bytes = 0;                 // it must hold at least this many bytes
   std::optional<PeerCredentials> opener;  // checked: could the client open it itself
 };
 

@@ -89,10 +89,10 @@ class ClientNames : public DaemonTest {
     if (!board_name.empty()) {
       board = wire::CreateHostShmHandleDirect(fbb, board_name.c_str(), 16 * 64);
     }
-    auto body = wire::CreateRegisterKVRequest(
-        fbb, fbb.CreateString("names-model"), fbb.CreateString(""), 0, 1,
-        fbb.CreateVector(allocations), fbb.CreateVector(layers), board,
-        fence_name.empty() ? 0 : fbb.CreateString(fence_name));
+    auto body =
+        wire::CreateRegisterKVRequest(fbb, fbb.CreateString("names-model"), fbb.CreateString(""), 0,
+                                      1, fbb.CreateVector(allocations), fbb.CreateVector(layers),
+                                      board, fence_name.empty() ? 0 : fbb.CreateString(fence_name));
     return proto::Finish(fbb, 77, wire::Body::RegisterKVRequest, body.Union());
   }
   proto::Bytes Attach(const std::string& name) {
@@ -139,8 +139,7 @@ TEST_F(ClientNames, AFifoNamedAsCopyFenceIsRefusedAtOnceWhileOthersAreServed) {
   EXPECT_TRUE(ping.ok()) << ping.status().ToString();
   auto [code, message] = ReadRawReply(dealer_);
   EXPECT_EQ(code, wire::ErrorCode::InvalidArgument) << message;
-  EXPECT_NE(message.find("copy fence " + fifo.name() + " is a FIFO"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("copy fence " + fifo.name() + " is a FIFO"), std::string::npos) << message;
   // The fixture's client, and a registration with a real fence, still work.
   auto registered = client_->RegisterKV(engine_->Registration("after-fifo")).get();
   ASSERT_TRUE(registered.ok()) << registered.status().ToString();
