@@ -1,9 +1,7 @@
 // POSIX shared memory and CPU copies.
 #include "host_backend.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <thread>
 
 #include "backends_logger.h"
+#include "kvstash/backends/client_shm.h"
 #include "kvstash/backends/memory_fault_guard.h"
 
 namespace kvstash::backends {
@@ -127,15 +126,6 @@ void RunLayerCopy(void* arg) {
   copy->status = std::move(status);
 }
 
-Status CheckShmName(const std::string& name) {
-  if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
-      name.find('/', 1) != std::string::npos) {
-    return Status::InvalidArgument("shared memory name \"" + name +
-                                   "\" must be \"/name\" with no other '/' and under 256 bytes");
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 void ShmNames::Add(const uint8_t* base, uint64_t bytes, const std::string& name) {
@@ -166,35 +156,11 @@ Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec
         "the host backend takes POSIX shared memory allocations, not CUDA IPC handles; "
         "start kvstashd with --backend cuda on a machine with a GPU");
   }
-  KVSTASH_RETURN_IF_ERROR(CheckShmName(spec.shm_name));
-  const int fd = shm_open(spec.shm_name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    return Status::NotFound("cannot open shared memory " + spec.shm_name + ": " +
-                            std::strerror(errno));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int error = errno;
-    close(fd);
-    return Status::NotFound("cannot stat shared memory " + spec.shm_name + ": " +
-                            std::strerror(error));
-  }
-  // The daemon may open more than the engine: check what the engine itself
-  // could open, on the object the fd names (no name lookup in between).
-  if (Status allowed = MayReadWrite(spec.opener, st.st_uid, st.st_gid, st.st_mode, spec.shm_name);
-      !allowed.ok()) {
-    close(fd);
-    return allowed;
-  }
-  if (uint64_t(st.st_size) < spec.size_bytes || spec.size_bytes == 0) {
-    const uint64_t actual = uint64_t(st.st_size);
-    close(fd);
-    return Status::OutOfRange("shared memory " + spec.shm_name + " holds " +
-                              std::to_string(actual) + " bytes, not the " +
-                              std::to_string(spec.size_bytes) + " bytes declared");
-  }
-  void* base = mmap(nullptr, spec.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  // Never 0 bytes: wire_codec.cc refuses an allocation that declares 0.
+  Result<ClientShmFd> opened = OpenClientShm(
+      {"shared memory", spec.shm_name, /*writable=*/true, spec.size_bytes, spec.opener});
+  if (!opened.ok()) return opened.status();
+  void* base = mmap(nullptr, spec.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, opened->fd(), 0);
   if (base == MAP_FAILED) {
     return Status::Exhausted("mmap of shared memory " + spec.shm_name +
                              " failed: " + std::strerror(errno));

@@ -1,14 +1,12 @@
 // Opening an engine's completion board and touching its words from the CPU.
 #include "kvstash/backends/mapped_board.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "kvstash/backends/client_shm.h"
 #include "kvstash/backends/memory_fault_guard.h"
 #include "kvstash/completion_board.h"
 
@@ -36,11 +34,6 @@ void AccessWord(void* arg) {
 Result<std::shared_ptr<MappedBoard>> MappedBoard::Open(
     const std::string& shm_name, uint64_t size_bytes, const std::optional<PeerCredentials>& opener,
     const std::function<Result<BoardMapping>(uint8_t*, uint64_t)>& map) {
-  if (shm_name.size() < 2 || shm_name.size() > 255 || shm_name[0] != '/' ||
-      shm_name.find('/', 1) != std::string::npos) {
-    return Status::InvalidArgument("completion board name \"" + shm_name +
-                                   "\" must be \"/name\" with no other '/' and under 256 bytes");
-  }
   if (size_bytes == 0 || size_bytes % kBoardSlotBytes != 0 ||
       size_bytes / kBoardSlotBytes > kMaxBoardSlots) {
     return Status::InvalidArgument("completion board " + shm_name + " declares " +
@@ -48,31 +41,10 @@ Result<std::shared_ptr<MappedBoard>> MappedBoard::Open(
                                    std::to_string(kMaxBoardSlots) + " slots of " +
                                    std::to_string(kBoardSlotBytes) + " bytes");
   }
-  const int fd = shm_open(shm_name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    return Status::NotFound("cannot open completion board " + shm_name + ": " +
-                            std::strerror(errno));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int error = errno;
-    close(fd);
-    return Status::NotFound("cannot stat completion board " + shm_name + ": " +
-                            std::strerror(error));
-  }
-  if (Status allowed = MayReadWrite(opener, st.st_uid, st.st_gid, st.st_mode, shm_name);
-      !allowed.ok()) {
-    close(fd);
-    return allowed;
-  }
-  if (uint64_t(st.st_size) < size_bytes) {
-    close(fd);
-    return Status::OutOfRange("completion board " + shm_name + " holds " +
-                              std::to_string(st.st_size) + " bytes, not the " +
-                              std::to_string(size_bytes) + " bytes declared");
-  }
-  void* base = mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  Result<ClientShmFd> opened =
+      OpenClientShm({"completion board", shm_name, /*writable=*/true, size_bytes, opener});
+  if (!opened.ok()) return opened.status();
+  void* base = mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, opened->fd(), 0);
   if (base == MAP_FAILED) {
     return Status::Exhausted("mmap of completion board " + shm_name +
                              " failed: " + std::strerror(errno));

@@ -2,51 +2,32 @@
 #include "copy_fence.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "kvstash/backends/client_shm.h"
 #include "kvstash/copy_fence_bytes.h"
 
 namespace kvstash::server {
 
 Result<std::shared_ptr<CopyFence>> CopyFence::Open(const std::string& shm_name,
                                                    const std::optional<PeerCredentials>& opener) {
-  if (shm_name.size() < 2 || shm_name.size() > 255 || shm_name[0] != '/' ||
-      shm_name.find('/', 1) != std::string::npos) {
-    return Status::InvalidArgument("copy fence name \"" + shm_name +
-                                   "\" must be \"/name\" with no other '/' and under 256 bytes");
-  }
   // Read-only: a read lock needs no more, and the daemon never writes it.
-  const int fd = shm_open(shm_name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) {
-    return Status::NotFound("cannot open copy fence " + shm_name + ": " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return Status::InvalidArgument("copy fence " + shm_name + " is not a shared memory object");
-  }
-  if (Status allowed = MayReadWrite(opener, st.st_uid, st.st_gid, st.st_mode, shm_name);
-      !allowed.ok()) {
-    close(fd);
-    return allowed;
-  }
+  Result<backends::ClientShmFd> opened =
+      backends::OpenClientShm({"copy fence", shm_name, /*writable=*/false, /*min_bytes=*/0, opener});
+  if (!opened.ok()) return opened.status();
   // kvstashd's own byte, under a lock of its process (not of this open file
   // description): the kernel names the holder of such a lock to the engine,
   // in the engine's pid namespace, and drops it as soon as the exiting
   // process closes its files, before the requests' bytes go with the file.
   struct flock own = fence::OneByte(F_RDLCK, fence::kDaemonByte);
-  if (fcntl(fd, F_SETLK, &own) != 0) {
-    const int error = errno;
-    close(fd);
+  if (fcntl(opened->fd(), F_SETLK, &own) != 0) {
     return Status::Unavailable("cannot lock kvstashd's byte of copy fence " + shm_name + ": " +
-                               std::strerror(error));
+                               std::strerror(errno));
   }
-  return std::shared_ptr<CopyFence>(new CopyFence(fd, shm_name));
+  return std::shared_ptr<CopyFence>(new CopyFence(opened->Release(), shm_name));
 }
 
 CopyFence::~CopyFence() { close(fd_); }

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +52,13 @@ Status SizePool(config::ServerConfig& config, const std::string& backend) {
   KVSTASH_RETURN_IF_ERROR(CheckPoolFits(pool, backend, *figures));
   config.l1_gb = double(pool) / double(uint64_t{1} << 30);
   return Status::Ok();
+}
+
+// CPU time of the calling thread: what spinning costs, whatever else runs.
+std::chrono::nanoseconds ThreadCpu() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec);
 }
 
 }  // namespace
@@ -193,6 +201,8 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
   // overloaded machine) and engines could not be heard meanwhile: that time
   // is nobody's silence. Marked after each poll and before each tick.
   Clock::time_point last_mark = Clock::now();
+  // CPU time of spinning that found nothing, not yet in frontend_spin_us.
+  std::chrono::nanoseconds spun{};
   const auto mark = [&] {
     const Clock::time_point now = Clock::now();
     if (now - last_mark > kPollInterval + kStallSlack)
@@ -209,7 +219,9 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     // to AdaptiveSpin::kInFlightWindows windows), so that neither the next
     // request nor a lane's reply waits for this thread to wake up. Then it
     // sleeps, and an idle daemon uses no CPU.
-    const bool busy = spin.Spinning(Clock::now(), service->deferred_in_flight() > 0);
+    // A store waiting for its engine's gate is no copy in flight: its gate
+    // may stay closed until the deadline, and the lane watches it.
+    const bool busy = spin.Spinning(Clock::now(), service->replies_due() > 0);
     // A sleeping frontend is woken by the reply queue's eventfd; a spinning
     // one reads the queue's count, and lanes skip the write.
     const bool replies_waiting = replies.Sleeping(!busy);
@@ -217,6 +229,7 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
     // whether clients may write to them without ringing a doorbell.
     const bool ring_waiting = channels->any_awake() && channels->Sleeping(!busy);
     const bool block = !busy && !replies_waiting && !ring_waiting;
+    const std::chrono::nanoseconds cpu_before = block ? std::chrono::nanoseconds() : ThreadCpu();
     if (zmq::poll(items, doorbell_fd >= 0 ? 4 : 3,
                   block ? kPollInterval : std::chrono::milliseconds(0)) > 0) {
       spin.Activity(Clock::now());
@@ -224,6 +237,12 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
       // Nothing yet: give the core to any thread waiting for it (the
       // copies), so that spinning never slows the work it waits for.
       sched_yield();
+      spun += ThreadCpu() - cpu_before;
+      if (spun >= std::chrono::microseconds(1)) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(spun);
+        Stats::Add(service->stats().frontend_spin_us, uint64_t(us.count()));
+        spun -= us;
+      }
     }
     if (block) replies.Sleeping(false);
     mark();

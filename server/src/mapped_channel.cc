@@ -1,17 +1,16 @@
 // Opening a client's channel segment and using its rings under the guard.
 #include "mapped_channel.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "kvstash/backends/client_shm.h"
 #include "kvstash/backends/memory_fault_guard.h"
 
 namespace kvstash::server {
@@ -94,11 +93,6 @@ Result<std::unique_ptr<MappedChannel>> MappedChannel::Open(const Peer& peer,
         "a peer without credentials (tcp) may not attach a shared-memory channel: it is for "
         "clients on the daemon's ipc socket");
   }
-  if (shm_name.size() < 2 || shm_name.size() > 255 || shm_name[0] != '/' ||
-      shm_name.find('/', 1) != std::string::npos) {
-    return Status::InvalidArgument("channel name \"" + shm_name +
-                                   "\" must be \"/name\" with no other '/' and under 256 bytes");
-  }
   for (uint64_t ring : {request_ring_bytes, reply_ring_bytes}) {
     if (!channel::ValidRingBytes(ring)) {
       return Status::InvalidArgument(
@@ -108,28 +102,10 @@ Result<std::unique_ptr<MappedChannel>> MappedChannel::Open(const Peer& peer,
     }
   }
   const uint64_t bytes = channel::SegmentBytes(request_ring_bytes, reply_ring_bytes);
-  const int fd = shm_open(shm_name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) {
-    return Status::NotFound("cannot open channel " + shm_name + ": " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int error = errno;
-    close(fd);
-    return Status::NotFound("cannot stat channel " + shm_name + ": " + std::strerror(error));
-  }
-  if (Status allowed = MayReadWrite(peer.credentials, st.st_uid, st.st_gid, st.st_mode, shm_name);
-      !allowed.ok()) {
-    close(fd);
-    return allowed;
-  }
-  if (uint64_t(st.st_size) < bytes) {
-    close(fd);
-    return Status::OutOfRange("channel " + shm_name + " holds " + std::to_string(st.st_size) +
-                              " bytes, not the " + std::to_string(bytes) + " bytes declared");
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  Result<backends::ClientShmFd> opened =
+      backends::OpenClientShm({"channel", shm_name, /*writable=*/true, bytes, peer.credentials});
+  if (!opened.ok()) return opened.status();
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, opened->fd(), 0);
   if (base == MAP_FAILED) {
     return Status::Exhausted("mmap of channel " + shm_name + " failed: " + std::strerror(errno));
   }

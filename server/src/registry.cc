@@ -142,6 +142,8 @@ Result<std::shared_ptr<Registration>> Registry::Register(RegistrationRequest req
         CopyFence::Open(request.fence_name, request.allocations[0].opener);
     if (fence.ok()) {
       registration->fence = std::move(*fence);
+    } else if (fence.status().code() == StatusCode::kInvalidArgument) {
+      return fence.status();  // names no shared memory object: a bad request, not bad luck
     } else {
       registration->fence_refused = fence.status();  // registered all the same, unfenced
     }

@@ -80,7 +80,9 @@ class Registration {
   std::vector<GroupAddresses> groups;  // per layout group, for the copy engine
   std::shared_ptr<MappedBoard> board;  // null: no GPU-side completion
   // Null: no fence (none named, or it could not be opened: fence_refused
-  // says why); its requests are then cut off by their deadlines alone.
+  // says why); its requests are then cut off by their deadlines alone. A
+  // name that is no shared memory object (a FIFO...) refuses the
+  // registration instead.
   std::shared_ptr<CopyFence> fence;
   Status fence_refused;
   RegistrationStats stats;  // its share of the traffic

@@ -69,6 +69,15 @@ void Service::BeginShutdown() {
 
 uint64_t Service::copies_in_flight() const { return transfers_->copies_in_flight(); }
 
+uint64_t Service::replies_due() const {
+  // Read apart, so either may have moved in between; a gated store counts
+  // in both until its gate opens (or it ends), so at worst one turn's
+  // guess is off.
+  const uint64_t gated = transfers_->gates_waiting();
+  const uint64_t deferred = deferred_.count();
+  return deferred > gated ? deferred - gated : 0;
+}
+
 std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data, size_t size) {
   uint64_t request_id = 0;  // known once the envelope's structure verified
   try {

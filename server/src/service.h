@@ -71,6 +71,11 @@ class Service {
   static proto::Bytes GoodbyeMessage(const std::string& reason);
   // Requests whose reply is still to come through the reply queue.
   uint64_t deferred_in_flight() const { return deferred_.count(); }
+  // Those of them whose reply may come at any moment: not the stores waiting
+  // for their engine to open a gate, which it may never do before their
+  // deadline (docs/protocol.md "GPU-side completion"). The frontend spins
+  // for these only. Frontend thread.
+  uint64_t replies_due() const;
   // Per-request stage timestamps; null unless KVSTASH_TRACE_FILE is set.
   StageTrace* trace() const { return trace_.get(); }
   // Ends expired leases and, when `socket_drained` (every waiting message

@@ -68,7 +68,10 @@ namespace kvstash::server {
     "held its limit")                                                                  \
   X(requests_out_of_memory,                                                            \
     "requests answered ResourceExhausted: memory ran out while "                       \
-    "handling them")
+    "handling them")                                                                   \
+  X(frontend_spin_us,                                                                  \
+    "CPU microseconds the frontend spent polling without sleeping and "                \
+    "finding nothing (its spin windows)")
 
 // X(name, help): one registration's share of the traffic. Lookup misses are
 // counted in chunks only: a Lookup sends keys, not the prompt's length, so the

@@ -145,6 +145,7 @@ void TransferWorker::Lane::Loop() {
     for (TransferJob& job : batch) {
       if (job.signal && job.signal->gate_slot) {
         gated_.push_back(Gated{std::move(job), now});
+        gates_waiting_.fetch_add(1, std::memory_order_relaxed);
       } else {
         ready.push_back(std::move(job));
       }
@@ -191,6 +192,7 @@ void TransferWorker::Lane::TakeOpenGates(std::vector<TransferJob>& ready, bool d
         continue;
       }
     }
+    gates_waiting_.fetch_sub(1, std::memory_order_relaxed);
     if (open) {
       ready.push_back(std::move(job));
     } else {

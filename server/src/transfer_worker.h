@@ -86,6 +86,9 @@ class TransferWorker {
   void Submit(Direction direction, TransferJob job);
   // Makes the lanes look at `stopping` now (stores waiting for a gate end).
   void Wake();
+  // Stores held aside until their engine opens their gate: not copies in
+  // flight, and no reason for anyone to spin. Any thread.
+  uint64_t gates_waiting() const { return store_.gates_waiting() + retrieve_.gates_waiting(); }
 
  private:
   class Lane {
@@ -95,6 +98,7 @@ class TransferWorker {
     ~Lane();
     void Submit(TransferJob job);
     void Wake();
+    uint64_t gates_waiting() const { return gates_waiting_.load(std::memory_order_relaxed); }
 
    private:
     void Loop();
@@ -144,6 +148,9 @@ class TransferWorker {
       Clock::time_point since;  // when the lane took it
     };
     std::vector<Gated> gated_;
+    // gated_.size(), for other threads; lowered before a job leaves gated_
+    // is completed, so it never counts a store whose reply was sent.
+    std::atomic<uint64_t> gates_waiting_{0};
     bool woken_ KVSTASH_GUARDED_BY(mutex_) = false;     // Wake() since the last look
     bool stopping_ KVSTASH_GUARDED_BY(mutex_) = false;  // the worker is being destroyed
     std::thread thread_;

@@ -144,6 +144,12 @@ Status Transfers::CheckChunks(const Registration& reg, const std::vector<ChunkRe
   return Status::Ok();
 }
 
+uint64_t Transfers::gates_waiting() const {
+  uint64_t waiting = 0;
+  for (const auto& worker : workers_) waiting += worker->gates_waiting();
+  return waiting;
+}
+
 void Transfers::StopCopies() {
   stopping_copies_.store(true);
   for (const auto& worker : workers_) worker->Wake();

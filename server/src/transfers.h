@@ -41,6 +41,9 @@ class Transfers {
   // Jobs handed to the workers whose copies have not ended: once 0 after
   // StopCopies, the daemon writes no engine block any more.
   uint64_t copies_in_flight() const { return copies_in_flight_.load(); }
+  // Stores held aside until their engine opens their gate
+  // (TransferWorker::gates_waiting), every device's.
+  uint64_t gates_waiting() const;
 
  private:
   // What Store and Retrieve both hold once a request is admitted.

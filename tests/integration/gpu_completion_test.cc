@@ -323,6 +323,67 @@ TEST_F(GpuCompletion, AGateNeverOpenedWithoutADeadlineCostsNoCpuAndEndsWithShutd
   }
 }
 
+TEST_F(GpuCompletion, AStoreWaitingForItsGateCostsOtherClientsNoSpinning) {
+  // Another client's pings, one at a time and 3 ms apart, so that each is
+  // followed by whatever spinning the frontend does after it: one spin
+  // window (50 us) without copies in flight, 20 with. A store waiting for
+  // its gate must not count as one. frontend_spin_us is the frontend's CPU
+  // time, so a loaded machine can lower it, never raise it.
+  constexpr int kPings = 300;
+  std::unique_ptr<Client> other = Connect();
+  ASSERT_NE(other, nullptr);
+  const auto spin_over_pings = [&](uint64_t* spun_us) {
+    const uint64_t before = Counter("frontend_spin_us");
+    ASSERT_NE(before, ~0ull) << "kvstashd reports no frontend_spin_us";
+    for (int i = 0; i < kPings; ++i) {
+      auto ping = other->Ping().get();
+      ASSERT_TRUE(ping.ok()) << ping.status().ToString();
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+    *spun_us = Counter("frontend_spin_us") - before;
+  };
+  uint64_t without_gate = 0;
+  spin_over_pings(&without_gate);
+  if (HasFatalFailure()) return;
+
+  ClientOptions options;
+  options.socket = daemon_->socket();
+  options.request_timeout = std::chrono::hours(1);
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  RegisterOptions reg_options = engine_->Registration("gate-model");
+  reg_options.board = board_->shm();
+  auto reg = (*client)->RegisterKV(reg_options).get();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const auto tokens = PromptTokens(16, 64, 0);
+  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
+  ASSERT_TRUE(chunks.ok());
+  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  ASSERT_TRUE(save.ok()) << save.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  uint64_t with_gate = 0;
+  spin_over_pings(&with_gate);
+  if (HasFatalFailure()) return;
+  std::printf("frontend spinning over %d pings: %llu us without a gate waiting, %llu us with\n",
+              kPings, static_cast<unsigned long long>(without_gate),
+              static_cast<unsigned long long>(with_gate));
+  // 100 us a ping is two windows: 1 ms a ping (the gate taken for a copy in
+  // flight) is far above, whatever the run without a gate spun.
+  EXPECT_LE(with_gate, 3 * without_gate + kPings * 100)
+      << "the frontend spun " << with_gate << " us over " << kPings
+      << " pings of another client while a store waited for its gate, " << without_gate
+      << " us without";
+
+  // The gate is still watched: opened, the store is copied.
+  EXPECT_EQ(save->outcomes.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  engine_->Fill(kSeed, tokens, Blocks(0, 4));
+  board_->Release(save->signal.slot, save->signal.sequence, 0);
+  ASSERT_EQ(save->outcomes.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto outcomes = save->outcomes.get();
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status().ToString();
+  for (const auto& o : *outcomes) EXPECT_EQ(o.result, ChunkResult::kStored);
+}
+
 TEST_F(GpuCompletion, AGateNeverOpenedEndsWithItsConnection) {
   ClientOptions options;
   options.socket = daemon_->socket();
