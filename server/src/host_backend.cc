@@ -18,11 +18,15 @@
 
 #include "daemon_logger.h"
 #include "memory_fault_guard.h"
+#include "peer_fd_allocation.h"
 
 namespace kvstash::server {
 
 std::string AllocationSpec::identity() const {
   if (kind == Kind::kHostShm) return "shm:" + shm_name;
+  if (kind == Kind::kPeerFd) {
+    return "fd:" + std::to_string(opener ? opener->pid : 0) + ":" + std::to_string(peer_fd);
+  }
   std::string id = "cuda:";
   id.append(reinterpret_cast<const char*>(ipc_handle.data()), ipc_handle.size());
   return id;
@@ -105,6 +109,7 @@ HostBackend::HostBackend(size_t copy_threads) : pool_(copy_threads > 0 ? copy_th
 }
 
 Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec& spec) {
+  if (spec.kind == AllocationSpec::Kind::kPeerFd) return OpenPeerFd(spec, names_);
   if (spec.kind != AllocationSpec::Kind::kHostShm) {
     return Status::InvalidArgument(
         "the host backend takes POSIX shared memory allocations, not CUDA IPC handles; "
