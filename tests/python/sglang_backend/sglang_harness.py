@@ -118,3 +118,19 @@ def read(pool: Any, pages: List[int]) -> List[torch.Tensor]:
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
+
+
+def canonical(pool: Any, page: int) -> torch.Tensor:
+    """One MHA page as [kv, layer, token, head, dim], whatever the pool's
+    layout (its kv_buffer's dims, as SGLang's init_kv_buffer makes them)."""
+    T, buf = pool.page_size, pool.kv_buffer
+    span = slice(page * T, (page + 1) * T)
+    if pool.layout == "page_first":  # [2, S, L, H, D]
+        return buf[:, span].permute(0, 2, 1, 3, 4).contiguous()
+    if pool.layout == "layer_first":  # [2, L, S, H, D]
+        return buf[:, :, span].contiguous()
+    if pool.layout == "page_first_direct":  # [2, P, L, T, H, D]
+        return buf[:, page].contiguous()
+    if pool.layout == "page_head":  # [2, P, H, T, L, D]
+        return buf[:, page].permute(0, 3, 2, 1, 4).contiguous()
+    raise ValueError(pool.layout)

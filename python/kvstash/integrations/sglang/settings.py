@@ -18,12 +18,13 @@ class Settings:
     reconnect_interval_s: float = 1.0  # while kvstashd is unreachable: how often to try again
     model: Optional[str] = None  # the key namespace's model name; None: SGLang's model path
     tenant: Optional[str] = None  # tenant salt: engines with another salt never share pages
+    lease_ms: int = 10000  # how long batch_exists pins its hits for batch_get_v1 at most
 
     @staticmethod
     def from_extra_config(extra: Optional[Mapping[str, Any]]) -> "Settings":
         extra = dict(extra or {})
         known = {"kvstash_socket", "kvstash_timeout_ms", "kvstash_reconnect_interval_s",
-                 "kvstash_model", "kvstash_tenant"}
+                 "kvstash_model", "kvstash_tenant", "kvstash_lease_ms"}
         unknown = sorted(k for k in extra if k.startswith("kvstash_") and k not in known)
         if unknown:
             raise SettingsError(
@@ -35,6 +36,11 @@ class Settings:
             raise SettingsError(
                 f"kvstash_timeout_ms {timeout_ms!r} must be an int from 1 to 600000 (milliseconds)"
             )
+        lease_ms = extra.get("kvstash_lease_ms", 10000)
+        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or not 1 <= lease_ms <= 600_000:
+            raise SettingsError(
+                f"kvstash_lease_ms {lease_ms!r} must be an int from 1 to 600000 (milliseconds)"
+            )
         interval = extra.get("kvstash_reconnect_interval_s", 1.0)
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0.0 <= interval <= 3600.0:
             raise SettingsError(
@@ -45,4 +51,5 @@ class Settings:
             if value is not None and (not isinstance(value, str) or not value or len(value) > 255):
                 raise SettingsError(f"{key} {value!r} must be a non-empty string of at most 255 bytes")
         return Settings(socket=socket, timeout_ms=timeout_ms, reconnect_interval_s=float(interval),
-                        model=extra.get("kvstash_model"), tenant=extra.get("kvstash_tenant"))
+                        model=extra.get("kvstash_model"), tenant=extra.get("kvstash_tenant"),
+                        lease_ms=lease_ms)

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from typing import Any, List, Optional, Sequence
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
@@ -32,6 +33,10 @@ from .stats import BackendStats
 logger = logging.getLogger(__name__)
 
 _KEY = 32
+# Leases this backend holds at once (one per batch_exists batch that hit and
+# was not loaded yet); the oldest is released past it. SGLang has at most a
+# few prefetches in flight per rank; kvstashd allows 4096 per connection.
+_MAX_LEASES = 64
 
 
 def key_bytes(key: str) -> bytes:
@@ -92,6 +97,10 @@ class KvstashHiCacheStorage(HiCacheStorage):
         self._max_chunks = 128
         self._next_attempt = 0.0
         self._last_problem = ""
+        # First key of a batch_exists batch -> the lease pinning its hits
+        # until batch_get_v1 of the same batch (SGLang splits both alike).
+        self._leases: "OrderedDict[str, int]" = OrderedDict()
+        self._lease_lock = threading.Lock()
 
     # ---- setup ----
 
@@ -150,7 +159,7 @@ class KvstashHiCacheStorage(HiCacheStorage):
         try:
             client = kvstash.Client(socket=self.settings.socket, timeout_ms=self.settings.timeout_ms,
                                     name=f"sglang-tp{self.config.tp_rank}")
-            info = client.server_info()
+            info = client.server_info
             if info.chunk_tokens != layout.page_size:
                 self._problem(
                     f"kvstashd stores chunks of {info.chunk_tokens} tokens but SGLang's pages hold "
@@ -168,7 +177,7 @@ class KvstashHiCacheStorage(HiCacheStorage):
                 self._fd, self._fd_bytes, layout.layers, model=self.model,
                 tenant=self.settings.tenant, tp_rank=self.config.tp_rank,
                 tp_size=max(1, self.config.tp_size), replicated_across_ranks=self.is_mla)
-        except (errors.Error, OSError) as error:
+        except Exception as error:  # noqa: BLE001 - never raise into SGLang's threads
             self.stats.count("unavailable")
             self._problem(f"kvstashd is not serving ({error}); misses until it is")
             if client is not None:
@@ -192,6 +201,8 @@ class KvstashHiCacheStorage(HiCacheStorage):
             with self._lock:
                 client, self._client, self._registration = self._client, None, None
                 self._next_attempt = time.monotonic() + self.settings.reconnect_interval_s
+            with self._lease_lock:
+                self._leases.clear()
             if client is not None:
                 try:
                     client.close()
@@ -224,6 +235,35 @@ class KvstashHiCacheStorage(HiCacheStorage):
             self._problem(f"refused a page list: {error}")
             return None
 
+    # ---- leases: hits pinned from batch_exists to batch_get_v1 ----
+
+    def _hold(self, registration: Any, first_key: str, lease_id: int) -> None:
+        if not lease_id:
+            return
+        stale = []
+        with self._lease_lock:
+            previous = self._leases.pop(first_key, None)
+            if previous:
+                stale.append(previous)
+            self._leases[first_key] = lease_id
+            while len(self._leases) > _MAX_LEASES:
+                stale.append(self._leases.popitem(last=False)[1])
+        for lease in stale:
+            self._release(registration, lease)
+
+    def _let_go(self, registration: Any, first_key: str) -> None:
+        with self._lease_lock:
+            lease = self._leases.pop(first_key, None)
+        if lease:
+            self._release(registration, lease)
+
+    @staticmethod
+    def _release(registration: Any, lease_id: int) -> None:
+        try:
+            registration.release(lease_id)
+        except Exception:  # noqa: BLE001 - an expired lease is already gone
+            pass
+
     # ---- the interface_v1 data path ----
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
@@ -237,8 +277,19 @@ class KvstashHiCacheStorage(HiCacheStorage):
             try:
                 for at in range(0, len(keys), self._max_chunks):
                     part = keys[at:at + self._max_chunks]
-                    found = registration.lookup(b"".join(key_bytes(k) for k in part),
+                    blob = b"".join(key_bytes(k) for k in part)
+                    found = registration.lookup(blob, lease_ms=self.settings.lease_ms,
                                                 prefetch=True)
+                    self._hold(registration, part[0], int(found.lease_id))
+                    # Hits below L1 are being promoted into it; SGLang loads
+                    # them next, so wait for them here (the protocol's way:
+                    # ask again until none is pending), within the timeout.
+                    deadline = start + self.settings.timeout_ms / 1e3
+                    while found.prefetch_pending and time.perf_counter() < deadline:
+                        time.sleep(0.001)
+                        found = registration.lookup(blob, lease_ms=self.settings.lease_ms,
+                                                    prefetch=True)
+                        self._hold(registration, part[0], int(found.lease_id))
                     got = min(len(part), int(found.hit_chunks))
                     hit += got
                     if got < len(part):
@@ -283,6 +334,8 @@ class KvstashHiCacheStorage(HiCacheStorage):
                 chunks = registration.chunks_from_keys(
                     b"".join(key_bytes(keys[i]) for i in part), T, [[pages[i]] for i in part])
                 outcomes = registration.retrieve(chunks) if retrieve else registration.store(chunks)
+                if retrieve:
+                    self._let_go(registration, keys[at])
                 for i, outcome in zip(part, outcomes):
                     results[i] = outcome.result in good
                 if retrieve and not all(results[i] for i in part):
