@@ -3,13 +3,11 @@ loader, host pools on a memfd, page hash) against real kvstashd processes."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 import torch
 
-import kvstash
 from kvstash.integrations.sglang import KvstashHiCacheStorage, SettingsError
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
