@@ -9,8 +9,8 @@
 # Needs: SGLang's kit installed (bash .device-sglang/install.sh; this script
 # sources /tmp/sgsite/_kit/env.sh), sgjit.tar.xz beside the kit or in
 # $SGJIT (optional, skips most compiles), and kvstashd + libkvstash.so of
-# this checkout in $KVSTASH_BUILD_DIR (default build: build/bin/kvstashd,
-# build/client/libkvstash.so; a host-only or CUDA build both do).
+# this checkout: $KVSTASH_BIN_DIR/kvstashd (default build/bin) and $KVSTASH_LIB
+# (default build/client/libkvstash.so); a host-only or CUDA build both do.
 # Prints `CHECK <name> PASS|FAIL ...` lines and a summary; logs go to
 # $OUT (or /tmp/sglang-gpu-check). Exit status 0 when every check passed.
 set -uo pipefail
@@ -28,7 +28,8 @@ while [ $# -gt 0 ]; do
 done
 [ "$tp" -gt 1 ] && instance_b=0
 build=${KVSTASH_BUILD_DIR:-$PWD/build}
-kvstashd=$build/bin/kvstashd
+bin=${KVSTASH_BIN_DIR:-$build/bin}
+kvstashd=$bin/kvstashd
 export KVSTASH_LIB=${KVSTASH_LIB:-$build/client/libkvstash.so}
 for f in "$kvstashd" "$KVSTASH_LIB" /tmp/sgsite/_kit/env.sh; do
   [ -e "$f" ] || { echo "sglang_gpu_check: $f is missing (build kvstash, install SGLang's kit)" >&2; exit 2; }
@@ -83,7 +84,7 @@ if [ "$instance_b" = 1 ]; then
   python3 tests/sglang_gpu/check.py "${common[@]}" --instance-b 2>&1 | tee "$logs/instance_b.log" \
     | grep -E '^(CHECK|RUN|NOTE)'
 fi
-"$build/bin/kvstash" stats --socket "$socket" > "$logs/kvstash_stats.txt" 2>&1 || true
+"$bin/kvstash" stats --socket "$socket" > "$logs/kvstash_stats.txt" 2>&1 || true
 echo "sglang_gpu_check: $(( $(date +%s) - start )) s; logs in $logs"
 checks=$(grep -h '^CHECK' "$logs"/instance_*.log)
 echo "$checks"
