@@ -302,3 +302,51 @@ def test_pages_survive_a_restart_on_the_l2_disk_tier(tmp_path):
         assert all(same(a, b) for a, b in zip(written, read(pool, [9, 10, 11])))
     finally:
         d.close()
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    import shutil
+    import socket
+    import subprocess
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_pages_one_node_stored_come_to_another_node_through_l3_redis(redis_url):
+    first = start_daemon(PAGE, "--l3-redis", redis_url)
+    second = start_daemon(PAGE, "--l3-redis", redis_url)
+    try:
+        pool_a, a = make(first.socket)
+        pool_b, b = make(second.socket)
+        k = keys(TOKENS)[:3]
+        written = fill(pool_a, [0, 1, 2], seed=23)
+        assert a.batch_set_v1(k, page_indices([0, 1, 2])) == [True] * 3
+        deadline = time.monotonic() + 15
+        while b.batch_exists(k) != 3:  # write-through to Redis is asynchronous
+            assert time.monotonic() < deadline, "the other node never saw the pages in L3"
+            time.sleep(0.05)
+        assert b.batch_get_v1(k, page_indices([20, 21, 22])) == [True] * 3
+        assert all(same(x, y) for x, y in zip(written, read(pool_b, [20, 21, 22])))
+    finally:
+        first.close()
+        second.close()
