@@ -152,7 +152,10 @@ def bench_ttft(args: argparse.Namespace) -> None:
     if args.backend == "file":
         os.environ.setdefault("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR",
                               tempfile.mkdtemp(prefix="sgl-l3-"))
-    model = tempfile.mkdtemp(prefix="llama3-8b-")
+    # One folder for every run: the model path names the key namespace, so
+    # instance B must use the one instance A used.
+    model = args.model_dir
+    os.makedirs(model, exist_ok=True)
     with open(os.path.join(model, "config.json"), "w") as f:
         json.dump(LLAMA3_8B, f)
     engine = sgl.Engine(**engine_kwargs(args, model))
@@ -239,6 +242,8 @@ def main() -> int:
     ttft.add_argument("--settle-s", type=float, default=2.0)
     ttft.add_argument("--prompts", default="")
     ttft.add_argument("--first-sight", action="store_true")
+    ttft.add_argument("--model-dir", default="/tmp/kvstash-sglang-bench-llama3-8b",
+                      help="where the Llama-3-8B config is written (the same for instance B)")
     args = ap.parse_args()
     if args.part == "pages":
         bench_pages(args)
