@@ -87,6 +87,13 @@ make_sglang_venv() {  # venv version
   exec 9>"$venv.lock"
   flock 9
   if ! sglang_venv_ok "$venv" "$version"; then
+    local free_gb
+    free_gb=$(df -Pk "$(dirname "$venv")" | awk 'NR == 2 { print int($4 / 1048576) }')
+    if [ "$free_gb" -lt 8 ]; then
+      echo "test_python: $venv needs about 5.5 GB (7 to install) but $(dirname "$venv") has" \
+           "${free_gb} GB free; free some, point KVSTASH_CI_CACHE elsewhere, or set KVSTASH_SKIP_SGLANG=1" >&2
+      exit 1
+    fi
     echo "test_python: creating $venv with sglang==$version (one time, several minutes)"
     rm -rf "$venv"
     "$base_python" -m venv "$venv"
