@@ -17,11 +17,15 @@
 #include "backends_logger.h"
 #include "kvstash/backends/client_shm.h"
 #include "kvstash/backends/memory_fault_guard.h"
+#include "peer_fd_allocation.h"
 
 namespace kvstash::backends {
 
 std::string AllocationSpec::identity() const {
   if (kind == Kind::kHostShm) return "shm:" + shm_name;
+  if (kind == Kind::kPeerFd) {
+    return "fd:" + std::to_string(opener ? opener->pid : 0) + ":" + std::to_string(peer_fd);
+  }
   std::string id = "cuda:";
   id.append(reinterpret_cast<const char*>(ipc_handle.data()), ipc_handle.size());
   return id;
@@ -151,6 +155,7 @@ HostBackend::HostBackend(size_t copy_threads) : pool_(copy_threads > 0 ? copy_th
 }
 
 Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec& spec) {
+  if (spec.kind == AllocationSpec::Kind::kPeerFd) return OpenPeerFd(spec, names_);
   if (spec.kind != AllocationSpec::Kind::kHostShm) {
     return Status::InvalidArgument(
         "the host backend takes POSIX shared memory allocations, not CUDA IPC handles; "

@@ -101,6 +101,13 @@ kvstash::Result<kvstash::Allocation> ToAllocation(const kvstash_allocation& a, s
     }
     return kvstash::Allocation(kvstash::HostShm{a.shm_name, a.size_bytes});
   }
+  if (a.kind == KVSTASH_ALLOCATION_PEER_FD) {
+    if (a.fd < 0) {
+      return Status::InvalidArgument("allocation " + std::to_string(index) + " names descriptor " +
+                                     std::to_string(a.fd) + "; descriptors are >= 0");
+    }
+    return kvstash::Allocation(kvstash::PeerFd{a.fd, a.size_bytes});
+  }
   if (a.kind == KVSTASH_ALLOCATION_CUDA_IPC) {
     kvstash::CudaIpc cuda;
     std::memcpy(cuda.ipc_handle.data(), a.ipc_handle, cuda.ipc_handle.size());

@@ -21,6 +21,10 @@ Offset<wire::Allocation> EncodeAllocation(FlatBufferBuilder& fbb, const Allocati
     auto handle = wire::CreateHostShmHandleDirect(fbb, shm->name.c_str(), shm->size_bytes);
     return wire::CreateAllocation(fbb, wire::MemoryHandle::HostShmHandle, handle.Union());
   }
+  if (const auto* peer_fd = std::get_if<PeerFd>(&allocation)) {
+    auto handle = wire::CreatePeerFdHandle(fbb, peer_fd->fd, peer_fd->size_bytes);
+    return wire::CreateAllocation(fbb, wire::MemoryHandle::PeerFdHandle, handle.Union());
+  }
   const auto& cuda = std::get<CudaIpc>(allocation);
   auto ipc = fbb.CreateVector(cuda.ipc_handle.data(), cuda.ipc_handle.size());
   auto uuid = fbb.CreateVector(cuda.gpu_uuid.data(), cuda.gpu_uuid.size());

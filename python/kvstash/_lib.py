@@ -18,6 +18,7 @@ from ctypes import (
     c_char,
     c_char_p,
     c_int,
+    c_int32,
     c_size_t,
     c_uint8,
     c_uint32,
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 ALLOCATION_SHM = 0
 ALLOCATION_CUDA_IPC = 1
+ALLOCATION_PEER_FD = 2
 
 # KVSTASH_ABI_VERSION: the libkvstash (libkvstash.so.1) whose structs these are.
 ABI_VERSION = 1
@@ -72,6 +74,7 @@ class CGeometry(Structure):
 class CAllocation(Structure):
     _fields_ = [
         ("kind", c_uint32),
+        ("fd", c_int32),
         ("shm_name", c_char_p),
         ("size_bytes", c_uint64),
         ("ipc_handle", c_uint8 * 64),

@@ -220,6 +220,54 @@ class Client:
         return Registration(self, self._connection, registration, specs, layers, board)
 
 
+    def register_descriptor(self, fd: int, size_bytes: int, layers: List[Tuple[int, Geometry]],
+                            model: str, tenant: Optional[str] = None, tp_rank: int = 0,
+                            tp_size: int = 1, replicated_across_ranks: bool = False,
+                            ) -> "Registration":
+        """Registers KV memory that this process holds open as descriptor
+        `fd` (a memfd or an unlinked shared-memory file of at least
+        `size_bytes`), e.g. SGLang's HiCache host pool: kvstashd (host
+        backend, ipc socket, same pid namespace) maps it through
+        /proc/<pid>/fd/<fd>. `layers`: (offset in the file, Geometry) per
+        engine layer. The descriptor must stay open while registered: the
+        library registers it again after a daemon restart.
+        `replicated_across_ranks` as for register()."""
+        from .registration import Registration
+
+        if not isinstance(model, str) or not model:
+            raise invalid("model must be a non-empty str (it names the key namespace)")
+        if not isinstance(fd, int) or fd < 0:
+            raise invalid(f"fd must be an open descriptor (an int >= 0), got {fd!r}")
+        if not layers:
+            raise invalid("layers is empty: register at least one KV layer")
+        options = _lib.RegisterOptions(
+            model=model.encode(),
+            tenant_salt=_text(tenant, "tenant"),
+            tp_rank=_uint(tp_rank, "tp_rank"),
+            tp_size=_uint(tp_size, "tp_size"),
+            replicated_across_ranks=1 if replicated_across_ranks else 0,
+        )
+        allocations = (_lib.CAllocation * 1)()
+        allocations[0].kind = _lib.ALLOCATION_PEER_FD
+        allocations[0].fd = fd
+        allocations[0].size_bytes = _uint(size_bytes, "size_bytes", 64)
+        layers_c = (_lib.CLayer * len(layers))()
+        for i, (offset, geometry) in enumerate(layers):
+            if not isinstance(geometry, Geometry):
+                raise invalid(f"layers[{i}]: expected (offset, kvstash.Geometry), got {geometry!r}")
+            layers_c[i].allocation = 0
+            layers_c[i].offset_bytes = _uint(offset, f"layers[{i}] offset", 64)
+            layers_c[i].geometry = _c_geometry(geometry)
+        options.allocations = allocations
+        options.num_allocations = 1
+        options.layers = layers_c
+        options.num_layers = len(layers)
+        registration = _lib.CRegistration()
+        self._connection.call(self._lib.kvstash_register, byref(options), byref(registration))
+        return Registration.of_descriptor(self, self._connection, registration,
+                                          [g for _, g in layers])
+
+
 def _c_geometry(g: Geometry) -> _lib.CGeometry:
     return _lib.CGeometry(
         num_blocks=_uint(g.num_blocks, "num_blocks"),

@@ -162,6 +162,16 @@ class Registration:
         self.num_layers: int = len({s.layer for s in specs})
         self._unregistered = False
 
+    @classmethod
+    def of_descriptor(cls, client: "Client", connection: Connection, c: _lib.CRegistration,
+                      geometries: List[Geometry]) -> "Registration":
+        """A registration of memory named by a descriptor (Client.register_descriptor):
+        one engine layer per geometry, no tensors to keep alive."""
+        registration = cls(client, connection, c, [], None)
+        registration.geometries = list(geometries)
+        registration.num_layers = len(geometries)
+        return registration
+
     @property
     def client(self) -> Any:
         """The kvstash.Client that registered it."""

@@ -40,8 +40,9 @@ Registry::Registry(Backend& backend, uint32_t chunk_tokens, uint64_t max_chunk_b
 Result<std::shared_ptr<MappedAllocation>> Registry::OpenShared(const AllocationSpec& spec) {
   // Host shared memory is opened (and its owner and mode checked against the
   // peer) on every registration: a name may have been unlinked and reused
-  // since. CUDA IPC handles open once per process, so they are shared.
-  if (spec.kind == AllocationSpec::Kind::kHostShm) return backend_.Open(spec);
+  // since, and a descriptor number closed and reused. CUDA IPC handles open
+  // once per process, so they are shared.
+  if (spec.kind != AllocationSpec::Kind::kCudaIpc) return backend_.Open(spec);
   const std::string identity = spec.identity();
   {
     MutexLock lock(mutex_);

@@ -51,6 +51,19 @@ Result<AllocationSpec> DecodeAllocation(const wire::Allocation* allocation, size
       spec.size_bytes = ipc->size_bytes();
       break;
     }
+    case wire::MemoryHandle::PeerFdHandle: {
+      const wire::PeerFdHandle* peer_fd = allocation->handle_as_PeerFdHandle();
+      if (peer_fd == nullptr)
+        return Status::InvalidArgument(where + " names a peer descriptor but carries none");
+      if (peer_fd->fd() < 0) {
+        return Status::InvalidArgument(where + " names descriptor " +
+                                       std::to_string(peer_fd->fd()) + "; descriptors are >= 0");
+      }
+      spec.kind = AllocationSpec::Kind::kPeerFd;
+      spec.peer_fd = peer_fd->fd();
+      spec.size_bytes = peer_fd->size_bytes();
+      break;
+    }
     default: return Status::InvalidArgument(where + " has no memory handle");
   }
   if (spec.size_bytes == 0) return Status::InvalidArgument(where + " declares 0 bytes");

@@ -252,7 +252,8 @@ namespace {
 // table (SIGSEGV). Now it is refused where messages are decoded.
 TEST_F(BadInput, AnAllocationWithAHandleTypeButNoTableIsRefused) {
   for (wire::MemoryHandle type :
-       {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle}) {
+       {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle,
+        wire::MemoryHandle::PeerFdHandle}) {
     flatbuffers::FlatBufferBuilder fbb;
     std::vector<flatbuffers::Offset<wire::Allocation>> allocations = {
         wire::CreateAllocation(fbb, type, 0)};

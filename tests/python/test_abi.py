@@ -121,6 +121,7 @@ def test_every_enum_value_matches_the_header():
         same("KVSTASH_" + re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).upper(), code)
     same("KVSTASH_ALLOCATION_SHM", _lib.ALLOCATION_SHM)
     same("KVSTASH_ALLOCATION_CUDA_IPC", _lib.ALLOCATION_CUDA_IPC)
+    same("KVSTASH_ALLOCATION_PEER_FD", _lib.ALLOCATION_PEER_FD)
     same("KVSTASH_LOOKUP_PREFETCH", _lib.LOOKUP_PREFETCH)
     same("KVSTASH_ABI_VERSION", _lib.ABI_VERSION)
     same("KVSTASH_OK", 0)

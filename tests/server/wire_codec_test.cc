@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <variant>
 #include <vector>
 
 namespace kvstash::server {
@@ -25,7 +27,8 @@ Result<RequestBody> Decode(flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
 
 TEST(WireCodecTest, AnAllocationNamingAHandleTypeWithoutItsTableIsInvalid) {
   for (wire::MemoryHandle type :
-       {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle}) {
+       {wire::MemoryHandle::HostShmHandle, wire::MemoryHandle::CudaIpcHandle,
+        wire::MemoryHandle::PeerFdHandle}) {
     flatbuffers::FlatBufferBuilder fbb;
     std::vector<flatbuffers::Offset<wire::Allocation>> allocations = {
         wire::CreateAllocation(fbb, type, 0)};
@@ -40,6 +43,36 @@ TEST(WireCodecTest, AnAllocationNamingAHandleTypeWithoutItsTableIsInvalid) {
                 decoded.status().code() == StatusCode::kMalformedMessage)
         << decoded.status().ToString();
   }
+}
+
+Result<RequestBody> DecodePeerFd(int fd, uint64_t bytes) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto handle = wire::CreatePeerFdHandle(fbb, fd, bytes);
+  std::vector<flatbuffers::Offset<wire::Allocation>> allocations = {
+      wire::CreateAllocation(fbb, wire::MemoryHandle::PeerFdHandle, handle.Union())};
+  std::vector<flatbuffers::Offset<wire::LayerDesc>> layers = {
+      wire::CreateLayerDesc(fbb, 0, 0, proto::ToWire(fbb, LayerGeometry{}))};
+  auto body = wire::CreateRegisterKVRequestDirect(fbb, "m", nullptr, 0, 1, &allocations, &layers);
+  return Decode(fbb, wire::Body::RegisterKVRequest, body.Union());
+}
+
+TEST(WireCodecTest, APeerDescriptorDecodesToItsNumberAndSize) {
+  Result<RequestBody> decoded = DecodePeerFd(7, 4096);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  const auto* m = std::get_if<RegisterRequest>(&*decoded);
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->registration.allocations.size(), 1u);
+  const AllocationSpec& spec = m->registration.allocations[0];
+  EXPECT_EQ(spec.kind, AllocationSpec::Kind::kPeerFd);
+  EXPECT_EQ(spec.peer_fd, 7);
+  EXPECT_EQ(spec.size_bytes, 4096u);
+}
+
+TEST(WireCodecTest, ANegativePeerDescriptorIsInvalidNamingIt) {
+  Result<RequestBody> decoded = DecodePeerFd(-3, 4096);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(decoded.status().message().find("-3"), std::string::npos);
 }
 
 TEST(WireCodecTest, AnEnvelopeNamingABodyTypeWithoutTheBodyIsInvalid) {

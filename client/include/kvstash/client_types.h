@@ -65,7 +65,16 @@ struct CudaIpc {
   std::array<uint8_t, 16> gpu_uuid{};
 };
 
-using Allocation = std::variant<HostShm, CudaIpc>;
+// Memory of the calling process named by one of its open descriptors: a
+// memfd or an unlinked shared-memory file (host backend, ipc sockets only).
+// The descriptor must stay open while the registration lives: libkvstash
+// registers it again after a daemon restart.
+struct PeerFd {
+  int fd = -1;
+  uint64_t size_bytes = 0;
+};
+
+using Allocation = std::variant<HostShm, CudaIpc, PeerFd>;
 
 // One engine layer: where it lives and how it is laid out.
 struct LayerDesc {

@@ -111,7 +111,11 @@ enum {
 };
 
 /* Allocation kinds. */
-enum { KVSTASH_ALLOCATION_SHM = 0, KVSTASH_ALLOCATION_CUDA_IPC = 1 };
+enum {
+  KVSTASH_ALLOCATION_SHM = 0,
+  KVSTASH_ALLOCATION_CUDA_IPC = 1,
+  KVSTASH_ALLOCATION_PEER_FD = 2
+};
 
 typedef struct kvstash_client kvstash_client;
 
@@ -156,6 +160,10 @@ typedef struct kvstash_geometry {
  * cuda_layers, which shares CUDA allocations for you. */
 typedef struct kvstash_allocation {
   uint32_t kind;          /* KVSTASH_ALLOCATION_* */
+  int32_t fd;             /* PEER_FD: an open descriptor of this process, a memfd or
+                             unlinked shared-memory file (host backend, ipc socket);
+                             kept open while registered. Lies where ABI 1 had padding:
+                             the struct's size and other offsets are unchanged. */
   const char* shm_name;   /* SHM: shm_open name, "/kvstash-1234-0" */
   uint64_t size_bytes;    /* both kinds */
   uint8_t ipc_handle[64]; /* CUDA_IPC: cudaIpcMemHandle_t of the allocation base */

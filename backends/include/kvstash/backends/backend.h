@@ -29,9 +29,10 @@ class LinkLoads;
 
 // One allocation an engine shared, as described on the wire.
 struct AllocationSpec {
-  enum class Kind { kHostShm, kCudaIpc };
+  enum class Kind { kHostShm, kCudaIpc, kPeerFd };
   Kind kind = Kind::kHostShm;
   std::string shm_name;             // kHostShm
+  int peer_fd = -1;                 // kPeerFd: a descriptor of the opener's process
   std::vector<uint8_t> ipc_handle;  // kCudaIpc: cudaIpcMemHandle_t bytes
   std::array<uint8_t, 16> gpu_uuid{};
   uint64_t size_bytes = 0;
