@@ -23,6 +23,13 @@ bool ShmChannelWanted() {
 
 // KVSTASH_SHM_CHANNEL_RING_BYTES: each ring's size (a power of two, 4 KiB
 // to 64 MiB); tests make it small to fill it.
+// The library's edge with the environment: $KVSTASH_SOCKET (empty when
+// unset) for ClientEndpoint.
+std::string SocketFromEnvironment() {
+  const char* value = std::getenv(kSocketEnvVar);
+  return value != nullptr ? value : "";
+}
+
 uint64_t ChannelRingBytes() {
   const char* value = std::getenv("KVSTASH_SHM_CHANNEL_RING_BYTES");
   if (value == nullptr || *value == '\0') return channel::kDefaultRingBytes;
@@ -101,7 +108,7 @@ class Client::Impl {
 };
 
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
-  client::SessionOptions session{ClientEndpoint(options.socket), options.request_timeout,
+  client::SessionOptions session{ClientEndpoint(options.socket, SocketFromEnvironment()), options.request_timeout,
                                  std::move(options.client_name), std::move(options.log),
                                  std::chrono::microseconds(options.busy_poll_us)};
   session.shm_channel = options.shm_channel && ShmChannelWanted();
