@@ -131,9 +131,9 @@ std::future<Result<RegisteredKv>> Client::RegisterKV(const RegisterOptions& opti
   Impl* impl = impl_.get();
   // Without a fence (it could not be created) the registration's requests
   // are cut off by their deadlines alone (docs/protocol.md "The copy fence").
-  std::shared_ptr<client::CopyFence> fence;
+  std::shared_ptr<client::GiveUpFence> fence;
   if (impl->transport().fences()) {
-    Result<std::shared_ptr<client::CopyFence>> created = client::CopyFence::Create();
+    Result<std::shared_ptr<client::GiveUpFence>> created = client::GiveUpFence::Create();
     if (created.ok()) fence = std::move(*created);
   }
   return impl_->Call<Result<RegisteredKv>>(

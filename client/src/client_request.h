@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "copy_fence.h"
+#include "give_up_fence.h"
 #include "kvstash/proto/codec.h"
 #include "kvstash/status.h"
 
@@ -53,7 +53,7 @@ struct ClientRequest {
   // them, so a failure is reported only behind the registration's copy
   // fence (`fence`, set when sent), or without one once the deadline passed.
   bool copies_blocks = false;
-  std::shared_ptr<CopyFence> fence;
+  std::shared_ptr<GiveUpFence> fence;
   // The failure to report once the fence is ours (or the deadline passed).
   std::optional<Status> giving_up;
   // Why it was given up, as far as its report goes (IoLoop::GiveUp).

@@ -16,7 +16,7 @@ namespace kvstash::client {
 
 Result<ServerInfo> DecodeHello(const wire::Envelope& envelope);
 Result<RegisteredKv> DecodeRegisterKV(const wire::Envelope& envelope);
-// Whether the daemon holds the registration's copy fence (copy_fence.h).
+// Whether the daemon holds the registration's copy fence (give_up_fence.h).
 bool DecodeFenced(const wire::Envelope& envelope);
 Status DecodeUnregisterKV(const wire::Envelope& envelope);
 Result<std::vector<ChunkOutcome>> DecodeStore(const wire::Envelope& envelope, size_t num_chunks);

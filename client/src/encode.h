@@ -23,7 +23,7 @@ struct Header {
 };
 
 Bytes EncodeHello(const Header& header, const std::string& client_name);
-// fence_name: the registration's copy fence (copy_fence.h); empty: none.
+// fence_name: the registration's copy fence (give_up_fence.h); empty: none.
 Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options,
                        const std::string& fence_name = std::string());
 Bytes EncodeUnregisterKV(const Header& header, uint64_t registration_id);

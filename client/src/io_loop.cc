@@ -634,9 +634,9 @@ void IoLoop::SendRegisterAgain(const RegistrationTable::Stale& stale, const Boot
                                uint32_t attempt) {
   const uint64_t engine_id = stale.engine_id;
   const uint64_t session = session_;
-  std::shared_ptr<CopyFence> fence;
+  std::shared_ptr<GiveUpFence> fence;
   if (options_.endpoint.rfind("ipc://", 0) == 0) {  // kvstashd checks it against our credentials
-    Result<std::shared_ptr<CopyFence>> created = CopyFence::Create();
+    Result<std::shared_ptr<GiveUpFence>> created = GiveUpFence::Create();
     if (created.ok()) fence = std::move(*created);
   }
   ClientRequest again = OwnRequest("RegisterKV (again: kvstashd restarted)", nullptr);
@@ -751,12 +751,12 @@ bool IoLoop::TryGiveUp(ClientRequest& request) {
   const Clock::time_point now = Clock::now();
   if (request.fence) {
     switch (request.fence->TryGiveUp(request.id)) {
-      case CopyFence::GiveUp::kDone:
+      case GiveUpFence::GiveUp::kDone:
         if (!ProcessAllowsReport(request, now)) return false;
         Complete(request, *request.giving_up);
         return true;
-      case CopyFence::GiveUp::kBusy: return false;  // kvstashd is copying it
-      case CopyFence::GiveUp::kFailed: request.fence = nullptr; break;
+      case GiveUpFence::GiveUp::kBusy: return false;  // kvstashd is copying it
+      case GiveUpFence::GiveUp::kFailed: request.fence = nullptr; break;
     }
   }
   // Unfenced: kvstashd starts no copy unit of it past its deadline.
@@ -772,13 +772,13 @@ bool IoLoop::ProcessAllowsReport(const ClientRequest& request, Clock::time_point
   // is exiting, which drops every lock while copies it queued on a GPU may
   // still run until its files are all closed, i.e. until it is gone.
   switch (request.fence->daemon()) {
-    case CopyFence::Daemon::kAlive:
-    case CopyFence::Daemon::kGone: return true;
-    case CopyFence::Daemon::kExiting:
+    case GiveUpFence::Daemon::kAlive:
+    case GiveUpFence::Daemon::kGone: return true;
+    case GiveUpFence::Daemon::kExiting:
       // A process whose exit outlasts this is stuck in a driver: the engine
       // is told at last, with the limits of an unfenced request.
       return now >= request.deadline + request.timeout;
-    case CopyFence::Daemon::kUnknown:
+    case GiveUpFence::Daemon::kUnknown:
       // Not watched: a daemon known alive (connected) let go of the byte;
       // a lost one may be exiting, so its deadline decides, as unfenced.
       return request.cause != GiveUpCause::kLostDaemon || now >= request.deadline;
