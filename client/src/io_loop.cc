@@ -300,9 +300,9 @@ void IoLoop::AttachChannel() {
   uint64_t ring_bytes = 0;
   const uint64_t attaching = channel_.Begin(&name, &ring_bytes);
   if (attaching == 0) return;
-  ClientRequest attach = OwnRequest("AttachChannel", [this, attaching](Result<Reply> reply) {
-    channel_.Attached(attaching, reply);
-  });
+  ClientRequest attach =
+      OwnRequest(RequestKind::kAttachChannel,
+                 [this, attaching](Result<Reply> reply) { channel_.Attached(attaching, reply); });
   flatbuffers::FlatBufferBuilder fbb(128);
   auto body = wire::CreateAttachChannelRequestDirect(fbb, name.c_str(), ring_bytes, ring_bytes);
   attach.bytes = proto::Finish(fbb, attach.id, wire::Body::AttachChannelRequest, body.Union(),
@@ -424,7 +424,7 @@ void IoLoop::HandleReply(const void* data, size_t size) {
     if (Result<RegisteredKv> late = DecodeRegisterKV(envelope); late.ok()) {
       Log(LogLevel::kWarn, "kvstashd registered registration " + std::to_string(late->id) +
                                " after its request had timed out; unregistering it");
-      Unregister(late->id, "UnregisterKV (registered after its timeout)");
+      Unregister(late->id, RequestKind::kUnregisterLate);
     }
     return;
   }
@@ -541,7 +541,7 @@ bool IoLoop::ResolveRegistration(ClientRequest& request) {
   return true;
 }
 
-ClientRequest IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
+ClientRequest IoLoop::OwnRequest(RequestKind kind, ReplyHandler on_reply) {
   ClientRequest request;
   request.id = next_id_.fetch_add(1);
   request.kind = kind;
@@ -559,7 +559,7 @@ Header IoLoop::HeaderOf(const ClientRequest& request, uint64_t registration_id) 
 
 void IoLoop::StartHandshake() {
   ClientRequest hello =
-      OwnRequest("Hello", [this](Result<Reply> reply) { OnHello(std::move(reply)); });
+      OwnRequest(RequestKind::kHello, [this](Result<Reply> reply) { OnHello(std::move(reply)); });
   hello.bytes = EncodeHello(HeaderOf(hello), options_.client_name);
   hello.session = true;
   handshake_wanted_ = false;
@@ -572,7 +572,7 @@ void IoLoop::KeepAlive() {
   if (!handshaken_ || keepalive_.count() == 0 || !outbox_.empty()) return;
   if (Clock::now() - last_sent_ < keepalive_) return;
   ClientRequest ping =
-      OwnRequest("Ping (keep-alive)", [](Result<Reply>) {});  // only its arrival matters
+      OwnRequest(RequestKind::kKeepAlive, [](Result<Reply>) {});  // only its arrival matters
   ping.bytes = EncodePing(HeaderOf(ping));
   outbox_.push_back(ping.id);
   pending_.Add(std::move(ping));
@@ -639,7 +639,7 @@ void IoLoop::SendRegisterAgain(const RegistrationTable::Stale& stale, const Boot
     Result<std::shared_ptr<GiveUpFence>> created = GiveUpFence::Create();
     if (created.ok()) fence = std::move(*created);
   }
-  ClientRequest again = OwnRequest("RegisterKV (again: kvstashd restarted)", nullptr);
+  ClientRequest again = OwnRequest(RequestKind::kRegisterAgain, nullptr);
   again.on_reply = [this, engine_id, session, boot, fence, attempt,
                     id = again.id](Result<Reply> reply) {
     if (fence) fence->Unlink();  // opened by now, or never
@@ -655,7 +655,7 @@ void IoLoop::SendRegisterAgain(const RegistrationTable::Stale& stale, const Boot
       Log(LogLevel::kError,
           "registration " + std::to_string(engine_id) +
               " is unusable on the restarted kvstashd: its configuration changed");
-      Unregister(*unused, "UnregisterKV (unusable after restart)");
+      Unregister(*unused, RequestKind::kUnregisterUnusable);
     }
     if (session != session_) return;
     if (!registered.ok() && MayPass(registered.status().code())) {
@@ -691,7 +691,7 @@ void IoLoop::RetryRegistrations() {
   }
 }
 
-void IoLoop::Unregister(uint64_t daemon_id, const char* kind) {
+void IoLoop::Unregister(uint64_t daemon_id, RequestKind kind) {
   ClientRequest drop = OwnRequest(kind, [](Result<Reply>) {});
   drop.bytes = EncodeUnregisterKV(HeaderOf(drop), daemon_id);
   drop.session = true;

@@ -110,7 +110,7 @@ class IoLoop {
 
   // A request of the loop's own (Hello, keep-alive Ping) with a fresh id and
   // the session's timeout; the caller encodes its bytes and queues it.
-  ClientRequest OwnRequest(const char* kind, ReplyHandler on_reply);
+  ClientRequest OwnRequest(RequestKind kind, ReplyHandler on_reply);
   static Header HeaderOf(const ClientRequest& request, uint64_t registration_id = 0);
   void StartHandshake();
   void OnHello(Result<Reply> reply);
@@ -122,7 +122,7 @@ class IoLoop {
   void SendRegisterAgain(const RegistrationTable::Stale& stale, const BootId& boot,
                          uint32_t attempt);
   void RetryRegistrations();
-  void Unregister(uint64_t daemon_id, const char* kind);
+  void Unregister(uint64_t daemon_id, RequestKind kind);
   static bool MayPass(StatusCode code) {
     return code == StatusCode::kTimedOut || code == StatusCode::kUnavailable ||
            code == StatusCode::kResourceExhausted || code == StatusCode::kDeviceError;

@@ -148,7 +148,7 @@ Status Daemon::Run() {
       Logger()->warn("cannot set mode {:o} on {}", impl_->config.socket_mode, path);
     }
     std::unique_ptr<Doorbell> doorbell;
-    if (!path.empty() && impl_->config.shm_channel == "on") {
+    if (!path.empty() && impl_->config.shm_channel == config::ShmChannel::kOn) {
       Result<std::unique_ptr<Doorbell>> bell =
           Doorbell::Create(path + ".doorbell", impl_->config.socket_mode);
       if (bell.ok()) {

@@ -62,8 +62,9 @@ bool FrontendChannels::Rang(bool* handled) {
 
 Result<std::string> FrontendChannels::Attach(const Peer& peer,
                                              const wire::AttachChannelRequest& request) {
-  if (config_.shm_channel != "on") {
-    return Status::Unavailable("kvstashd runs with --shm-channel " + config_.shm_channel +
+  if (config_.shm_channel != config::ShmChannel::kOn) {
+    return Status::Unavailable(std::string("kvstashd runs with --shm-channel ") +
+                               config::NameOf(config_.shm_channel) +
                                ": requests travel over the socket only");
   }
   if (reading_ring_) {
