@@ -50,7 +50,7 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
     options.host_pointers_on_device = same_address != 0;
     options.wait = wait;
     options.busy_poll = config.busy_poll_us > 0;
-    options.trace = config.log_level == "debug" || config.log_level == "trace";
+    options.trace = config.log_level <= config::LogLevel::kDebug;
     for (Direction direction : {Direction::kStore, Direction::kRetrieve}) {
       options.direction = direction;
       Result<std::unique_ptr<CudaCopyLane>> lane = CudaCopyLane::Create(options);
@@ -62,7 +62,8 @@ Result<std::unique_ptr<Backend>> CudaBackend::Create(const config::ServerConfig&
                    mode == TransferMode::kDma ? config.staging_mb : 0);
     backend->devices_.push_back(std::move(device));
   }
-  if (config.multipath == "on") KVSTASH_RETURN_IF_ERROR(backend->SetUpMultipath(config));
+  if (config.multipath == config::Multipath::kOn)
+    KVSTASH_RETURN_IF_ERROR(backend->SetUpMultipath(config));
   return std::unique_ptr<Backend>(std::move(backend));
 }
 

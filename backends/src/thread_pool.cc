@@ -1,43 +1,18 @@
 // A small fork-join pool for the host backend's copies.
 #include "thread_pool.h"
-#include "kvstash/runtime/thread_annotations.h"
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+
+#include "kvstash/runtime/thread_annotations.h"
 
 namespace kvstash::backends {
 
-ThreadPool::ThreadPool(size_t threads) {
-  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
-}
-
-ThreadPool::~ThreadPool() {
-  {
-    MutexLock lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  for (std::thread& t : threads_) t.join();
-}
-
-void ThreadPool::WorkerLoop() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      MutexLock lock(mutex_);
-      wake_.wait(lock.native(),
-                 [this]() KVSTASH_REQUIRES(mutex_) { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-    }
-    task();
-  }
-}
-
 void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   if (n == 0) return;
-  if (n == 1 || threads_.empty()) {
+  if (n == 1 || helpers_.threads() == 0) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
   }
@@ -59,12 +34,8 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
       }
     }
   };
-  const size_t helpers = std::min(threads_.size(), n - 1);
-  {
-    MutexLock lock(mutex_);
-    for (size_t i = 0; i < helpers; ++i) tasks_.push_back(run);
-  }
-  for (size_t i = 0; i < helpers; ++i) wake_.notify_one();
+  const size_t helpers = std::min(helpers_.threads(), n - 1);
+  for (size_t i = 0; i < helpers; ++i) helpers_.Post(run);
   run();
   MutexLock lock(loop->mutex);
   loop->finished.wait(lock.native(), [&] { return loop->done.load() == n; });

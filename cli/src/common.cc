@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 
 #include "kvstash/endpoint.h"
@@ -36,7 +37,10 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::string CommonOptions::Endpoint() const { return ClientEndpoint(socket); }
+std::string CommonOptions::Endpoint() const {
+  const char* from_environment = std::getenv(kSocketEnvVar);
+  return ClientEndpoint(socket, from_environment != nullptr ? from_environment : "");
+}
 
 void AddCommonOptions(CLI::App& app, CommonOptions& options) {
   app.fallthrough();

@@ -23,6 +23,13 @@ bool ShmChannelWanted() {
 
 // KVSTASH_SHM_CHANNEL_RING_BYTES: each ring's size (a power of two, 4 KiB
 // to 64 MiB); tests make it small to fill it.
+// The library's edge with the environment: $KVSTASH_SOCKET (empty when
+// unset) for ClientEndpoint.
+std::string SocketFromEnvironment() {
+  const char* value = std::getenv(kSocketEnvVar);
+  return value != nullptr ? value : "";
+}
+
 uint64_t ChannelRingBytes() {
   const char* value = std::getenv("KVSTASH_SHM_CHANNEL_RING_BYTES");
   if (value == nullptr || *value == '\0') return channel::kDefaultRingBytes;
@@ -43,12 +50,12 @@ class Client::Impl {
   // request names (0: none); encode writes header.registration_id, the
   // daemon's id for it.
   template <typename R, typename Encode, typename Decode>
-  void Call(const char* kind, uint64_t registration_id, Encode encode, Decode decode,
+  void Call(client::RequestKind kind, uint64_t registration_id, Encode encode, Decode decode,
             std::function<void(R)> done) {
     client::ClientRequest request;
-    request.unregisters = std::string_view(kind) == "UnregisterKV";
+    request.unregisters = kind == client::RequestKind::kUnregisterKV;
     request.copies_blocks =
-        std::string_view(kind) == "Store" || std::string_view(kind) == "Retrieve";
+        kind == client::RequestKind::kStore || kind == client::RequestKind::kRetrieve;
     request.id = transport_->NextRequestId();
     request.kind = kind;
     request.timeout = transport_->timeout();
@@ -70,7 +77,8 @@ class Client::Impl {
 
   // The same, answered through a future.
   template <typename R, typename Encode, typename Decode>
-  std::future<R> Call(const char* kind, uint64_t registration_id, Encode encode, Decode decode) {
+  std::future<R> Call(client::RequestKind kind, uint64_t registration_id, Encode encode,
+                      Decode decode) {
     auto promise = std::make_shared<std::promise<R>>();
     std::future<R> future = promise->get_future();
     Call<R>(kind, registration_id, std::move(encode), std::move(decode),
@@ -85,10 +93,11 @@ class Client::Impl {
   client::RegistrationTable& registrations() { return transport_->registrations(); }
 
   // TooLarge when a request carries more chunks or keys than the daemon takes.
-  Status CheckCount(const char* what, size_t count) const {
+  Status CheckCount(client::RequestKind kind, size_t count) const {
     const uint32_t limit = transport_->server_info().max_chunks_per_request;
     if (limit != 0 && count > limit) {
-      return Status::TooLarge(std::string(what) + " carries " + std::to_string(count) +
+      return Status::TooLarge(std::string(client::NameOf(kind)) + " carries " +
+                              std::to_string(count) +
                               " chunks, over kvstashd's max_chunks_per_request of " +
                               std::to_string(limit) + "; split it");
     }
@@ -101,8 +110,9 @@ class Client::Impl {
 };
 
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
-  client::SessionOptions session{ClientEndpoint(options.socket), options.request_timeout,
-                                 std::move(options.client_name), std::move(options.log),
+  client::SessionOptions session{ClientEndpoint(options.socket, SocketFromEnvironment()),
+                                 options.request_timeout, std::move(options.client_name),
+                                 std::move(options.log),
                                  std::chrono::microseconds(options.busy_poll_us)};
   session.shm_channel = options.shm_channel && ShmChannelWanted();
   session.channel_ring_bytes = ChannelRingBytes();
@@ -124,13 +134,13 @@ std::future<Result<RegisteredKv>> Client::RegisterKV(const RegisterOptions& opti
   Impl* impl = impl_.get();
   // Without a fence (it could not be created) the registration's requests
   // are cut off by their deadlines alone (docs/protocol.md "The copy fence").
-  std::shared_ptr<client::CopyFence> fence;
+  std::shared_ptr<client::GiveUpFence> fence;
   if (impl->transport().fences()) {
-    Result<std::shared_ptr<client::CopyFence>> created = client::CopyFence::Create();
+    Result<std::shared_ptr<client::GiveUpFence>> created = client::GiveUpFence::Create();
     if (created.ok()) fence = std::move(*created);
   }
   return impl_->Call<Result<RegisteredKv>>(
-      "RegisterKV", 0,
+      client::RequestKind::kRegisterKV, 0,
       [&](const client::Header& h) {
         return client::EncodeRegisterKV(h, options, fence ? fence->name() : std::string());
       },
@@ -148,7 +158,7 @@ std::future<Result<RegisteredKv>> Client::RegisterKV(const RegisterOptions& opti
 std::future<Status> Client::UnregisterKV(uint64_t registration_id) {
   Impl* impl = impl_.get();
   return impl_->Call<Status>(
-      "UnregisterKV", registration_id,
+      client::RequestKind::kUnregisterKV, registration_id,
       [&](const client::Header& h) { return client::EncodeUnregisterKV(h, h.registration_id); },
       [impl, registration_id](const client::Reply& reply) {
         Status status = client::DecodeUnregisterKV(*reply.envelope);
@@ -178,10 +188,11 @@ std::future<Result<std::vector<ChunkOutcome>>> Client::Store(uint64_t registrati
 void Client::Store(uint64_t registration_id, const ChunkList& chunks,
                    Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
-  if (Status count = impl_->CheckCount("Store", chunks.size()); !count.ok()) return done(count);
+  if (Status count = impl_->CheckCount(client::RequestKind::kStore, chunks.size()); !count.ok())
+    return done(count);
   const size_t n = chunks.size();
   impl_->Call<R>(
-      "Store", registration_id,
+      client::RequestKind::kStore, registration_id,
       [&](const client::Header& h) { return client::EncodeStore(h, h.registration_id, chunks); },
       [n](const client::Reply& reply) { return client::DecodeStore(*reply.envelope, n); },
       std::move(done));
@@ -199,12 +210,13 @@ std::future<Result<std::vector<ChunkOutcome>>> Client::Retrieve(uint64_t registr
 void Client::Retrieve(uint64_t registration_id, const ChunkList& chunks, uint32_t skip_tokens,
                       uint64_t lease_id, Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
-  if (Status count = impl_->CheckCount("Retrieve", chunks.size()); !count.ok()) {
+  if (Status count = impl_->CheckCount(client::RequestKind::kRetrieve, chunks.size());
+      !count.ok()) {
     return done(count);
   }
   const size_t n = chunks.size();
   impl_->Call<R>(
-      "Retrieve", registration_id,
+      client::RequestKind::kRetrieve, registration_id,
       [&](const client::Header& h) {
         return client::EncodeRetrieve(h, h.registration_id, chunks, skip_tokens, lease_id);
       },
@@ -255,7 +267,7 @@ Result<BoardSignal> Client::RetrieveOnStream(uint64_t registration_id, const Chu
                                              uint32_t layer_ranges,
                                              Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
-  KVSTASH_RETURN_IF_ERROR(impl_->CheckCount("Retrieve", chunks.size()));
+  KVSTASH_RETURN_IF_ERROR(impl_->CheckCount(client::RequestKind::kRetrieve, chunks.size()));
   Result<BoardSignal> signal = board.Take(layer_ranges);
   if (!signal.ok()) return signal.status();
   if (stream != nullptr && layer_ranges == 1) {
@@ -269,7 +281,7 @@ Result<BoardSignal> Client::RetrieveOnStream(uint64_t registration_id, const Chu
   const size_t n = chunks.size();
   const BoardSignal asked = *signal;
   impl_->Call<R>(
-      "Retrieve", registration_id,
+      client::RequestKind::kRetrieve, registration_id,
       [&](const client::Header& h) {
         return client::EncodeRetrieve(h, h.registration_id, chunks, skip_tokens, lease_id, &asked);
       },
@@ -291,7 +303,7 @@ Result<BoardSignal> Client::StoreOnStream(uint64_t registration_id, const ChunkL
                                           CompletionBoard& board, void* stream,
                                           Done<Result<std::vector<ChunkOutcome>>> done) {
   using R = Result<std::vector<ChunkOutcome>>;
-  KVSTASH_RETURN_IF_ERROR(impl_->CheckCount("Store", chunks.size()));
+  KVSTASH_RETURN_IF_ERROR(impl_->CheckCount(client::RequestKind::kStore, chunks.size()));
   Result<BoardSignal> signal = board.Take(2);
   if (!signal.ok()) return signal.status();
   if (stream != nullptr) {
@@ -304,7 +316,7 @@ Result<BoardSignal> Client::StoreOnStream(uint64_t registration_id, const ChunkL
   const size_t n = chunks.size();
   const BoardSignal asked = *signal;
   impl_->Call<R>(
-      "Store", registration_id,
+      client::RequestKind::kStore, registration_id,
       [&](const client::Header& h) {
         return client::EncodeStore(h, h.registration_id, chunks, &asked);
       },
@@ -328,9 +340,10 @@ void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys,
 
 void Client::Lookup(uint64_t registration_id, const std::vector<ChunkKey>& keys, uint32_t lease_ms,
                     bool prefetch, Done<Result<LookupResult>> done) {
-  if (Status count = impl_->CheckCount("Lookup", keys.size()); !count.ok()) return done(count);
+  if (Status count = impl_->CheckCount(client::RequestKind::kLookup, keys.size()); !count.ok())
+    return done(count);
   impl_->Call<Result<LookupResult>>(
-      "Lookup", registration_id,
+      client::RequestKind::kLookup, registration_id,
       [&](const client::Header& h) {
         return client::EncodeLookup(h, h.registration_id, keys, lease_ms, prefetch);
       },
@@ -346,7 +359,8 @@ std::future<Result<uint32_t>> Client::Release(uint64_t lease_id) {
 
 void Client::Release(uint64_t lease_id, Done<Result<uint32_t>> done) {
   impl_->Call<Result<uint32_t>>(
-      "Release", 0, [&](const client::Header& h) { return client::EncodeRelease(h, lease_id); },
+      client::RequestKind::kRelease, 0,
+      [&](const client::Header& h) { return client::EncodeRelease(h, lease_id); },
       [](const client::Reply& reply) { return client::DecodeRelease(*reply.envelope); },
       std::move(done));
 }
@@ -354,32 +368,35 @@ void Client::Release(uint64_t lease_id, Done<Result<uint32_t>> done) {
 std::future<Result<uint64_t>> Client::Clear(const std::string& model,
                                             const std::string& tenant_salt) {
   return impl_->Call<Result<uint64_t>>(
-      "Clear", 0,
+      client::RequestKind::kClear, 0,
       [&](const client::Header& h) { return client::EncodeClear(h, model, tenant_salt); },
       [](const client::Reply& reply) { return client::DecodeClear(*reply.envelope); });
 }
 
 std::future<Result<std::string>> Client::Describe() {
   return impl_->Call<Result<std::string>>(
-      "Describe", 0, [](const client::Header& h) { return client::EncodeDescribe(h); },
+      client::RequestKind::kDescribe, 0,
+      [](const client::Header& h) { return client::EncodeDescribe(h); },
       [](const client::Reply& reply) { return client::DecodeDescribe(*reply.envelope); });
 }
 
 std::future<Result<StatsResult>> Client::Stats() {
   return impl_->Call<Result<StatsResult>>(
-      "Stats", 0, [](const client::Header& h) { return client::EncodeStats(h); },
+      client::RequestKind::kStats, 0,
+      [](const client::Header& h) { return client::EncodeStats(h); },
       [](const client::Reply& reply) { return client::DecodeStats(*reply.envelope); });
 }
 
 std::future<Result<PoolReadiness>> Client::PoolReady() {
   return impl_->Call<Result<PoolReadiness>>(
-      "Ping (pool readiness)", 0, [](const client::Header& h) { return client::EncodePing(h); },
+      client::RequestKind::kPoolReadiness, 0,
+      [](const client::Header& h) { return client::EncodePing(h); },
       [](const client::Reply& reply) { return client::DecodePoolReadiness(*reply.envelope); });
 }
 
 std::future<Result<uint64_t>> Client::Ping() {
   return impl_->Call<Result<uint64_t>>(
-      "Ping", 0, [](const client::Header& h) { return client::EncodePing(h); },
+      client::RequestKind::kPing, 0, [](const client::Header& h) { return client::EncodePing(h); },
       [](const client::Reply& reply) { return client::DecodePing(*reply.envelope); });
 }
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "copy_fence.h"
+#include "give_up_fence.h"
 #include "kvstash/proto/codec.h"
 #include "kvstash/status.h"
 
@@ -32,10 +32,54 @@ enum class GiveUpCause {
   kGoodbye,     // kvstashd said it is stopping, once its copies had stopped
 };
 
+// What a request is. The session's own requests have kinds of their own, so
+// that their errors say why they were sent.
+enum class RequestKind : uint8_t {
+  kHello,
+  kRegisterKV,
+  kRegisterAgain,  // a registration sent again to a restarted kvstashd
+  kUnregisterKV,
+  kUnregisterUnusable,  // a registration the restarted kvstashd cannot use as it was
+  kUnregisterLate,      // a registration made again after its request timed out
+  kStore,
+  kRetrieve,
+  kLookup,
+  kRelease,
+  kClear,
+  kDescribe,
+  kStats,
+  kPing,
+  kKeepAlive,      // a Ping sent so that kvstashd does not take the engine for dead
+  kPoolReadiness,  // a Ping read for how much of the pool is pinned
+  kAttachChannel,
+  kCount
+};
+// The kinds' names in error messages, in enum order.
+inline constexpr const char* kRequestKindNames[] = {"Hello",
+                                                    "RegisterKV",
+                                                    "RegisterKV (again: kvstashd restarted)",
+                                                    "UnregisterKV",
+                                                    "UnregisterKV (unusable after restart)",
+                                                    "UnregisterKV (registered after its timeout)",
+                                                    "Store",
+                                                    "Retrieve",
+                                                    "Lookup",
+                                                    "Release",
+                                                    "Clear",
+                                                    "Describe",
+                                                    "Stats",
+                                                    "Ping",
+                                                    "Ping (keep-alive)",
+                                                    "Ping (pool readiness)",
+                                                    "AttachChannel"};
+static_assert(sizeof(kRequestKindNames) / sizeof(kRequestKindNames[0]) ==
+              size_t(RequestKind::kCount));
+inline const char* NameOf(RequestKind kind) { return kRequestKindNames[size_t(kind)]; }
+
 struct ClientRequest {
   uint64_t id = 0;
-  const char* kind = "";  // "Store": for error messages
-  proto::Bytes bytes;     // released once sent
+  RequestKind kind = RequestKind::kPing;
+  proto::Bytes bytes;  // released once sent
   std::chrono::milliseconds timeout{0};
   Clock::time_point deadline;
   // Requests naming a registration: the engine's id for it, and the daemon
@@ -53,7 +97,7 @@ struct ClientRequest {
   // them, so a failure is reported only behind the registration's copy
   // fence (`fence`, set when sent), or without one once the deadline passed.
   bool copies_blocks = false;
-  std::shared_ptr<CopyFence> fence;
+  std::shared_ptr<GiveUpFence> fence;
   // The failure to report once the fence is ours (or the deadline passed).
   std::optional<Status> giving_up;
   // Why it was given up, as far as its report goes (IoLoop::GiveUp).
@@ -63,7 +107,7 @@ struct ClientRequest {
   ReplyHandler on_reply;
 
   // "request 17 (Store)"
-  std::string Name() const { return "request " + std::to_string(id) + " (" + kind + ")"; }
+  std::string Name() const { return "request " + std::to_string(id) + " (" + NameOf(kind) + ")"; }
 };
 
 }  // namespace kvstash::client

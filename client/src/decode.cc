@@ -205,6 +205,24 @@ Result<uint64_t> DecodePing(const wire::Envelope& envelope) {
   return (*reply)->uptime_ms();
 }
 
+Result<std::string> DecodeAttachChannel(const wire::Envelope& envelope) {
+  auto reply = BodyAs<wire::AttachChannelReply>(envelope);
+  if (!reply.ok()) return reply.status();
+  return Str((*reply)->doorbell());
+}
+
+std::optional<std::string> DecodeGoodbye(const wire::Envelope& envelope) {
+  const wire::Goodbye* goodbye = envelope.body_as_Goodbye();
+  if (goodbye == nullptr) return std::nullopt;
+  return Str(goodbye->reason());
+}
+
+std::optional<std::string> DecodeChannelClosed(const wire::Envelope& envelope) {
+  const wire::ChannelClosed* closed = envelope.body_as_ChannelClosed();
+  if (closed == nullptr) return std::nullopt;
+  return Str(closed->reason());
+}
+
 Result<PoolReadiness> DecodePoolReadiness(const wire::Envelope& envelope) {
   auto reply = BodyAs<wire::PingReply>(envelope);
   if (!reply.ok()) return reply.status();

@@ -148,6 +148,20 @@ Bytes EncodePing(const Header& header) {
   return Envelope(fbb, header, wire::CreatePingRequest(fbb));
 }
 
+Bytes EncodeAttachChannel(const Header& header, const std::string& shm_name,
+                          uint64_t request_ring_bytes, uint64_t reply_ring_bytes) {
+  FlatBufferBuilder fbb(128 + shm_name.size());
+  return Envelope(fbb, header,
+                  wire::CreateAttachChannelRequestDirect(fbb, shm_name.c_str(), request_ring_bytes,
+                                                         reply_ring_bytes));
+}
+
+Bytes EncodeUnregisterKVReply(uint64_t request_id) {
+  FlatBufferBuilder fbb(64);
+  return proto::Finish(fbb, request_id, wire::Body::UnregisterKVReply,
+                       wire::CreateUnregisterKVReply(fbb).Union());
+}
+
 bool RewriteRegistrationId(Bytes& bytes, uint64_t registration_id) {
   // Our own bytes, so no verification; the generated types hide their
   // Table base, so go through Table itself with their field offsets.

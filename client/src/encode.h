@@ -23,7 +23,7 @@ struct Header {
 };
 
 Bytes EncodeHello(const Header& header, const std::string& client_name);
-// fence_name: the registration's copy fence (copy_fence.h); empty: none.
+// fence_name: the registration's copy fence (give_up_fence.h); empty: none.
 Bytes EncodeRegisterKV(const Header& header, const RegisterOptions& options,
                        const std::string& fence_name = std::string());
 Bytes EncodeUnregisterKV(const Header& header, uint64_t registration_id);
@@ -38,6 +38,14 @@ Bytes EncodeClear(const Header& header, const std::string& model, const std::str
 Bytes EncodeDescribe(const Header& header);
 Bytes EncodeStats(const Header& header);
 Bytes EncodePing(const Header& header);
+// The session's shared-memory channel (docs/protocol.md "Shared-memory
+// channel"): the segment's name and its two rings' sizes.
+Bytes EncodeAttachChannel(const Header& header, const std::string& shm_name,
+                          uint64_t request_ring_bytes, uint64_t reply_ring_bytes);
+
+// The reply kvstashd would give to UnregisterKV `request_id`, for one that the
+// client answers itself (a registration the daemon no longer holds).
+Bytes EncodeUnregisterKVReply(uint64_t request_id);
 
 // Writes registration_id into an encoded request that names a registration
 // (UnregisterKV, Store, Retrieve, Lookup), in place: the I/O thread's fix-up

@@ -1,4 +1,6 @@
-// The client's I/O thread (see io_loop.h for the session rules).
+// The client's I/O thread: the socket loop (see io_loop.h for the session
+// rules; the session itself is in io_loop_session.cc, reporting requests
+// given up in give_ups.cc).
 #include "io_loop.h"
 
 #include <zmq.h>
@@ -10,7 +12,6 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "decode.h"
@@ -32,9 +33,6 @@ constexpr char kMonitorEndpoint[] = "inproc://kvstash-client-monitor";
 constexpr int kHeartbeatIntervalMs = 250;
 constexpr int kHeartbeatTimeoutMs = 1000;
 constexpr int kReconnectIntervalMs = 100;
-// How often a request given up tries its copy fence again while kvstashd
-// still copies it (at most the rest of one copy call).
-constexpr std::chrono::milliseconds kGiveUpRetry{1};
 
 // Why nobody answers at `endpoint`, for an ipc socket with its file.
 std::string NobodyListens(const std::string& endpoint) {
@@ -65,6 +63,7 @@ IoLoop::IoLoop(SessionOptions options, zmq::context_t& context, SubmissionQueue&
       next_id_(next_id),
       registrations_(registrations),
       first_hello_(std::move(first_hello)),
+      give_ups_([this](ClientRequest& request, Status why) { Complete(request, std::move(why)); }),
       channel_(
           options_.shm_channel, options_.endpoint, options_.channel_ring_bytes,
           [this](LogLevel level, const std::string& text) { Log(level, text); },
@@ -159,7 +158,7 @@ bool IoLoop::Step() {
   // re-registration timed out and the session is ready, a registration
   // sent again) goes out now, not when the loop next wakes.
   ExpireDeadlines();
-  if (!giving_up_.empty()) RetryGiveUps();
+  if (!give_ups_.empty()) give_ups_.Retry();
   if (!register_retries_.empty()) RetryRegistrations();
   KeepAlive();
   Flush();
@@ -263,8 +262,8 @@ void IoLoop::Poll() {
     timeout = std::max(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0));
   }
   // A request waiting for its fence is looked at again shortly.
-  if (!giving_up_.empty() && (timeout.count() < 0 || timeout > kGiveUpRetry)) {
-    timeout = kGiveUpRetry;
+  if (!give_ups_.empty() && (timeout.count() < 0 || timeout > GiveUps::kRetry)) {
+    timeout = GiveUps::kRetry;
   }
   // Adaptive spinning (docs/deployment.md "Spinning"): while replies are
   // awaited and for a window after the last message, poll without sleeping,
@@ -293,42 +292,6 @@ void IoLoop::ReceiveRing() {
     spin_.Activity(Clock::now());
     HandleReply(data, size);
   });
-}
-
-void IoLoop::AttachChannel() {
-  std::string name;
-  uint64_t ring_bytes = 0;
-  const uint64_t attaching = channel_.Begin(&name, &ring_bytes);
-  if (attaching == 0) return;
-  ClientRequest attach = OwnRequest("AttachChannel", [this, attaching](Result<Reply> reply) {
-    channel_.Attached(attaching, reply);
-  });
-  flatbuffers::FlatBufferBuilder fbb(128);
-  auto body = wire::CreateAttachChannelRequestDirect(fbb, name.c_str(), ring_bytes, ring_bytes);
-  attach.bytes = proto::Finish(fbb, attach.id, wire::Body::AttachChannelRequest, body.Union(),
-                               HeaderOf(attach).deadline_ns);
-  attach.session = true;
-  outbox_.push_front(attach.id);
-  pending_.Add(std::move(attach));
-}
-
-void IoLoop::OnChannelClosed(const std::string& reason) {
-  if (!channel_.ready()) return;
-  Log(LogLevel::kError, "kvstashd at " + options_.endpoint +
-                            " closed this client's shared-memory channel: " + reason);
-  channel_.Drop(reason);
-  // What the daemon read from the ring before is answered over the socket;
-  // what it did not will never be: fail them all now, not at their deadline.
-  for (ClientRequest& request : pending_.TakeSentThroughRing()) {
-    const std::string name = request.Name();
-    GiveUp(std::move(request), Status::Unavailable(name + " was sent through the shared-memory " +
-                                                   "channel, which kvstashd closed: " + reason));
-  }
-}
-
-void IoLoop::SetChannelInfo(bool attached) {
-  MutexLock lock(info_mutex_);
-  if (info_) info_->shm_channel = attached;
 }
 
 void IoLoop::ExpireDeadlines() {
@@ -398,12 +361,12 @@ void IoLoop::HandleReply(const void* data, size_t size) {
   const wire::Envelope& envelope = **verified;
   const uint64_t id = envelope.request_id();
   MarkStage(options_.trace, id, TraceStage::kClientReceived);
-  if (const wire::Goodbye* goodbye = envelope.body_as_Goodbye()) {
-    OnGoodbye(goodbye->reason() ? goodbye->reason()->str() : std::string());
+  if (std::optional<std::string> reason = DecodeGoodbye(envelope)) {
+    OnGoodbye(*reason);
     return;
   }
-  if (const wire::ChannelClosed* closed = envelope.body_as_ChannelClosed()) {
-    OnChannelClosed(closed->reason() ? closed->reason()->str() : std::string());
+  if (std::optional<std::string> reason = DecodeChannelClosed(envelope)) {
+    OnChannelClosed(*reason);
     return;
   }
   if (const wire::ErrorReply* error = envelope.body_as_ErrorReply()) {
@@ -424,7 +387,7 @@ void IoLoop::HandleReply(const void* data, size_t size) {
     if (Result<RegisteredKv> late = DecodeRegisterKV(envelope); late.ok()) {
       Log(LogLevel::kWarn, "kvstashd registered registration " + std::to_string(late->id) +
                                " after its request had timed out; unregistering it");
-      Unregister(late->id, "UnregisterKV (registered after its timeout)");
+      Unregister(late->id, RequestKind::kUnregisterLate);
     }
     return;
   }
@@ -480,235 +443,6 @@ void IoLoop::OnConnectFailed() {
   EndSession(why + " (retrying)", goodbye_ ? GiveUpCause::kGoodbye : GiveUpCause::kLostDaemon);
 }
 
-void IoLoop::OnGoodbye(const std::string& reason) {
-  Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint + " said goodbye: " + reason);
-  goodbye_ = true;
-  EndSession("kvstashd at " + options_.endpoint + " is stopping (" +
-                 (reason.empty() ? std::string("Goodbye") : reason) + "); reconnecting",
-             GiveUpCause::kGoodbye);
-}
-
-void IoLoop::EndSession(const std::string& why, GiveUpCause cause) {
-  // A daemon that restarts maps nothing of ours; the next session attaches
-  // a fresh channel.
-  channel_.Drop(why);
-  handshaken_ = false;
-  down_why_ = why;
-  registering_again_ = 0;
-  register_retries_.clear();    // the next session registers every stale one again
-  late_registrations_.clear();  // the daemon dropped what this session registered
-  FailSent(Status::Unavailable(why), cause);
-  FailQueued(Status::Unavailable(why));
-}
-
-bool IoLoop::ResolveRegistration(ClientRequest& request) {
-  std::optional<Result<uint64_t>> where = registrations_.Resolve(request.registration_id, boot_);
-  if (!where) return true;  // not this client's: kvstashd judges the id
-  if (!where->ok()) {
-    if (request.unregisters) {
-      // Nothing on this daemon to unregister: forgetting it is the whole job.
-      registrations_.Remove(request.registration_id, /*drained=*/false);
-      flatbuffers::FlatBufferBuilder fbb(64);
-      const proto::Bytes bytes = proto::Finish(fbb, request.id, wire::Body::UnregisterKVReply,
-                                               wire::CreateUnregisterKVReply(fbb).Union());
-      auto envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), bytes.size());
-      if (envelope.ok()) {
-        Complete(request, Reply{*envelope});
-        return false;
-      }
-    }
-    Complete(request,
-             Status::Unavailable(request.Name() + " not sent: " + where->status().message()));
-    return false;
-  }
-  if (**where != request.wire_registration_id) {
-    RewriteRegistrationId(request.bytes, **where);
-    request.wire_registration_id = **where;
-  }
-  if (request.copies_blocks) {
-    request.fence = registrations_.Fence(request.registration_id);
-    // Identified once, while the daemon that holds it is surely there.
-    if (request.fence && !request.fence->watch_decided()) {
-      if (Status watched = request.fence->WatchDaemon(daemon_pid_); !watched.ok()) {
-        Log(LogLevel::kInfo, "copy fence of registration " +
-                                 std::to_string(request.registration_id) +
-                                 ": kvstashd's process is not watched (" + watched.message() +
-                                 "); if the connection is lost, its Stores and Retrieves are " +
-                                 "reported failed at their deadline");
-      }
-    }
-  }
-  return true;
-}
-
-ClientRequest IoLoop::OwnRequest(const char* kind, ReplyHandler on_reply) {
-  ClientRequest request;
-  request.id = next_id_.fetch_add(1);
-  request.kind = kind;
-  request.timeout = options_.timeout;
-  request.deadline = Clock::now() + options_.timeout;
-  request.on_reply = std::move(on_reply);
-  return request;
-}
-
-Header IoLoop::HeaderOf(const ClientRequest& request, uint64_t registration_id) {
-  const auto ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(request.deadline.time_since_epoch());
-  return Header{request.id, uint64_t(ns.count()), registration_id};
-}
-
-void IoLoop::StartHandshake() {
-  ClientRequest hello =
-      OwnRequest("Hello", [this](Result<Reply> reply) { OnHello(std::move(reply)); });
-  hello.bytes = EncodeHello(HeaderOf(hello), options_.client_name);
-  hello.session = true;
-  handshake_wanted_ = false;
-  handshake_id_ = hello.id;
-  pending_.Add(std::move(hello));
-  outbox_.push_front(handshake_id_);
-}
-
-void IoLoop::KeepAlive() {
-  if (!handshaken_ || keepalive_.count() == 0 || !outbox_.empty()) return;
-  if (Clock::now() - last_sent_ < keepalive_) return;
-  ClientRequest ping =
-      OwnRequest("Ping (keep-alive)", [](Result<Reply>) {});  // only its arrival matters
-  ping.bytes = EncodePing(HeaderOf(ping));
-  outbox_.push_back(ping.id);
-  pending_.Add(std::move(ping));
-}
-
-void IoLoop::OnHello(Result<Reply> reply) {
-  handshake_id_ = 0;
-  Result<ServerInfo> info = reply.ok() ? DecodeHello(*reply->envelope) : reply.status();
-  if (info.ok() && info->protocol_version != proto::kProtocolVersion) {
-    info = Status(StatusCode::kUnsupportedVersion,
-                  "kvstashd at " + options_.endpoint + " speaks protocol version " +
-                      std::to_string(info->protocol_version) + ", this client " +
-                      std::to_string(proto::kProtocolVersion));
-  }
-  if (!info.ok()) {
-    const Status failed(info.status().code(), "handshake failed: " + info.status().message());
-    Log(LogLevel::kWarn, failed.message());
-    FailQueued(failed);
-    if (first_hello_) {
-      first_hello_->set_value(failed);
-      first_hello_.reset();
-    }
-    return;
-  }
-  bool restarted = false;
-  std::string old_boot;
-  {
-    MutexLock lock(info_mutex_);
-    restarted = info_.has_value() && info_->boot_id != info->boot_id;
-    if (restarted) old_boot = ToHex(info_->boot_id.data(), info_->boot_id.size());
-    info->restarts = (info_ ? info_->restarts : 0) + (restarted ? 1 : 0);
-    info_ = *info;
-  }
-  if (restarted) {
-    Log(LogLevel::kWarn, "kvstashd at " + options_.endpoint + " restarted (boot id " + old_boot +
-                             " -> " + ToHex(info->boot_id.data(), info->boot_id.size()) +
-                             "): registering this client's registrations again; chunks stored " +
-                             "before are gone");
-  }
-  if (info->max_message_bytes != 0) max_message_bytes_ = info->max_message_bytes;
-  keepalive_ = std::chrono::milliseconds(info->peer_timeout_ms / 4);
-  boot_ = info->boot_id;
-  daemon_pid_ = info->pid;
-  ++session_;
-  RegisterAgain(boot_);
-}
-
-void IoLoop::RegisterAgain(const BootId& boot) {
-  std::vector<RegistrationTable::Stale> stale = registrations_.StaleFor(boot);
-  if (stale.empty()) return Ready();
-  registering_again_ = stale.size();
-  // Ahead of everything that waits for the session, in registration order.
-  for (auto it = stale.rbegin(); it != stale.rend(); ++it) {
-    SendRegisterAgain(*it, boot, /*attempt=*/0);
-  }
-}
-
-void IoLoop::SendRegisterAgain(const RegistrationTable::Stale& stale, const BootId& boot,
-                               uint32_t attempt) {
-  const uint64_t engine_id = stale.engine_id;
-  const uint64_t session = session_;
-  std::shared_ptr<CopyFence> fence;
-  if (options_.endpoint.rfind("ipc://", 0) == 0) {  // kvstashd checks it against our credentials
-    Result<std::shared_ptr<CopyFence>> created = CopyFence::Create();
-    if (created.ok()) fence = std::move(*created);
-  }
-  ClientRequest again = OwnRequest("RegisterKV (again: kvstashd restarted)", nullptr);
-  again.on_reply = [this, engine_id, session, boot, fence, attempt,
-                    id = again.id](Result<Reply> reply) {
-    if (fence) fence->Unlink();  // opened by now, or never
-    Result<RegisteredKv> registered =
-        reply.ok() ? DecodeRegisterKV(*reply->envelope) : Result<RegisteredKv>(reply.status());
-    const bool fenced = reply.ok() && DecodeFenced(*reply->envelope);
-    if (!registered.ok()) {
-      Log(LogLevel::kWarn, "could not register registration " + std::to_string(engine_id) +
-                               " again: " + registered.status().ToString());
-    }
-    if (std::optional<uint64_t> unused =
-            registrations_.Rebound(engine_id, registered, boot, fenced ? fence : nullptr)) {
-      Log(LogLevel::kError,
-          "registration " + std::to_string(engine_id) +
-              " is unusable on the restarted kvstashd: its configuration changed");
-      Unregister(*unused, "UnregisterKV (unusable after restart)");
-    }
-    if (session != session_) return;
-    if (!registered.ok() && MayPass(registered.status().code())) {
-      // A daemon just started may take longer than a request's timeout to
-      // open the engine's memory; a reply that comes after all is undone.
-      if (registered.status().code() == StatusCode::kTimedOut) late_registrations_.insert(id);
-      const auto pause = std::min<Clock::duration>(
-          kRegisterAgainFirstPause * (1u << std::min(attempt, 5u)), kRegisterAgainLongestPause);
-      register_retries_.push_back({engine_id, attempt + 1, Clock::now() + pause});
-    }
-    if (registering_again_ > 0 && --registering_again_ == 0) Ready();
-  };
-  again.bytes = EncodeRegisterKV(HeaderOf(again), stale.options, fence ? fence->name() : "");
-  again.session = true;
-  outbox_.push_front(again.id);
-  pending_.Add(std::move(again));
-}
-
-void IoLoop::RetryRegistrations() {
-  if (!handshaken_) return;
-  const Clock::time_point now = Clock::now();
-  std::vector<RegistrationTable::Stale> stale;
-  for (auto it = register_retries_.begin(); it != register_retries_.end();) {
-    if (it->due > now) {
-      ++it;
-      continue;
-    }
-    if (stale.empty()) stale = registrations_.StaleFor(boot_);
-    for (const RegistrationTable::Stale& one : stale) {
-      if (one.engine_id == it->engine_id) SendRegisterAgain(one, boot_, it->attempt);
-    }
-    it = register_retries_.erase(it);
-  }
-}
-
-void IoLoop::Unregister(uint64_t daemon_id, const char* kind) {
-  ClientRequest drop = OwnRequest(kind, [](Result<Reply>) {});
-  drop.bytes = EncodeUnregisterKV(HeaderOf(drop), daemon_id);
-  drop.session = true;
-  outbox_.push_front(drop.id);
-  pending_.Add(std::move(drop));
-}
-
-void IoLoop::Ready() {
-  handshaken_ = true;
-  down_why_.clear();
-  AttachChannel();
-  if (first_hello_) {
-    first_hello_->set_value(server_info());
-    first_hello_.reset();
-  }
-}
-
 void IoLoop::Complete(ClientRequest& request, Result<Reply> outcome) {
   // Take it out first: the handler may run code that touches pending_.
   std::optional<ClientRequest> taken = pending_.Take(request.id);
@@ -737,61 +471,7 @@ void IoLoop::FailSent(const Status& why, GiveUpCause cause) {
 }
 
 void IoLoop::GiveUp(ClientRequest request, Status why) {
-  // A daemon says Goodbye only once its copies have stopped: an unfenced
-  // request may fail at once then too.
-  if (!request.copies_blocks || !request.sent || (goodbye_ && !request.fence)) {
-    Complete(request, std::move(why));
-    return;
-  }
-  request.giving_up = std::move(why);
-  if (!TryGiveUp(request)) giving_up_.push_back(std::move(request));
-}
-
-bool IoLoop::TryGiveUp(ClientRequest& request) {
-  const Clock::time_point now = Clock::now();
-  if (request.fence) {
-    switch (request.fence->TryGiveUp(request.id)) {
-      case CopyFence::GiveUp::kDone:
-        if (!ProcessAllowsReport(request, now)) return false;
-        Complete(request, *request.giving_up);
-        return true;
-      case CopyFence::GiveUp::kBusy: return false;  // kvstashd is copying it
-      case CopyFence::GiveUp::kFailed: request.fence = nullptr; break;
-    }
-  }
-  // Unfenced: kvstashd starts no copy unit of it past its deadline.
-  if (now < request.deadline) return false;
-  Complete(request, *request.giving_up);
-  return true;
-}
-
-bool IoLoop::ProcessAllowsReport(const ClientRequest& request, Clock::time_point now) const {
-  // kvstashd says Goodbye only once its copies have stopped.
-  if (request.cause == GiveUpCause::kGoodbye) return true;
-  // The byte is free because kvstashd let go of it, or because its process
-  // is exiting, which drops every lock while copies it queued on a GPU may
-  // still run until its files are all closed, i.e. until it is gone.
-  switch (request.fence->daemon()) {
-    case CopyFence::Daemon::kAlive:
-    case CopyFence::Daemon::kGone: return true;
-    case CopyFence::Daemon::kExiting:
-      // A process whose exit outlasts this is stuck in a driver: the engine
-      // is told at last, with the limits of an unfenced request.
-      return now >= request.deadline + request.timeout;
-    case CopyFence::Daemon::kUnknown:
-      // Not watched: a daemon known alive (connected) let go of the byte;
-      // a lost one may be exiting, so its deadline decides, as unfenced.
-      return request.cause != GiveUpCause::kLostDaemon || now >= request.deadline;
-  }
-  return true;
-}
-
-void IoLoop::RetryGiveUps() {
-  std::vector<ClientRequest> trying;
-  trying.swap(giving_up_);
-  for (ClientRequest& request : trying) {
-    if (!TryGiveUp(request)) giving_up_.push_back(std::move(request));
-  }
+  give_ups_.GiveUp(std::move(request), std::move(why), goodbye_);
 }
 
 void IoLoop::FailAll(StatusCode code, const std::string& why) {
@@ -802,15 +482,7 @@ void IoLoop::FailAll(StatusCode code, const std::string& why) {
     const std::string name = request.Name();
     GiveUp(std::move(request), Status(code, name + " did not complete: " + why));
   }
-  // The loop ends here: wait for the fences now (until each request's
-  // deadline at most: the engine is tearing its client down).
-  while (!giving_up_.empty()) {
-    for (ClientRequest& request : giving_up_) {
-      if (Clock::now() >= request.deadline) request.fence = nullptr;
-    }
-    RetryGiveUps();
-    if (!giving_up_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  give_ups_.Finish();  // the loop ends here: wait for the fences now
   if (first_hello_) {
     first_hello_->set_value(Status(code, why));
     first_hello_.reset();

@@ -1,6 +1,8 @@
 // The client's I/O thread: owns the DEALER socket and its connection monitor,
 // sends queued requests, matches replies to requests by id, fails requests
-// whose deadline passed, and keeps the session with kvstashd.
+// whose deadline passed (io_loop.cc), and keeps the session with kvstashd
+// (io_loop_session.cc). Requests given up behind their copy fence wait in
+// GiveUps (give_ups.h).
 //
 // Session rules:
 //  - A session is ready once a Hello succeeded on the current connection and
@@ -12,7 +14,7 @@
 //    within kHeartbeatTimeout) or a Goodbye from kvstashd fails every request
 //    sent or waiting with Unavailable: at once, except a sent Store or
 //    Retrieve, failed only once kvstashd can copy none of it any more (its
-//    copy fence and kvstashd's process, see GiveUp). While no connection is
+//    copy fence and kvstashd's process, see GiveUps). While no connection is
 //    up, new requests fail with Unavailable at once; ZeroMQ keeps
 //    reconnecting.
 //  - Before the first Hello, a failed connect attempt (no socket file, or
@@ -37,6 +39,7 @@
 #include <zmq.hpp>
 
 #include "encode.h"
+#include "give_ups.h"
 #include "kvstash/client.h"
 #include "kvstash/runtime/adaptive_spin.h"
 #include "kvstash/runtime/stage_trace.h"
@@ -74,6 +77,7 @@ class IoLoop {
   ServerInfo server_info() const;
 
  private:
+  // ---- The socket loop (io_loop.cc) ----
   Status OpenSockets();
   void CloseSockets();
   // One round: accept submissions, send, expire, wait. False once closed.
@@ -88,18 +92,30 @@ class IoLoop {
   void ReceiveReplies();
   void HandleReply(const zmq::message_t& message);
   void HandleReply(const void* data, size_t size);
+  // Replies waiting in the reply ring, in order.
+  void ReceiveRing();
+  void HandleMonitorEvents();
+  void OnConnected();
+  void OnDisconnected();
+  void OnConnectFailed();
+
+  void Complete(ClientRequest& request, Result<Reply> outcome);
+  // Reports a request failed. One that kvstashd may still be copying (a
+  // sent Store or Retrieve) is reported only once kvstashd can copy none of
+  // it any more (GiveUps); until then it waits in give_ups_.
+  void GiveUp(ClientRequest request, Status why);
+  void FailQueued(const Status& why);
+  void FailSent(const Status& why, GiveUpCause cause = GiveUpCause::kRequest);
+  void FailAll(StatusCode code, const std::string& why);
+  void Log(LogLevel level, const std::string& text) const;
+
+  // ---- The session (io_loop_session.cc) ----
   // The shared-memory channel (docs/protocol.md "Shared-memory channel"):
   // attached once a session is ready, on ipc endpoints; dropped when the
   // session ends (a restarted daemon gets a fresh one) or kvstashd closes it.
   void AttachChannel();
   void OnChannelClosed(const std::string& reason);
-  // Replies waiting in the reply ring, in order.
-  void ReceiveRing();
   void SetChannelInfo(bool attached);
-  void HandleMonitorEvents();
-  void OnConnected();
-  void OnDisconnected();
-  void OnConnectFailed();
   void OnGoodbye(const std::string& reason);
   // Fails what is sent and what waits with Unavailable(why); the session
   // must start again.
@@ -110,7 +126,7 @@ class IoLoop {
 
   // A request of the loop's own (Hello, keep-alive Ping) with a fresh id and
   // the session's timeout; the caller encodes its bytes and queues it.
-  ClientRequest OwnRequest(const char* kind, ReplyHandler on_reply);
+  ClientRequest OwnRequest(RequestKind kind, ReplyHandler on_reply);
   static Header HeaderOf(const ClientRequest& request, uint64_t registration_id = 0);
   void StartHandshake();
   void OnHello(Result<Reply> reply);
@@ -122,7 +138,7 @@ class IoLoop {
   void SendRegisterAgain(const RegistrationTable::Stale& stale, const BootId& boot,
                          uint32_t attempt);
   void RetryRegistrations();
-  void Unregister(uint64_t daemon_id, const char* kind);
+  void Unregister(uint64_t daemon_id, RequestKind kind);
   static bool MayPass(StatusCode code) {
     return code == StatusCode::kTimedOut || code == StatusCode::kUnavailable ||
            code == StatusCode::kResourceExhausted || code == StatusCode::kDeviceError;
@@ -140,24 +156,6 @@ class IoLoop {
   // registrations.
   void KeepAlive();
 
-  void Complete(ClientRequest& request, Result<Reply> outcome);
-  // Reports a request failed. One that kvstashd may still be copying (a
-  // sent Store or Retrieve) is reported only once kvstashd can copy none of
-  // it any more: once its copy fence is ours and kvstashd's process lets it
-  // (ProcessAllowsReport), or, without a fence, once its deadline passed
-  // (docs/protocol.md "The copy fence"); until then it waits in giving_up_.
-  void GiveUp(ClientRequest request, Status why);
-  // Completes it if it may be now; false: it still waits.
-  bool TryGiveUp(ClientRequest& request);
-  // With the request's fence byte ours: whether kvstashd's process lets its
-  // failure be reported now (docs/protocol.md "The copy fence").
-  bool ProcessAllowsReport(const ClientRequest& request, Clock::time_point now) const;
-  void RetryGiveUps();
-  void FailQueued(const Status& why);
-  void FailSent(const Status& why, GiveUpCause cause = GiveUpCause::kRequest);
-  void FailAll(StatusCode code, const std::string& why);
-  void Log(LogLevel level, const std::string& text) const;
-
   const SessionOptions options_;
   zmq::context_t& context_;
   SubmissionQueue& queue_;
@@ -169,8 +167,8 @@ class IoLoop {
   std::optional<zmq::socket_t> dealer_;
   std::optional<zmq::socket_t> monitor_;
   PendingRequests pending_;
-  std::deque<uint64_t> outbox_;           // ids not yet sent, in order (may hold ended ids)
-  std::vector<ClientRequest> giving_up_;  // failed, waiting for their fence (GiveUp)
+  std::deque<uint64_t> outbox_;  // ids not yet sent, in order (may hold ended ids)
+  GiveUps give_ups_;             // failed, waiting for their fence (GiveUp)
   bool connected_ = false;
   bool handshaken_ = false;       // the session is ready (see the session rules)
   bool goodbye_ = false;          // kvstashd said it is stopping; until the next connection

@@ -7,7 +7,7 @@
 namespace kvstash::client {
 
 RegisteredKv RegistrationTable::Add(RegisteredKv registration, RegisterOptions options,
-                                    const BootId& boot, std::shared_ptr<CopyFence> fence) {
+                                    const BootId& boot, std::shared_ptr<GiveUpFence> fence) {
   MutexLock lock(mutex_);
   const uint64_t daemon_id = registration.id;
   // A later boot may hand out an id the engine already holds for another
@@ -28,7 +28,7 @@ void RegistrationTable::Remove(uint64_t engine_id, bool drained) {
   entries_.erase(it);
 }
 
-std::shared_ptr<CopyFence> RegistrationTable::Fence(uint64_t engine_id) const {
+std::shared_ptr<GiveUpFence> RegistrationTable::Fence(uint64_t engine_id) const {
   MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   return it == entries_.end() ? nullptr : it->second.fence;
@@ -65,7 +65,7 @@ std::vector<RegistrationTable::Stale> RegistrationTable::StaleFor(const BootId& 
 std::optional<uint64_t> RegistrationTable::Rebound(uint64_t engine_id,
                                                    const Result<RegisteredKv>& again,
                                                    const BootId& boot,
-                                                   std::shared_ptr<CopyFence> fence) {
+                                                   std::shared_ptr<GiveUpFence> fence) {
   MutexLock lock(mutex_);
   auto it = entries_.find(engine_id);
   if (it == entries_.end()) return again.ok() ? std::optional<uint64_t>(again->id) : std::nullopt;

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "copy_fence.h"
+#include "give_up_fence.h"
 #include "kvstash/client_types.h"
 #include "kvstash/runtime/thread_annotations.h"
 #include "kvstash/status.h"
@@ -29,13 +29,13 @@ class RegistrationTable {
   // `fence`: the registration's copy fence when the daemon holds it, else
   // null.
   RegisteredKv Add(RegisteredKv registration, RegisterOptions options, const BootId& boot,
-                   std::shared_ptr<CopyFence> fence);
+                   std::shared_ptr<GiveUpFence> fence);
   // `drained`: its UnregisterKV was answered, so the daemon copies nothing
   // of it any more and its fence may go; otherwise the fence is kept.
   void Remove(uint64_t engine_id, bool drained);
   // The copy fence of engine_id on the daemon it is registered with now
   // (null: none, or not this client's).
-  std::shared_ptr<CopyFence> Fence(uint64_t engine_id) const;
+  std::shared_ptr<GiveUpFence> Fence(uint64_t engine_id) const;
 
   // The daemon id to encode for engine_id: itself when this client did not
   // register it (kvstashd judges such ids).
@@ -58,7 +58,7 @@ class RegistrationTable {
   // keys and block math were computed for the old one; it is not tried
   // again, and the daemon id returned is to be unregistered.
   std::optional<uint64_t> Rebound(uint64_t engine_id, const Result<RegisteredKv>& again,
-                                  const BootId& boot, std::shared_ptr<CopyFence> fence);
+                                  const BootId& boot, std::shared_ptr<GiveUpFence> fence);
 
  private:
   struct Entry {
@@ -68,14 +68,14 @@ class RegistrationTable {
     BootId boot{};
     Status last_error;     // why it is not registered on a later boot
     bool retired = false;  // never registered again (configuration changed)
-    std::shared_ptr<CopyFence> fence;
+    std::shared_ptr<GiveUpFence> fence;
   };
   mutable Mutex mutex_;
   std::unordered_map<uint64_t, Entry> entries_ KVSTASH_GUARDED_BY(mutex_);  // by engine id
   uint64_t next_private_id_ KVSTASH_GUARDED_BY(mutex_) = 1ull << 63;
   // Fences of earlier daemons: kept, with the requests they gave up, for the
   // client's life, since such a daemon is not known to be gone.
-  std::vector<std::shared_ptr<CopyFence>> earlier_fences_ KVSTASH_GUARDED_BY(mutex_);
+  std::vector<std::shared_ptr<GiveUpFence>> earlier_fences_ KVSTASH_GUARDED_BY(mutex_);
 };
 
 }  // namespace kvstash::client

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "decode.h"
 #include "shm_name.h"
 
 namespace kvstash::client {
@@ -143,9 +144,9 @@ void ClientChannel::Attached(uint64_t id, const Result<Reply>& reply) {
     dropped_ = std::move(segment_);
     return;
   }
-  const wire::AttachChannelReply* attached = reply->envelope->body_as_AttachChannelReply();
-  if (attached != nullptr && attached->doorbell() != nullptr) {
-    if (Status rung = OpenDoorbell(*segment_, attached->doorbell()->str()); !rung.ok()) {
+  const Result<std::string> doorbell = DecodeAttachChannel(*reply->envelope);
+  if (doorbell.ok() && !doorbell->empty()) {
+    if (Status rung = OpenDoorbell(*segment_, *doorbell); !rung.ok()) {
       log_(LogLevel::kWarn,
            "no doorbell (" + rung.message() + "): a sleeping kvstashd is woken over the socket");
     }

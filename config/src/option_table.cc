@@ -170,7 +170,7 @@ std::vector<OptionSpec> BuildTable() {
                  "CUDA backend: how a copy lane waits for the GPU: block (sleep on a "
                  "blocking-sync event until the driver wakes the thread) or poll (sleep through "
                  "the shortest possible copy time, then check every few microseconds)"),
-      EnumOption("multipath", "KVSTASH_MULTIPATH", &C::multipath, {"off", "on"},
+      EnumOption("multipath", "KVSTASH_MULTIPATH", &C::multipath, kMultipathNames,
                  "CUDA backend: on = a retrieve into one GPU, and a store out of it, may also "
                  "be carried by other GPUs that reach it over NVLink with peer access, each over "
                  "its own PCIe link, while their own queues of that direction are idle (the "
@@ -196,7 +196,7 @@ std::vector<OptionSpec> BuildTable() {
                  "The spin window: microseconds the frontend and copy lanes keep polling on "
                  "a core after their last work (the frontend up to 20 windows while copies "
                  "are in flight) instead of sleeping; an idle daemon sleeps. 0 = never"),
-      EnumOption("shm-channel", "KVSTASH_SHM_CHANNEL", &C::shm_channel, {"on", "off"},
+      EnumOption("shm-channel", "KVSTASH_SHM_CHANNEL", &C::shm_channel, kShmChannelNames,
                  "Shared-memory request channel for clients on the ipc socket: on = a client "
                  "may attach rings in shared memory that carry its requests and replies "
                  "instead of ZeroMQ (docs/protocol.md \"Shared-memory channel\"), off = "
@@ -210,8 +210,7 @@ std::vector<OptionSpec> BuildTable() {
                  "Threads reading and writing L2 files (O_DIRECT) where io_uring is refused "
                  "(an old kernel, a container's seccomp profile); with io_uring two threads "
                  "keep 8 chunks in flight each"),
-      EnumOption("tier-write", "KVSTASH_TIER_WRITE", &C::tier_write,
-                 {"write-through", "on-eviction"},
+      EnumOption("tier-write", "KVSTASH_TIER_WRITE", &C::tier_write, kTierWriteNames,
                  "When a stored chunk is written to L2/L3: write-through = right after it "
                  "is stored (it survives a restart at once; eviction from L1 never waits), "
                  "on-eviction = only when L1 evicts it (less disk and Redis traffic)"),
@@ -241,8 +240,7 @@ std::vector<OptionSpec> BuildTable() {
                  1000, "Failures in a row after which calls to an L3 server fail at once"),
       UintOption("l3-breaker-open-ms", "KVSTASH_L3_BREAKER_OPEN_MS", &C::l3_breaker_open_ms, 1,
                  3600000, "How long an L3 server's calls fail at once before one is tried again"),
-      EnumOption("log-level", "KVSTASH_LOG_LEVEL", &C::log_level,
-                 {"trace", "debug", "info", "warn", "error", "off"}, "Log level"),
+      EnumOption("log-level", "KVSTASH_LOG_LEVEL", &C::log_level, kLogLevelNames, "Log level"),
       UintOption("metrics-port", "KVSTASH_METRICS_PORT", &C::metrics_port, 0, 65535,
                  "Prometheus metrics port; 0 = off"),
       StringOption("metrics-bind", "KVSTASH_METRICS_BIND", &C::metrics_bind,

@@ -17,9 +17,11 @@ namespace kvstash::config::internal {
 
 // The ServerConfig member an option sets. The member's type is the option's
 // type; its default initializer is the option's default.
-using Member = std::variant<uint32_t ServerConfig::*, double ServerConfig::*,
-                            std::string ServerConfig::*, BackendKind ServerConfig::*,
-                            TransferMode ServerConfig::*, CompletionWait ServerConfig::*>;
+using Member =
+    std::variant<uint32_t ServerConfig::*, double ServerConfig::*, std::string ServerConfig::*,
+                 BackendKind ServerConfig::*, TransferMode ServerConfig::*,
+                 CompletionWait ServerConfig::*, Multipath ServerConfig::*,
+                 ShmChannel ServerConfig::*, TierWrite ServerConfig::*, LogLevel ServerConfig::*>;
 
 struct OptionSpec {
   std::string name;  // "l1-gb": the flag is --l1-gb, the config-file key l1-gb

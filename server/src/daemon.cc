@@ -67,6 +67,8 @@ struct Daemon::Impl {
   config::ServerConfig config;
   std::string backend_name;  // the backend chosen (config.backend may say auto)
   ReplyQueue replies;
+  // The frontend's counters: before the service, whose stats read them.
+  FrontendStats frontend_stats;
   std::unique_ptr<Service> service;
   std::unique_ptr<MetricsEndpoint> metrics;  // null unless metrics_port is set
   int stop_fd = -1;
@@ -104,6 +106,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(const config::ServerConfig& confi
       Service::Create(impl->config, std::move(*backend), impl->replies);
   if (!service.ok()) return service.status();
   impl->service = std::move(*service);
+  impl->service->stats().CountFrontend(&impl->frontend_stats);
   if (config.metrics_port != 0) {
     const Service* serving = impl->service.get();
     Result<std::unique_ptr<MetricsEndpoint>> metrics =
@@ -156,7 +159,7 @@ Status Daemon::Run() {
       Logger()->warn("cannot set mode {:o} on {}", impl_->config.socket_mode, path);
     }
     std::unique_ptr<Doorbell> doorbell;
-    if (!path.empty() && impl_->config.shm_channel == "on") {
+    if (!path.empty() && impl_->config.shm_channel == config::ShmChannel::kOn) {
       Result<std::unique_ptr<Doorbell>> bell =
           Doorbell::Create(path + ".doorbell", impl_->config.socket_mode);
       if (bell.ok()) {
@@ -167,7 +170,7 @@ Status Daemon::Run() {
       }
     }
     impl_->channels = std::make_unique<FrontendChannels>(
-        impl_->config, *impl_->service, std::move(doorbell),
+        impl_->config, *impl_->service, impl_->frontend_stats, std::move(doorbell),
         [&router](const PeerId& peer, const proto::Bytes& bytes) {
           Impl::Send(router, peer, bytes);
         });
@@ -185,9 +188,6 @@ Status Daemon::Run() {
 }
 
 Status Daemon::Impl::Serve(zmq::socket_t& router) {
-  service->SetChannelAttacher([this](const Peer& peer, const wire::AttachChannelRequest& request) {
-    return channels->Attach(peer, request);
-  });
   const int doorbell_fd = channels->doorbell_fd();
   bool stopping = false;
   bool goodbye_due = false;  // stopping, and the copies have not ended yet
@@ -285,7 +285,7 @@ Status Daemon::Impl::Serve(zmq::socket_t& router) {
       // of docs/protocol.md): a client told Goodbye fails its requests at
       // once and its engine reuses their blocks. Sent now, so that none
       // waits out its timeout on requests this daemon will not answer.
-      const proto::Bytes goodbye = Service::GoodbyeMessage("kvstashd is stopping");
+      const proto::Bytes goodbye = EncodeGoodbye("kvstashd is stopping");
       for (const PeerId& peer : service->RecentPeers()) Send(router, peer, goodbye);
       router.set(zmq::sockopt::linger, 200);  // deliver them before the socket closes
       goodbye_due = false;
@@ -324,7 +324,7 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
                                Status::Malformed("expected one frame per message, got " +
                                                  std::to_string(frames.size() - 1) +
                                                  " (use a DEALER socket and send one envelope)")));
-      service->stats().request_errors.fetch_add(1);
+      Stats::Add(frontend_stats.request_errors);
       continue;
     }
     // FlatBuffers reads scalars in place and ZeroMQ does not align message
@@ -337,7 +337,7 @@ bool Daemon::Impl::ReceiveRequests(zmq::socket_t& router) {
       data = reinterpret_cast<const uint8_t*>(aligned.data());
     }
     const Peer sender{peer, Credentials(frames[1])};
-    std::optional<proto::Bytes> reply = service->Handle(sender, data, frames[1].size());
+    std::optional<proto::Bytes> reply = channels->Handle(sender, data, frames[1].size());
     if (reply) {
       if (service->trace() != nullptr) {
         MarkStage(service->trace(), wire::GetEnvelope(reply->data())->request_id(),

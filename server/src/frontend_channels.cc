@@ -17,8 +17,13 @@ constexpr auto kFullLookInterval = std::chrono::milliseconds(10);
 }  // namespace
 
 FrontendChannels::FrontendChannels(const config::ServerConfig& config, Service& service,
-                                   std::unique_ptr<Doorbell> doorbell, Send send)
-    : config_(config), service_(service), doorbell_(std::move(doorbell)), send_(std::move(send)) {}
+                                   FrontendStats& stats, std::unique_ptr<Doorbell> doorbell,
+                                   Send send)
+    : config_(config),
+      service_(service),
+      stats_(stats),
+      doorbell_(std::move(doorbell)),
+      send_(std::move(send)) {}
 
 FrontendChannels::~FrontendChannels() = default;
 
@@ -36,7 +41,7 @@ bool FrontendChannels::Rang(bool* handled) {
   bool drained = true;
   rang_.clear();
   const int read = doorbell_->Drain(&rang_);
-  if (read > 0) service_.stats().channel_doorbells.fetch_add(1);
+  if (read > 0) Stats::Add(stats_.channel_doorbells);
   std::vector<PeerId> peers;
   if (doorbell_->MayHaveOverflowed(read) && Clock::now() - last_full_look_ >= kFullLookInterval) {
     // Some ringer may not have got through: every ring, once, at most
@@ -60,16 +65,29 @@ bool FrontendChannels::Rang(bool* handled) {
   return drained;
 }
 
+std::optional<proto::Bytes> FrontendChannels::Handle(const Peer& peer, const uint8_t* data,
+                                                     size_t size) {
+  Service::Handled handled = service_.Accept(peer, data, size);
+  if (!handled.attach) return std::move(handled.reply);
+  const Result<std::string> attached = Attach(peer, *handled.attach);
+  if (!attached.ok()) {
+    Stats::Add(stats_.request_errors);
+    return proto::ErrorMessage(handled.request_id, attached.status());
+  }
+  return EncodeAttachChannelReply(handled.request_id, *attached);
+}
+
 Result<std::string> FrontendChannels::Attach(const Peer& peer,
-                                             const wire::AttachChannelRequest& request) {
-  if (config_.shm_channel != "on") {
-    return Status::Unavailable("kvstashd runs with --shm-channel " + config_.shm_channel +
+                                             const AttachChannelRequest& request) {
+  if (config_.shm_channel != config::ShmChannel::kOn) {
+    return Status::Unavailable(std::string("kvstashd runs with --shm-channel ") +
+                               config::NameOf(config_.shm_channel) +
                                ": requests travel over the socket only");
   }
   if (reading_ring_) {
     return Status::InvalidArgument("AttachChannel must come over the socket, not through a ring");
   }
-  const std::string name = request.shm_name() ? request.shm_name()->str() : std::string();
+  const std::string& name = request.shm_name;
   // A channel attached before is replaced: its charge goes back first, so a
   // peer at its bound may still replace its own.
   if (auto before = channels_.find(peer.id); before != channels_.end()) {
@@ -81,18 +99,18 @@ Result<std::string> FrontendChannels::Attach(const Peer& peer,
   cost[PeerBudget::kChannels] = 1;
   cost[PeerBudget::kMappings] = 1;
   cost[PeerBudget::kChannelBytes] =
-      channel::ValidRingBytes(request.request_ring_bytes()) &&
-              channel::ValidRingBytes(request.reply_ring_bytes())
-          ? channel::SegmentBytes(request.request_ring_bytes(), request.reply_ring_bytes())
+      channel::ValidRingBytes(request.request_ring_bytes) &&
+              channel::ValidRingBytes(request.reply_ring_bytes)
+          ? channel::SegmentBytes(request.request_ring_bytes, request.reply_ring_bytes)
           : 0;
   Result<PeerBudget::Hold> charged = service_.budget().Charge(peer, cost);
   if (!charged.ok()) {
-    service_.stats().peer_budget_refusals.fetch_add(1);
+    Stats::Add(stats_.peer_budget_refusals);
     return Status(charged.status().code(),
                   charged.status().message() + "; this client uses the socket");
   }
   Result<std::unique_ptr<MappedChannel>> opened =
-      MappedChannel::Open(peer, name, request.request_ring_bytes(), request.reply_ring_bytes());
+      MappedChannel::Open(peer, name, request.request_ring_bytes, request.reply_ring_bytes);
   if (!opened.ok()) return opened.status();
   const pid_t pid = (*opened)->pid();
   Logger()->debug("shared-memory channel {} attached for client pid {}", name, pid);
@@ -100,7 +118,7 @@ Result<std::string> FrontendChannels::Attach(const Peer& peer,
   attached.channel = std::move(*opened);
   attached.charge = std::move(*charged);
   channels_of_pid_.emplace(pid, peer.id);
-  service_.stats().channels_attached.fetch_add(1);
+  Stats::Add(stats_.channels_attached);
   Wake(peer.id, Clock::now());  // its first requests come soon
   return doorbell_ ? doorbell_->path() : std::string();
 }
@@ -119,7 +137,7 @@ void FrontendChannels::Forget(const PeerId& peer) {
     awake_channels_.erase(std::find(awake_channels_.begin(), awake_channels_.end(), peer));
   }
   channels_.erase(found);  // unmaps it and gives its charge back
-  service_.stats().channels_detached.fetch_add(1);
+  Stats::Add(stats_.channels_detached);
 }
 
 void FrontendChannels::Detach(const PeerId& peer, const std::string& why, bool tell) {
@@ -135,9 +153,7 @@ void FrontendChannels::Detach(const PeerId& peer, const std::string& why, bool t
       "shared-memory channel {} detached: {}; this client's requests travel over the "
       "socket from now on",
       name, why);
-  flatbuffers::FlatBufferBuilder fbb(64 + why.size());
-  auto body = wire::CreateChannelClosedDirect(fbb, why.c_str());
-  send_(peer, proto::Finish(fbb, 0, wire::Body::ChannelClosed, body.Union()));
+  send_(peer, EncodeChannelClosed(why));
 }
 
 void FrontendChannels::Wake(const PeerId& peer, Clock::time_point now) {
@@ -165,10 +181,10 @@ bool FrontendChannels::Drain(const PeerId& peer, bool* handled) {
     }
     *handled = true;
     found->second.last_used = Clock::now();
-    service_.stats().channel_requests.fetch_add(1);
+    Stats::Add(stats_.channel_requests);
     const Peer sender = found->second.channel->peer();  // a copy: handling may end the channel
     reading_ring_ = true;
-    std::optional<proto::Bytes> reply = service_.Handle(sender, data, size);
+    std::optional<proto::Bytes> reply = Handle(sender, data, size);
     reading_ring_ = false;
     if (reply) {
       if (service_.trace() != nullptr) {

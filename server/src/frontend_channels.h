@@ -1,8 +1,9 @@
 // The frontend's shared-memory channels (docs/protocol.md "Shared-memory
 // channel"): every attached client's rings, the doorbell, and the routing of
 // replies through a reply ring or over ZeroMQ. The frontend loop calls it;
-// it reads requests from the rings, hands them to the Service and routes
-// their replies.
+// it hands the requests of the socket and of the rings to the Service,
+// answers AttachChannel itself, and routes their replies. Its counters are
+// the frontend's own (FrontendStats).
 //
 // A channel costs the frontend nothing while idle: only awake channels (a
 // request lately, or found holding one after their process rang the
@@ -18,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,6 +31,8 @@
 #include "peer.h"
 #include "peer_budget.h"
 #include "service.h"
+#include "stats.h"
+#include "wire_codec.h"
 
 namespace kvstash::server {
 
@@ -39,7 +43,7 @@ class FrontendChannels {
 
   // `doorbell` may be null (none could be bound, or no channels): clients
   // then wake the frontend over the socket.
-  FrontendChannels(const config::ServerConfig& config, Service& service,
+  FrontendChannels(const config::ServerConfig& config, Service& service, FrontendStats& stats,
                    std::unique_ptr<Doorbell> doorbell, Send send);
   // Unmaps every channel (their charges go back) and removes the doorbell.
   ~FrontendChannels();
@@ -51,8 +55,10 @@ class FrontendChannels {
   bool any_awake() const { return !awake_channels_.empty(); }
   bool Has(const PeerId& peer) const { return channels_.count(peer) != 0; }
 
-  // AttachChannel: returns the doorbell's path for the reply ("" for none).
-  Result<std::string> Attach(const Peer& peer, const wire::AttachChannelRequest& request);
+  // One message from `peer`, handled by the Service, or here when it is an
+  // AttachChannel: its reply now, or nullopt when it comes through the reply
+  // queue.
+  std::optional<proto::Bytes> Handle(const Peer& peer, const uint8_t* data, size_t size);
   // A message came over the socket from `peer`: what it wrote to its ring
   // before comes first, and its channel is polled from now on.
   void FromSocket(const PeerId& peer);
@@ -87,6 +93,8 @@ class FrontendChannels {
     bool awake = false;       // listed in awake_channels_
     Clock::time_point last_used;
   };
+  // AttachChannel: returns the doorbell's path for the reply ("" for none).
+  Result<std::string> Attach(const Peer& peer, const AttachChannelRequest& request);
   // Unmaps a peer's channel and forgets it everywhere.
   void Forget(const PeerId& peer);
   // Ends a peer's channel; `tell` sends it ChannelClosed naming `why`.
@@ -99,6 +107,7 @@ class FrontendChannels {
 
   const config::ServerConfig& config_;
   Service& service_;
+  FrontendStats& stats_;
   std::unique_ptr<Doorbell> doorbell_;
   Send send_;
   std::map<PeerId, AttachedChannel> channels_;  // ordered: the sweep resumes after a key

@@ -36,7 +36,7 @@ Introspection::Introspection(const config::ServerConfig& config, Stats& stats,
       tiers_(&tiers),
       registry_(&registrations.registry()),
       access_(access),
-      background_(std::make_unique<BackgroundWorker>()) {}
+      background_(std::make_unique<runtime::WorkQueue>(1, "kvstash-intro")) {}
 
 Introspection::~Introspection() = default;
 

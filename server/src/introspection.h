@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
-#include "background_worker.h"
 #include "chunk_store.h"
 #include "kvstash/backends/backend.h"
+#include "kvstash/runtime/work_queue.h"
 #include "l1_pool.h"
 #include "registrations.h"
 #include "requests.h"
@@ -67,7 +67,7 @@ class Introspection {
   AccessPolicy access_;
   std::atomic<uint64_t> introspecting_{0};  // Clear, Describe and Stats among the deferred
   // Declared last, so it joins before what it uses goes.
-  std::unique_ptr<BackgroundWorker> background_;
+  std::unique_ptr<runtime::WorkQueue> background_;
 };
 
 }  // namespace kvstash::server

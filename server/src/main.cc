@@ -11,6 +11,23 @@
 #include "kvstash/config/server_config.h"
 #include "kvstash/server/daemon.h"
 
+namespace {
+
+spdlog::level::level_enum SpdlogLevel(kvstash::config::LogLevel level) {
+  using kvstash::config::LogLevel;
+  switch (level) {
+    case LogLevel::kTrace: return spdlog::level::trace;
+    case LogLevel::kDebug: return spdlog::level::debug;
+    case LogLevel::kInfo: return spdlog::level::info;
+    case LogLevel::kWarn: return spdlog::level::warn;
+    case LogLevel::kError: return spdlog::level::err;
+    case LogLevel::kOff: return spdlog::level::off;
+  }
+  return spdlog::level::info;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   kvstash::config::ParseOutcome parsed = kvstash::config::ParseServerConfig(argc, argv);
   if (parsed.should_exit) {
@@ -18,7 +35,7 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   auto logger = spdlog::stderr_color_mt("kvstashd");
-  logger->set_level(spdlog::level::from_str(parsed.config.log_level));
+  logger->set_level(SpdlogLevel(parsed.config.log_level));
   spdlog::set_default_logger(logger);
   spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL=kvstashd=debug raises one logger
   for (const auto& [name, value] : kvstash::config::EffectiveConfig(parsed.config)) {

@@ -78,7 +78,7 @@ uint64_t Service::replies_due() const {
   return deferred > gated ? deferred - gated : 0;
 }
 
-std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data, size_t size) {
+Service::Handled Service::Accept(const Peer& peer, const uint8_t* data, size_t size) {
   uint64_t request_id = 0;  // known once the envelope's structure verified
   try {
     return HandleMessage(peer, data, size, &request_id);
@@ -86,17 +86,27 @@ std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* dat
     Stats::Add(stats_.request_errors);
     Stats::Add(stats_.requests_out_of_memory);
     try {
-      return proto::ErrorMessage(
-          request_id, Status::Exhausted("kvstashd ran out of memory handling this request (a "
-                                        "limit of the machine or of its mappings); try again"));
+      return {
+          proto::ErrorMessage(
+              request_id, Status::Exhausted("kvstashd ran out of memory handling this request (a "
+                                            "limit of the machine or of its mappings); try again")),
+          std::nullopt, request_id};
     } catch (const std::bad_alloc&) {
-      return std::nullopt;  // not even a reply fits: the client's deadline answers it
+      return {};  // not even a reply fits: the client's deadline answers it
     }
   }
 }
 
-std::optional<proto::Bytes> Service::HandleMessage(const Peer& peer, const uint8_t* data,
-                                                   size_t size, uint64_t* id) {
+std::optional<proto::Bytes> Service::Handle(const Peer& peer, const uint8_t* data, size_t size) {
+  Handled handled = Accept(peer, data, size);
+  if (!handled.attach) return std::move(handled.reply);
+  Stats::Add(stats_.request_errors);
+  return proto::ErrorMessage(
+      handled.request_id, Status::Unavailable("this kvstashd attaches no shared-memory channel"));
+}
+
+Service::Handled Service::HandleMessage(const Peer& peer, const uint8_t* data, size_t size,
+                                        uint64_t* id) {
   const Clock::time_point received = Clock::now();
   Stats::Add(stats_.requests);
   uint64_t& request_id = *id;
@@ -105,14 +115,14 @@ std::optional<proto::Bytes> Service::HandleMessage(const Peer& peer, const uint8
   if (!envelope.ok()) {
     Stats::Add(stats_.malformed_messages);
     Stats::Add(stats_.request_errors);
-    return proto::ErrorMessage(request_id, envelope.status());
+    return {proto::ErrorMessage(request_id, envelope.status())};
   }
   Request request{peer, (*envelope)->request_id(), RequestKind::kPing, received, std::nullopt};
   if (trace_) trace_->Mark(request.id, TraceStage::kDaemonReceived, received);
   registrations_->Heard(peer.id, request.start);
   if (shutting_down_) {
     Stats::Add(stats_.request_errors);
-    return proto::ErrorMessage(request.id, Status::Unavailable("kvstashd is shutting down"));
+    return {proto::ErrorMessage(request.id, Status::Unavailable("kvstashd is shutting down"))};
   }
   if (const uint64_t deadline_ns = (*envelope)->deadline_ns(); deadline_ns != 0) {
     // The client's steady_clock: CLOCK_MONOTONIC, shared by every process of
@@ -124,31 +134,19 @@ std::optional<proto::Bytes> Service::HandleMessage(const Peer& peer, const uint8
       const auto late =
           std::chrono::duration_cast<std::chrono::microseconds>(request.start - *request.deadline)
               .count();
-      return proto::ErrorMessage(
+      return {proto::ErrorMessage(
           request.id, Status::TimedOut("the request's deadline passed " + std::to_string(late) +
-                                       " us before kvstashd read it; nothing was done"));
+                                       " us before kvstashd read it; nothing was done"))};
     }
   }
   if ((*envelope)->body_type() == wire::Body::AttachChannelRequest) {
-    const Result<std::string> attached =
-        attach_channel_ ? attach_channel_(peer, *(*envelope)->body_as_AttachChannelRequest())
-                        : Result<std::string>(Status::Unavailable(
-                              "this kvstashd attaches no shared-memory channel"));
-    if (!attached.ok()) {
-      Stats::Add(stats_.request_errors);
-      return proto::ErrorMessage(request.id, attached.status());
-    }
-    flatbuffers::FlatBufferBuilder fbb(128 + attached->size());
-    return proto::Finish(
-        fbb, request.id, wire::Body::AttachChannelReply,
-        wire::CreateAttachChannelReplyDirect(fbb, attached->empty() ? nullptr : attached->c_str())
-            .Union());
+    return {std::nullopt, DecodeAttachChannel(**envelope), request.id};  // the frontend's
   }
   Result<RequestBody> body =
       DecodeRequest(**envelope, DecodeLimits{config_.max_chunks_per_request});
   if (!body.ok()) {
     Stats::Add(stats_.request_errors);
-    return proto::ErrorMessage(request.id, body.status());
+    return {proto::ErrorMessage(request.id, body.status())};
   }
   request.kind = KindOf(*body);
   Reply reply = Dispatch(request, *body);
@@ -158,11 +156,11 @@ std::optional<proto::Bytes> Service::HandleMessage(const Peer& peer, const uint8
   if (!reply.ok()) {
     Stats::Add(stats_.request_errors);
     deferred_.RecordLatency(request);
-    return proto::ErrorMessage(request.id, reply.status());
+    return {proto::ErrorMessage(request.id, reply.status())};
   }
-  if (!reply->has_value()) return std::nullopt;  // the handler counted it in deferred_
+  if (!reply->has_value()) return {};  // the handler counted it in deferred_
   deferred_.RecordLatency(request);
-  return EncodeReply(request.id, **reply);
+  return {EncodeReply(request.id, **reply)};
 }
 
 Service::Reply Service::Dispatch(const Request& r, RequestBody& body) {
@@ -190,12 +188,6 @@ void Service::Tick(bool socket_drained) {
   store_->ExpireLeases(now);
   if (!socket_drained) return;
   registrations_->DropSilent(now);
-}
-
-proto::Bytes Service::GoodbyeMessage(const std::string& reason) {
-  flatbuffers::FlatBufferBuilder fbb(64 + reason.size());
-  auto body = wire::CreateGoodbyeDirect(fbb, reason.c_str());
-  return proto::Finish(fbb, 0, wire::Body::Goodbye, body.Union());
 }
 
 }  // namespace kvstash::server

@@ -15,7 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,18 +47,20 @@ class Service {
                                                  ReplyQueue& replies);
   ~Service();
 
-  // Verifies and handles one message; returns the reply now, or nullopt when
-  // it will come through the reply queue. Memory running out while handling
-  // it (std::bad_alloc) is answered ResourceExhausted: the request edge is
+  // One message, verified and handled: its reply now; none yet (it comes
+  // through the reply queue); or, for an AttachChannel, the request for the
+  // frontend to answer (docs/protocol.md "Shared-memory channel": the
+  // frontend owns the channels). Memory running out while handling it
+  // (std::bad_alloc) is answered ResourceExhausted: the request edge is
   // where a limit is met, never the daemon's end.
+  struct Handled {
+    std::optional<proto::Bytes> reply;
+    std::optional<AttachChannelRequest> attach;
+    uint64_t request_id = 0;
+  };
+  Handled Accept(const Peer& peer, const uint8_t* data, size_t size);
+  // Accept for a caller without channels: an AttachChannel is refused.
   std::optional<proto::Bytes> Handle(const Peer& peer, const uint8_t* data, size_t size);
-  // AttachChannel (docs/protocol.md "Shared-memory channel") is the
-  // frontend's: it owns the channels. Set before serving; absent, the
-  // request is refused.
-  // It returns the doorbell's path ("" for none) for AttachChannelReply.
-  using ChannelAttacher = std::function<Result<std::string>(
-      const Peer& peer, const wire::AttachChannelRequest& request)>;
-  void SetChannelAttacher(ChannelAttacher attacher) { attach_channel_ = std::move(attacher); }
   // Answers every request with Unavailable from now on, and starts no copy
   // unit any more (docs/protocol.md "The copy fence"): wait for
   // copies_in_flight() to reach 0 before saying Goodbye.
@@ -68,7 +69,6 @@ class Service {
   // Peers heard from lately, each with the Goodbye to send it (request_id 0)
   // when the daemon stops.
   std::vector<PeerId> RecentPeers() const { return registrations_->RecentPeers(); }
-  static proto::Bytes GoodbyeMessage(const std::string& reason);
   // Requests whose reply is still to come through the reply queue.
   uint64_t deferred_in_flight() const { return deferred_.count(); }
   // Those of them whose reply may come at any moment: not the stores waiting
@@ -116,8 +116,7 @@ class Service {
   Service(const config::ServerConfig& config, std::unique_ptr<Backend> backend,
           ReplyQueue& replies);
   Reply Dispatch(const Request& r, RequestBody& body);
-  std::optional<proto::Bytes> HandleMessage(const Peer& peer, const uint8_t* data, size_t size,
-                                            uint64_t* request_id);
+  Handled HandleMessage(const Peer& peer, const uint8_t* data, size_t size, uint64_t* request_id);
 
   const config::ServerConfig config_;
   Stats stats_;
@@ -138,7 +137,6 @@ class Service {
   std::unique_ptr<Leases> leases_;
   std::unique_ptr<Transfers> transfers_;
   std::unique_ptr<Introspection> introspection_;
-  ChannelAttacher attach_channel_;
   bool shutting_down_ = false;
 };
 

@@ -1,6 +1,9 @@
 // Counter snapshots and latency histograms.
 #include "stats.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace kvstash::server {
 
 const char* RequestKindName(RequestKind kind) {
@@ -17,6 +20,23 @@ const char* RequestKindName(RequestKind kind) {
 std::vector<Stats::Counter> Stats::ReadCounters() const {
   std::vector<Counter> out;
   KVSTASH_COUNTERS(KVSTASH_READ_COUNTER)
+  if (frontend_ == nullptr) return out;
+  for (const Counter& counter : frontend_->ReadCounters()) {
+    auto same = std::find_if(out.begin(), out.end(), [&](const Counter& c) {
+      return std::strcmp(c.name, counter.name) == 0;
+    });
+    if (same != out.end()) {
+      same->value += counter.value;
+    } else {
+      out.push_back(counter);
+    }
+  }
+  return out;
+}
+
+std::vector<Stats::Counter> FrontendStats::ReadCounters() const {
+  std::vector<Stats::Counter> out;
+  KVSTASH_FRONTEND_COUNTERS(KVSTASH_READ_COUNTER)
   return out;
 }
 

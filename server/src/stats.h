@@ -57,12 +57,6 @@ namespace kvstash::server {
   X(promote_failed, "chunks that could not be promoted (gone, corrupt, no room)")      \
   X(write_behind_chunks, "chunks sent to be written below L1")                         \
   X(write_behind_failed, "chunks that no tier below L1 took")                          \
-  X(channel_requests, "requests read from shared-memory channels (not the socket)")    \
-  X(channel_doorbells, "wake-ups of the frontend by the channels' doorbell")           \
-  X(channels_attached, "shared-memory channels attached")                              \
-  X(channels_detached,                                                                 \
-    "shared-memory channels detached (closed, broken, or their "                       \
-    "client gone)")                                                                    \
   X(peer_budget_refusals,                                                              \
     "registrations and channels refused: their process or user "                       \
     "held its limit")                                                                  \
@@ -72,6 +66,22 @@ namespace kvstash::server {
   X(frontend_spin_us,                                                                  \
     "CPU microseconds the frontend spent polling without sleeping and "                \
     "finding nothing (its spin windows)")
+
+// X(name, help). The frontend's own counters (FrontendStats), kept by the
+// frontend thread. A name that KVSTASH_COUNTERS has too counts the same
+// events seen by the frontend (a message it refused, a channel over a
+// peer's budget): the two are read as one sum.
+#define KVSTASH_FRONTEND_COUNTERS(X)                                                \
+  X(request_errors, "requests answered with an error reply")                        \
+  X(peer_budget_refusals,                                                           \
+    "registrations and channels refused: their process or user "                    \
+    "held its limit")                                                               \
+  X(channel_requests, "requests read from shared-memory channels (not the socket)") \
+  X(channel_doorbells, "wake-ups of the frontend by the channels' doorbell")        \
+  X(channels_attached, "shared-memory channels attached")                           \
+  X(channels_detached,                                                              \
+    "shared-memory channels detached (closed, broken, or their client "             \
+    "gone)")
 
 // X(name, help): one registration's share of the traffic. Lookup misses are
 // counted in chunks only: a Lookup sends keys, not the prompt's length, so the
@@ -104,6 +114,7 @@ enum class RequestKind : uint8_t {
 const char* RequestKindName(RequestKind kind);
 
 class RegistrationStats;
+class FrontendStats;
 
 class Stats {
  public:
@@ -129,10 +140,24 @@ class Stats {
     const char* help;
     uint64_t value;
   };
+  // KVSTASH_COUNTERS, and the frontend's counters when it counts too
+  // (CountFrontend): a name in both lists is read as the sum of the two.
   std::vector<Counter> ReadCounters() const;
+  // Set once, before serving; `frontend` outlives every reader.
+  void CountFrontend(const FrontendStats* frontend) { frontend_ = frontend; }
 
  private:
   std::array<LatencyHistogram, size_t(RequestKind::kCount)> latency_;
+  const FrontendStats* frontend_ = nullptr;
+};
+
+class FrontendStats {
+ public:
+#define KVSTASH_DECLARE_COUNTER(name, help) std::atomic<uint64_t> name{0};
+  KVSTASH_FRONTEND_COUNTERS(KVSTASH_DECLARE_COUNTER)
+#undef KVSTASH_DECLARE_COUNTER
+
+  std::vector<Stats::Counter> ReadCounters() const;
 };
 
 class RegistrationStats {

@@ -29,7 +29,7 @@ Result<std::unique_ptr<TierChain>> TierChain::Create(const config::ServerConfig&
                                                      ChunkStore& store, Stats& stats) {
   const bool any = !config.l2_path.empty() || !config.l3_redis.empty();
   const ChunkStore::WriteBehind mode = !any ? ChunkStore::WriteBehind::kNone
-                                       : config.tier_write == "on-eviction"
+                                       : config.tier_write == config::TierWrite::kOnEviction
                                            ? ChunkStore::WriteBehind::kOnEviction
                                            : ChunkStore::WriteBehind::kWriteThrough;
   std::unique_ptr<TierChain> chain(new TierChain(store, stats, mode));

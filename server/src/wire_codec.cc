@@ -371,4 +371,33 @@ proto::Bytes EncodeReply(uint64_t request_id, const ReplyBody& reply) {
   return std::visit(Encoder{request_id}, reply);
 }
 
+AttachChannelRequest DecodeAttachChannel(const wire::Envelope& envelope) {
+  AttachChannelRequest out;
+  if (const wire::AttachChannelRequest* m = envelope.body_as_AttachChannelRequest()) {
+    out.shm_name = Text(m->shm_name());
+    out.request_ring_bytes = m->request_ring_bytes();
+    out.reply_ring_bytes = m->reply_ring_bytes();
+  }
+  return out;
+}
+
+proto::Bytes EncodeAttachChannelReply(uint64_t request_id, const std::string& doorbell_path) {
+  FlatBufferBuilder fbb(128 + doorbell_path.size());
+  auto body = wire::CreateAttachChannelReplyDirect(
+      fbb, doorbell_path.empty() ? nullptr : doorbell_path.c_str());
+  return proto::Finish(fbb, request_id, wire::Body::AttachChannelReply, body.Union());
+}
+
+proto::Bytes EncodeGoodbye(const std::string& reason) {
+  FlatBufferBuilder fbb(64 + reason.size());
+  auto body = wire::CreateGoodbyeDirect(fbb, reason.c_str());
+  return proto::Finish(fbb, 0, wire::Body::Goodbye, body.Union());
+}
+
+proto::Bytes EncodeChannelClosed(const std::string& reason) {
+  FlatBufferBuilder fbb(64 + reason.size());
+  auto body = wire::CreateChannelClosedDirect(fbb, reason.c_str());
+  return proto::Finish(fbb, 0, wire::Body::ChannelClosed, body.Union());
+}
+
 }  // namespace kvstash::server

@@ -163,4 +163,21 @@ using ReplyBody =
 
 proto::Bytes EncodeReply(uint64_t request_id, const ReplyBody& reply);
 
+// ---- The frontend's messages ----
+// AttachChannel (docs/protocol.md "Shared-memory channel") is answered by the
+// frontend, which owns the channels, not by a handler of the Service.
+struct AttachChannelRequest {
+  std::string shm_name;  // the segment the client created
+  uint64_t request_ring_bytes = 0;
+  uint64_t reply_ring_bytes = 0;
+};
+// The body of a verified envelope whose body type is AttachChannelRequest.
+AttachChannelRequest DecodeAttachChannel(const wire::Envelope& envelope);
+// doorbell_path: the doorbell's path; empty: none (clients ring over the socket).
+proto::Bytes EncodeAttachChannelReply(uint64_t request_id, const std::string& doorbell_path);
+// Unprompted messages (request_id 0): kvstashd is stopping, once its copies
+// stopped; kvstashd stopped using the client's channel.
+proto::Bytes EncodeGoodbye(const std::string& reason);
+proto::Bytes EncodeChannelClosed(const std::string& reason);
+
 }  // namespace kvstash::server

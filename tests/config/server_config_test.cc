@@ -105,7 +105,7 @@ TEST_F(ServerConfigTest, FlagsSetEveryKindOfOption) {
   EXPECT_EQ(config.l1_gb, 0.5);
   EXPECT_EQ(config.chunk_tokens, 128u);
   EXPECT_EQ(config.metrics_port, 9464u);
-  EXPECT_EQ(config.log_level, "debug");
+  EXPECT_EQ(config.log_level, LogLevel::kDebug);
   EXPECT_EQ(config.lease_ms, ServerConfig().lease_ms);
 }
 
@@ -199,6 +199,31 @@ TEST_F(ServerConfigTest, EnumerationsAcceptOnlyTheirValues) {
               HasSubstr("--transfer-mode 'DMA' is not one of dma|direct"));
   EXPECT_THAT(ParseError({"--log-level", "verbose"}),
               HasSubstr("is not one of trace|debug|info|warn|error|off"));
+}
+
+TEST_F(ServerConfigTest, ChoicesAreParsedOnceIntoTheirEnumsFromEverySource) {
+  SetEnv("KVSTASH_TIER_WRITE", "on-eviction");
+  const ServerConfig config =
+      ParseOk({"--config", WriteFile("shm-channel = off\n"), "--multipath", "off"});
+  EXPECT_EQ(config.multipath, Multipath::kOff);
+  EXPECT_EQ(config.shm_channel, ShmChannel::kOff);
+  EXPECT_EQ(config.tier_write, TierWrite::kOnEviction);
+  EXPECT_EQ(config.log_level, LogLevel::kInfo);
+  std::map<std::string, std::string> shown;
+  for (const auto& [name, value] : EffectiveConfig(config)) shown[name] = value;
+  EXPECT_EQ(shown["multipath"], "off");
+  EXPECT_EQ(shown["shm-channel"], "off");
+  EXPECT_EQ(shown["tier-write"], "on-eviction");
+  EXPECT_EQ(shown["log-level"], "info");
+}
+
+TEST_F(ServerConfigTest, BadChoicesNameTheValueAndEveryChoice) {
+  EXPECT_THAT(ParseError({"--multipath", "yes"}),
+              HasSubstr("--multipath 'yes' is not one of off|on"));
+  EXPECT_THAT(ParseError({"--shm-channel", "ON"}),
+              HasSubstr("--shm-channel 'ON' is not one of on|off"));
+  EXPECT_THAT(ParseError({"--tier-write", "later"}),
+              HasSubstr("--tier-write 'later' is not one of write-through|on-eviction"));
 }
 
 TEST_F(ServerConfigTest, UnknownFlagIsAnError) {

@@ -188,5 +188,43 @@ TEST(WireCodecTest, BlockIdsAreReadInPlaceOrOwnedWhenTheMessageCannotServe) {
   }
 }
 
+TEST(WireCodecTest, AttachChannelDecodesToThePlainRequestForTheFrontend) {
+  flatbuffers::FlatBufferBuilder fbb(128);
+  const proto::Bytes bytes =
+      proto::Finish(fbb, 5, wire::Body::AttachChannelRequest,
+                    wire::CreateAttachChannelRequestDirect(fbb, "/kvstash-ch", 4096, 8192).Union());
+  auto envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), 1 << 20);
+  ASSERT_TRUE(envelope.ok()) << envelope.status().ToString();
+  const AttachChannelRequest attach = DecodeAttachChannel(**envelope);
+  EXPECT_EQ(attach.shm_name, "/kvstash-ch");
+  EXPECT_EQ(attach.request_ring_bytes, 4096u);
+  EXPECT_EQ(attach.reply_ring_bytes, 8192u);
+}
+
+TEST(WireCodecTest, FrontendMessagesEncodeTheirBodyAndRequestId) {
+  proto::Bytes bytes = EncodeAttachChannelReply(5, "/run/k.sock.doorbell");
+  auto envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), 1 << 20);
+  ASSERT_TRUE(envelope.ok());
+  EXPECT_EQ((*envelope)->request_id(), 5u);
+  EXPECT_EQ((*envelope)->body_as_AttachChannelReply()->doorbell()->str(), "/run/k.sock.doorbell");
+
+  bytes = EncodeAttachChannelReply(6, "");
+  envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), 1 << 20);
+  ASSERT_TRUE(envelope.ok());
+  EXPECT_EQ((*envelope)->body_as_AttachChannelReply()->doorbell(), nullptr);  // no doorbell
+
+  bytes = EncodeGoodbye("kvstashd is stopping");
+  envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), 1 << 20);
+  ASSERT_TRUE(envelope.ok());
+  EXPECT_EQ((*envelope)->request_id(), 0u);
+  EXPECT_EQ((*envelope)->body_as_Goodbye()->reason()->str(), "kvstashd is stopping");
+
+  bytes = EncodeChannelClosed("ring broken");
+  envelope = proto::VerifyEnvelope(bytes.data(), bytes.size(), 1 << 20);
+  ASSERT_TRUE(envelope.ok());
+  EXPECT_EQ((*envelope)->request_id(), 0u);
+  EXPECT_EQ((*envelope)->body_as_ChannelClosed()->reason()->str(), "ring broken");
+}
+
 }  // namespace
 }  // namespace kvstash::server

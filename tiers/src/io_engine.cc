@@ -18,7 +18,7 @@
 #include <optional>
 #include <thread>
 
-#include "work_queue.h"
+#include "kvstash/runtime/work_queue.h"
 
 namespace kvstash::tiers::internal {
 namespace {
@@ -234,7 +234,7 @@ class IoEngine::Impl {
   std::string fallback_reason_;
   std::atomic<uint64_t> next_ring_{0};
   std::vector<std::unique_ptr<Ring>> rings_;
-  std::optional<WorkQueue> pool_;
+  std::optional<runtime::WorkQueue> pool_;
 };
 
 IoEngine::IoEngine(const IoEngineOptions& options) : impl_(std::make_unique<Impl>(options)) {}

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "batch.h"
+#include "kvstash/runtime/work_queue.h"
 #include "redis_router.h"
-#include "work_queue.h"
 
 namespace kvstash::tiers {
 
@@ -162,7 +162,7 @@ class RedisTier::Impl {
   TierStats stats_;
   std::atomic<uint64_t> pending_put_bytes_{0};
   internal::RedisRouter router_;
-  internal::WorkQueue io_;  // last: its threads stop first
+  runtime::WorkQueue io_;  // last: its threads stop first
 };
 
 void RedisTier::Impl::PutRange(internal::ConnectionSet& set,

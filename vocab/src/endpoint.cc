@@ -1,7 +1,5 @@
 #include "kvstash/endpoint.h"
 
-#include <cstdlib>
-
 namespace kvstash {
 
 std::string NormalizeEndpoint(const std::string& endpoint) {
@@ -9,10 +7,9 @@ std::string NormalizeEndpoint(const std::string& endpoint) {
   return "ipc://" + endpoint;
 }
 
-std::string ClientEndpoint(const std::string& given) {
+std::string ClientEndpoint(const std::string& given, const std::string& from_environment) {
   if (!given.empty()) return NormalizeEndpoint(given);
-  const char* from_env = std::getenv(kSocketEnvVar);
-  if (from_env != nullptr && from_env[0] != '\0') return NormalizeEndpoint(from_env);
+  if (!from_environment.empty()) return NormalizeEndpoint(from_environment);
   return kDefaultSocket;
 }
 

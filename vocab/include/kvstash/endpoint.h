@@ -17,8 +17,9 @@ inline constexpr char kSocketEnvVar[] = "KVSTASH_SOCKET";
 // An empty string stays empty.
 std::string NormalizeEndpoint(const std::string& endpoint);
 
-// The endpoint a client uses: `given` if not empty, else $KVSTASH_SOCKET if
-// set and not empty, else kDefaultSocket; normalized.
-std::string ClientEndpoint(const std::string& given);
+// The endpoint a client uses: `given` if not empty, else `from_environment`
+// (the value of $KVSTASH_SOCKET, which the program reads at its edge; empty
+// when unset) if not empty, else kDefaultSocket; normalized.
+std::string ClientEndpoint(const std::string& given, const std::string& from_environment);
 
 }  // namespace kvstash

@@ -26,10 +26,23 @@ enum class TransferMode : uint8_t { kDma, kDirect };
 inline constexpr const char* kTransferModeNames[] = {"dma", "direct"};
 enum class CompletionWait : uint8_t { kBlock, kPoll };
 inline constexpr const char* kCompletionWaitNames[] = {"block", "poll"};
+enum class Multipath : uint8_t { kOff, kOn };
+inline constexpr const char* kMultipathNames[] = {"off", "on"};
+enum class ShmChannel : uint8_t { kOn, kOff };
+inline constexpr const char* kShmChannelNames[] = {"on", "off"};
+enum class TierWrite : uint8_t { kWriteThrough, kOnEviction };
+inline constexpr const char* kTierWriteNames[] = {"write-through", "on-eviction"};
+enum class LogLevel : uint8_t { kTrace, kDebug, kInfo, kWarn, kError, kOff };
+inline constexpr const char* kLogLevelNames[] = {"trace", "debug", "info", "warn", "error", "off"};
 
 inline const char* NameOf(BackendKind kind) { return kBackendKindNames[size_t(kind)]; }
 inline const char* NameOf(TransferMode mode) { return kTransferModeNames[size_t(mode)]; }
 inline const char* NameOf(CompletionWait wait) { return kCompletionWaitNames[size_t(wait)]; }
+inline const char* NameOf(Multipath multipath) { return kMultipathNames[size_t(multipath)]; }
+inline const char* NameOf(ShmChannel channel) { return kShmChannelNames[size_t(channel)]; }
+inline const char* NameOf(TierWrite write) { return kTierWriteNames[size_t(write)]; }
+// Also spdlog's names for its levels (spdlog::level::from_str).
+inline const char* NameOf(LogLevel level) { return kLogLevelNames[size_t(level)]; }
 
 struct ServerConfig {
   std::string socket = kDefaultSocket;
@@ -62,20 +75,20 @@ struct ServerConfig {
   TransferMode transfer_mode = TransferMode::kDma;  // CUDA backend
   uint32_t staging_mb = 256;                        // GPU staging ring per device (dma mode)
   CompletionWait completion_wait = CompletionWait::kBlock;  // CUDA backend
-  // "on" or "off": retrieves into one GPU also through idle NVLink peers
-  std::string multipath = "on";
-  uint32_t multipath_staging_mb = 128;     // each helping GPU's staging, half per direction (dma)
-  uint32_t multipath_min_path_kib = 2048;  // fewer bytes per path: fewer paths
-  uint32_t multipath_piece_kib = 8192;     // the size a multi-path copy is cut to (dma)
-  uint32_t busy_poll_us = 50;              // the spin window (kvstash::AdaptiveSpin); 0 = never
-  std::string shm_channel = "on";  // or "off": attach same-host clients' shared-memory channels
-  std::string l2_path;             // L2 directory; empty = no L2
-  double l2_gb = 64.0;             // L2 capacity
+  // Retrieves into one GPU (and stores out of it) also through idle NVLink peers
+  Multipath multipath = Multipath::kOn;
+  uint32_t multipath_staging_mb = 128;       // each helping GPU's staging, half per direction (dma)
+  uint32_t multipath_min_path_kib = 2048;    // fewer bytes per path: fewer paths
+  uint32_t multipath_piece_kib = 8192;       // the size a multi-path copy is cut to (dma)
+  uint32_t busy_poll_us = 50;                // the spin window (kvstash::AdaptiveSpin); 0 = never
+  ShmChannel shm_channel = ShmChannel::kOn;  // attach same-host clients' shared-memory channels
+  std::string l2_path;                       // L2 directory; empty = no L2
+  double l2_gb = 64.0;                       // L2 capacity
   uint32_t l2_io_threads = 4;
-  std::string tier_write = "write-through";  // or "on-eviction": when chunks go to L2/L3
-  std::string l3_redis;                      // HOST:PORT[,HOST:PORT...]; empty = no L3
-  std::string l3_user;                       // ACL user; empty = password alone
-  std::string l3_password;                   // empty = no AUTH; never shown
+  TierWrite tier_write = TierWrite::kWriteThrough;  // when chunks go to L2/L3
+  std::string l3_redis;                             // HOST:PORT[,HOST:PORT...]; empty = no L3
+  std::string l3_user;                              // ACL user; empty = password alone
+  std::string l3_password;                          // empty = no AUTH; never shown
   uint32_t l3_connect_timeout_ms = 500;
   uint32_t l3_timeout_ms = 2000;
   uint32_t l3_io_threads = 4;
@@ -83,8 +96,8 @@ struct ServerConfig {
   uint32_t l3_ttl_s = 0;     // 0 = no expiry
   uint32_t l3_breaker_failures = 3;
   uint32_t l3_breaker_open_ms = 1000;
-  std::string log_level = "info";  // trace | debug | info | warn | error | off
-  uint32_t metrics_port = 0;       // Prometheus endpoint; 0 = off
+  LogLevel log_level = LogLevel::kInfo;
+  uint32_t metrics_port = 0;  // Prometheus endpoint; 0 = off
   std::string metrics_bind = "127.0.0.1";
 };
 

@@ -1,4 +1,5 @@
-// The engine's side of the copy fence (docs/protocol.md "The copy fence"):
+// GiveUpFence: the engine's side of the copy fence (docs/protocol.md "The
+// copy fence"), what lets libkvstash give up on a sent request safely:
 // a POSIX shared memory object of no size, named in RegisterKV and unlinked
 // once answered, used only for its byte-range locks
 // (kvstash/copy_fence_bytes.h). kvstashd holds a read lock on byte
@@ -31,12 +32,12 @@
 
 namespace kvstash::client {
 
-class CopyFence {
+class GiveUpFence {
  public:
-  static Result<std::shared_ptr<CopyFence>> Create();
-  ~CopyFence();  // closing drops every lock: only once no daemon may still copy
-  CopyFence(const CopyFence&) = delete;
-  CopyFence& operator=(const CopyFence&) = delete;
+  static Result<std::shared_ptr<GiveUpFence>> Create();
+  ~GiveUpFence();  // closing drops every lock: only once no daemon may still copy
+  GiveUpFence(const GiveUpFence&) = delete;
+  GiveUpFence& operator=(const GiveUpFence&) = delete;
 
   const std::string& name() const { return name_; }
   // Once kvstashd opened it (or refused it): nobody else can from now on.
@@ -70,7 +71,7 @@ class CopyFence {
   Daemon daemon() const;
 
  private:
-  CopyFence(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+  GiveUpFence(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
   // The pid (in this namespace) holding kvstashd's byte; 0 when not visible
   // here, nullopt when nobody holds it (or the kernel cannot say).
   std::optional<pid_t> DaemonByteHolder() const;

@@ -1,5 +1,5 @@
 // Creating the copy fence and taking its bytes.
-#include "copy_fence.h"
+#include "give_up_fence.h"
 
 #include "shm_name.h"
 
@@ -32,7 +32,7 @@ int PidFdOpen(pid_t pid) {
 
 }  // namespace
 
-Result<std::shared_ptr<CopyFence>> CopyFence::Create() {
+Result<std::shared_ptr<GiveUpFence>> GiveUpFence::Create() {
   const std::string name = FreshShmName("fence");
   // 0660 with the creator's primary group, as host KV memory and completion
   // boards: a daemon of another uid opens it through the group.
@@ -50,28 +50,28 @@ Result<std::shared_ptr<CopyFence>> CopyFence::Create() {
     shm_unlink(name.c_str());
     return Status::Unavailable("cannot set up copy fence " + name + ": " + std::strerror(error));
   }
-  return std::shared_ptr<CopyFence>(new CopyFence(fd, name));
+  return std::shared_ptr<GiveUpFence>(new GiveUpFence(fd, name));
 }
 
-CopyFence::~CopyFence() {
+GiveUpFence::~GiveUpFence() {
   Unlink();
   if (daemon_pidfd_ >= 0) close(daemon_pidfd_);
   close(fd_);
 }
 
-void CopyFence::Unlink() {
+void GiveUpFence::Unlink() {
   if (!linked_) return;
   shm_unlink(name_.c_str());
   linked_ = false;
 }
 
-CopyFence::GiveUp CopyFence::TryGiveUp(uint64_t request_id) {
+GiveUpFence::GiveUp GiveUpFence::TryGiveUp(uint64_t request_id) {
   struct flock lock = fence::OneByte(F_WRLCK, fence::RequestByte(request_id));
   if (fcntl(fd_, F_OFD_SETLK, &lock) == 0) return GiveUp::kDone;
   return errno == EAGAIN || errno == EACCES ? GiveUp::kBusy : GiveUp::kFailed;
 }
 
-std::optional<pid_t> CopyFence::DaemonByteHolder() const {
+std::optional<pid_t> GiveUpFence::DaemonByteHolder() const {
   // A write lock here would conflict with kvstashd's read lock; the kernel
   // answers with the first lock in the way and its owner's pid translated
   // into this process's pid namespace (0: not visible here; -1: an open
@@ -81,7 +81,7 @@ std::optional<pid_t> CopyFence::DaemonByteHolder() const {
   return lock.l_pid;
 }
 
-Status CopyFence::WatchDaemon(uint32_t claimed_pid) {
+Status GiveUpFence::WatchDaemon(uint32_t claimed_pid) {
   if (watch_) return *watch_;
   watch_ = [&]() -> Status {
     if (claimed_pid == 0) return Status::Unavailable("kvstashd named no pid (an older kvstashd)");
@@ -112,7 +112,7 @@ Status CopyFence::WatchDaemon(uint32_t claimed_pid) {
   return *watch_;
 }
 
-CopyFence::Daemon CopyFence::daemon() const {
+GiveUpFence::Daemon GiveUpFence::daemon() const {
   if (daemon_pidfd_ < 0) return Daemon::kUnknown;
   if (DaemonByteHolder() == daemon_pid_) return Daemon::kAlive;
   struct pollfd exited {};
