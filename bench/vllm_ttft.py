@@ -117,16 +117,16 @@ class LoadTimes:
 
 # What a kvstash engine compares by default, each hit of each prompt once
 # per variant: the connector's defaults (a load known in place from its
-# board slot, reported in the step that sees it), the connector as it was
+# board slot, reported in the step that sees it, a step without a forward
+# pass waiting up to 20 ms for loads about to land), the connector as it was
 # (the CPU reply ends a load, reported a step after it is seen), the reply
-# with early reports, the defaults with a wait for loads in flight in steps
-# without a forward pass, and loads in the step on the stream (one wait
-# before the forward pass: CUDA graphs stay).
+# with early reports, the defaults without the wait, and loads in the step
+# on the stream (one wait before the forward pass: CUDA graphs stay).
 DEFAULT_VARIANTS: Dict[str, Dict[str, Any]] = {
     "default": {},
-    "reply-late": {"board_completion": False, "early_reports": False},
-    "reply-early": {"board_completion": False, "early_reports": True},
-    "board-wait": {"finish_wait_us": 20000},
+    "reply-late": {"board_completion": False, "early_reports": False, "finish_wait_us": 0},
+    "reply-early": {"board_completion": False, "early_reports": True, "finish_wait_us": 0},
+    "no-wait": {"finish_wait_us": 0},
     "in-step": {"async_loads": False},
 }
 

@@ -61,6 +61,32 @@ ClientShmFd::ClientShmFd(ClientShmFd&& other) noexcept
 
 int ClientShmFd::Release() { return std::exchange(fd_, -1); }
 
+namespace {
+
+// What the descriptor names must be, whichever way it was opened: checked on
+// the descriptor (fstat), so nothing can swap the object in between.
+Result<ClientShmFd> CheckOpened(ClientShmFd opened, const ClientShmRequest& request) {
+  struct stat st {};
+  if (fstat(opened.fd(), &st) != 0) {
+    return Status::NotFound("cannot stat " + Named(request) + ": " + std::strerror(errno));
+  }
+  if (const char* kind = NotShmKind(st.st_mode)) {
+    return Status::InvalidArgument(Named(request) + " is " + kind + ", not a shared memory object");
+  }
+  // The daemon may open more than the client: check what the client itself
+  // could open, on the object the descriptor names.
+  KVSTASH_RETURN_IF_ERROR(
+      MayReadWrite(request.opener, st.st_uid, st.st_gid, st.st_mode, request.name));
+  if (uint64_t(st.st_size) < request.min_bytes) {
+    return Status::OutOfRange(Named(request) + " holds " + std::to_string(st.st_size) +
+                              " bytes, not the " + std::to_string(request.min_bytes) +
+                              " bytes declared");
+  }
+  return ClientShmFd(opened.Release(), uint64_t(st.st_size));
+}
+
+}  // namespace
+
 Result<ClientShmFd> OpenClientShm(const ClientShmRequest& request) {
   const std::string& name = request.name;
   if (name.size() < 2 || name.size() > 255 || name[0] != '/' ||
@@ -71,23 +97,20 @@ Result<ClientShmFd> OpenClientShm(const ClientShmRequest& request) {
   const int access = request.writable ? O_RDWR : O_RDONLY;
   const int fd = shm_open(name.c_str(), access | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) return OpenFailed(request, errno);
-  ClientShmFd opened(fd, 0);
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    return Status::NotFound("cannot stat " + Named(request) + ": " + std::strerror(errno));
+  return CheckOpened(ClientShmFd(fd, 0), request);
+}
+
+Result<ClientShmFd> OpenClientDescriptor(const ClientShmRequest& request, int pid, int fd) {
+  if (pid <= 0 || fd < 0) {
+    return Status::InvalidArgument(Named(request) + ": no process or descriptor to open");
   }
-  if (const char* kind = NotShmKind(st.st_mode)) {
-    return Status::InvalidArgument(Named(request) + " is " + kind + ", not a shared memory object");
-  }
-  // The daemon may open more than the client: check what the client itself
-  // could open, on the object the descriptor names.
-  KVSTASH_RETURN_IF_ERROR(MayReadWrite(request.opener, st.st_uid, st.st_gid, st.st_mode, name));
-  if (uint64_t(st.st_size) < request.min_bytes) {
-    return Status::OutOfRange(Named(request) + " holds " + std::to_string(st.st_size) +
-                              " bytes, not the " + std::to_string(request.min_bytes) +
-                              " bytes declared");
-  }
-  return ClientShmFd(opened.Release(), uint64_t(st.st_size));
+  // /proc/<pid>/fd/<n> is a link the kernel resolves to the open file itself
+  // (O_NOFOLLOW would refuse it); the open never waits all the same.
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int access = request.writable ? O_RDWR : O_RDONLY;
+  const int opened = open(path.c_str(), access | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (opened < 0) return OpenFailed(request, errno);
+  return CheckOpened(ClientShmFd(opened, 0), request);
 }
 
 }  // namespace kvstash::backends

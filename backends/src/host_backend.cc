@@ -165,13 +165,19 @@ Result<std::shared_ptr<MappedAllocation>> HostBackend::Open(const AllocationSpec
   Result<ClientShmFd> opened = OpenClientShm(
       {"shared memory", spec.shm_name, /*writable=*/true, spec.size_bytes, spec.opener});
   if (!opened.ok()) return opened.status();
-  void* base = mmap(nullptr, spec.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, opened->fd(), 0);
+  return MapHostMemory(*opened, spec.size_bytes, spec.shm_name, names_);
+}
+
+Result<std::shared_ptr<MappedAllocation>> MapHostMemory(const ClientShmFd& opened,
+                                                        uint64_t size_bytes,
+                                                        const std::string& name,
+                                                        const std::shared_ptr<ShmNames>& names) {
+  void* base = mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, opened.fd(), 0);
   if (base == MAP_FAILED) {
-    return Status::Exhausted("mmap of shared memory " + spec.shm_name +
-                             " failed: " + std::strerror(errno));
+    return Status::Exhausted("mmap of " + name + " failed: " + std::strerror(errno));
   }
-  return std::shared_ptr<MappedAllocation>(std::make_shared<ShmAllocation>(
-      static_cast<uint8_t*>(base), spec.size_bytes, spec.shm_name, names_));
+  return std::shared_ptr<MappedAllocation>(
+      std::make_shared<ShmAllocation>(static_cast<uint8_t*>(base), size_bytes, name, names));
 }
 
 SlabHooks HostBackend::slab_hooks() {

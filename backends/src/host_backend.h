@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kvstash/backends/backend.h"
+#include "kvstash/backends/client_shm.h"
 #include "kvstash/runtime/thread_annotations.h"
 #include "thread_pool.h"
 
@@ -32,6 +33,14 @@ class ShmNames {
   mutable Mutex mutex_;
   std::map<uintptr_t, std::pair<uint64_t, std::string>> by_base_ KVSTASH_GUARDED_BY(mutex_);
 };
+
+// Maps `size_bytes` of a client's object opened and checked by client_shm.h
+// (its descriptor may be closed after), named `name` in copy errors while
+// mapped.
+Result<std::shared_ptr<MappedAllocation>> MapHostMemory(const ClientShmFd& opened,
+                                                        uint64_t size_bytes,
+                                                        const std::string& name,
+                                                        const std::shared_ptr<ShmNames>& names);
 
 class HostBackend : public Backend {
  public:

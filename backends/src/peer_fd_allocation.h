@@ -6,18 +6,18 @@
 
 #include <memory>
 
-#include "kvstash/backends/backend.h"
 #include "host_backend.h"
+#include "kvstash/backends/backend.h"
 
 namespace kvstash::backends {
 
-// Opens and maps spec.peer_fd of spec.opener's process. Refused: a peer
-// without credentials (tcp) or outside the daemon's pid namespace
-// (NotFound), a descriptor that is not a shared-memory file (memfd or
-// tmpfs) or that the peer does not own or may not read and write
-// (NotFound), one smaller than spec.size_bytes (OutOfRange). The open never
-// blocks (O_NONBLOCK: a FIFO or device behind the number is refused after
-// fstat, not waited on). Thread-safe.
+// Opens and maps spec.peer_fd of spec.opener's process, opened and checked
+// as every object a client names (client_shm.h: never waiting, a FIFO,
+// socket or directory refused with InvalidArgument, one the peer may not
+// read and write NotFound, one smaller than spec.size_bytes OutOfRange).
+// Also refused (NotFound): a peer without credentials (tcp) or outside the
+// daemon's pid namespace, a regular file that is no memfd or tmpfs file, one
+// the peer does not own. Thread-safe.
 Result<std::shared_ptr<MappedAllocation>> OpenPeerFd(const AllocationSpec& spec,
                                                      const std::shared_ptr<ShmNames>& names);
 

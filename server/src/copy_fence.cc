@@ -15,8 +15,8 @@ namespace kvstash::server {
 Result<std::shared_ptr<CopyFence>> CopyFence::Open(const std::string& shm_name,
                                                    const std::optional<PeerCredentials>& opener) {
   // Read-only: a read lock needs no more, and the daemon never writes it.
-  Result<backends::ClientShmFd> opened =
-      backends::OpenClientShm({"copy fence", shm_name, /*writable=*/false, /*min_bytes=*/0, opener});
+  Result<backends::ClientShmFd> opened = backends::OpenClientShm(
+      {"copy fence", shm_name, /*writable=*/false, /*min_bytes=*/0, opener});
   if (!opened.ok()) return opened.status();
   // kvstashd's own byte, under a lock of its process (not of this open file
   // description): the kernel names the holder of such a lock to the engine,

@@ -95,6 +95,11 @@ Result<std::string> FrontendChannels::Attach(const Peer& peer,
     Logger()->debug("shared-memory channel {} replaced by {}", old, name);
     Forget(peer.id);
   }
+  // Channels of this process whose clients ended since the last sweep are
+  // let go first: a process that closes a client and opens another (a
+  // readiness probe, a reconnect) is charged for what it holds now, not for
+  // what the sweep has not reached yet.
+  if (peer.credentials) DetachEnded(peer.credentials->pid);
   PeerBudget::Amounts cost{};
   cost[PeerBudget::kChannels] = 1;
   cost[PeerBudget::kMappings] = 1;
@@ -121,6 +126,16 @@ Result<std::string> FrontendChannels::Attach(const Peer& peer,
   Stats::Add(stats_.channels_attached);
   Wake(peer.id, Clock::now());  // its first requests come soon
   return doorbell_ ? doorbell_->path() : std::string();
+}
+
+void FrontendChannels::DetachEnded(pid_t pid) {
+  std::vector<std::pair<PeerId, std::string>> ended;
+  auto [first, last] = channels_of_pid_.equal_range(pid);
+  for (auto it = first; it != last; ++it) {
+    std::string why = channels_.at(it->second).channel->Ended();
+    if (!why.empty()) ended.emplace_back(it->second, std::move(why));
+  }
+  for (const auto& [peer, why] : ended) Detach(peer, why, false);
 }
 
 void FrontendChannels::Forget(const PeerId& peer) {

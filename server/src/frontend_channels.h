@@ -96,6 +96,8 @@ class FrontendChannels {
   // AttachChannel: returns the doorbell's path for the reply ("" for none).
   Result<std::string> Attach(const Peer& peer, const AttachChannelRequest& request);
   // Unmaps a peer's channel and forgets it everywhere.
+  // Detaches the channels of process `pid` whose clients ended.
+  void DetachEnded(pid_t pid);
   void Forget(const PeerId& peer);
   // Ends a peer's channel; `tell` sends it ChannelClosed naming `why`.
   void Detach(const PeerId& peer, const std::string& why, bool tell);

@@ -25,7 +25,15 @@ FOREIGN_FLAGS = {
     "--port", "--bind", "--protected-mode", "--maxmemory", "--maxmemory-policy", "--save",
     "--appendonly", "--proto-max-bulk-len",  # redis-server
     "--check",  # scripts/format.sh
+    "--model-path", "--page-size", "--enable-hierarchical-cache", "--hicache-size",
+    "--hicache-mem-layout", "--hicache-storage-backend", "--hicache-storage-backend-extra-config",
+    "--hicache-storage-prefetch-policy", "--enable-storage-metrics",  # sglang.launch_server
 }
+# The benchmarks' and checks' own flags (argparse in Python, case labels in
+# shell) are read from their sources, not listed here.
+SCRIPT_SOURCES = ["bench/*.py", "tests/*/*.py", "scripts/*.sh"]
+SCRIPT_FLAG = re.compile(r"""add_argument\(\s*["'](--[a-z][a-z0-9-]*)|^\s*(--[a-z][a-z0-9-]*)\)""",
+                         re.M)
 DOCS = ["README.md", "docs/*.md"]
 # Files other than docs where a KVSTASH_* variable may be defined: the
 # container's scripts, the build, the CLI, the benchmarks' machinery and
@@ -82,6 +90,10 @@ def main():
     for command in ("ping", "describe", "stats", "clear", "bench"):
         cli_flags |= set(help_options(run_help(args.kvstash, command)))
     cli_flags |= set(help_options(run_help(args.kvstash, "bench", "tiers")))
+    for pattern in SCRIPT_SOURCES:
+        for source in args.repo.glob(pattern):
+            for match in SCRIPT_FLAG.finditer(source.read_text()):
+                cli_flags.add(match.group(1) or match.group(2))
     env_defaults = {env: default for default, env in daemon.values() if env}
     owners = owner_text(args.repo)
     env_defaults_scripts = script_defaults(owners)

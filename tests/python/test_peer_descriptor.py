@@ -64,7 +64,7 @@ def test_a_file_on_disk_is_refused_as_not_shared_memory(client, tmp_path):
 def test_a_pipe_is_refused_without_waiting_for_a_writer(client):
     read_end, write_end = os.pipe()
     try:
-        with pytest.raises(kvstash.NotFound, match="not a regular file"):
+        with pytest.raises(kvstash.InvalidArgument, match="is a FIFO"):
             client.register_descriptor(read_end, SIZE, [(0, geometry())], model="descriptor-test")
     finally:
         os.close(read_end)

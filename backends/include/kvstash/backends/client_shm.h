@@ -19,8 +19,8 @@
 #include <optional>
 #include <string>
 
-#include "kvstash/status.h"
 #include "kvstash/backends/peer_credentials.h"
+#include "kvstash/status.h"
 
 namespace kvstash::backends {
 
@@ -58,5 +58,10 @@ struct ClientShmRequest {
 // for one missing or that the client may not open, Unavailable for one that
 // another process holds a lease on, OutOfRange for one too small.
 Result<ClientShmFd> OpenClientShm(const ClientShmRequest& request);
+
+// The same for a descriptor the client holds, descriptor `fd` of process
+// `pid` (opened through /proc; request.name only names it in errors), with
+// the same checks on what it names.
+Result<ClientShmFd> OpenClientDescriptor(const ClientShmRequest& request, int pid, int fd);
 
 }  // namespace kvstash::backends

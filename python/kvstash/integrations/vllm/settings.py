@@ -68,7 +68,7 @@ class Settings:
     """A load between steps whose every chunk is in place is reported in
     the very get_finished that finds it done. False: one step later, after
     get_block_ids_with_load_errors (the way a failed load always goes)."""
-    finish_wait_us: int = 0
+    finish_wait_us: int = 20_000
     """get_finished of a step with no forward pass (vLLM steps only to move
     KV) waits up to this long for loads in flight, so that a load that
     lands meanwhile is reported in this step instead of the next. It
@@ -158,8 +158,8 @@ def parse_settings(extra: Optional[Mapping[str, Any]], vllm_config: Any) -> Sett
                              low=2),
         board_completion=_boolean(extra, "board_completion", True),
         early_reports=_boolean(extra, "early_reports", True),
-        finish_wait_us=_integer(extra, "finish_wait_us", 0, _MAX_FINISH_WAIT_US, "microseconds",
-                                low=0),
+        finish_wait_us=_integer(extra, "finish_wait_us", 20_000, _MAX_FINISH_WAIT_US,
+                                "microseconds", low=0),
         timeline_file=_string(extra, "timeline_file"),
     )
 
