@@ -11,7 +11,7 @@ Two parts, each its own run:
 
   python3 bench/sglang_ttft.py ttft --backend kvstash|file --socket S [--lengths 1024,...,32768]
       [--repeat 3] [--prompts FILE] [--first-sight]
-      On a GPU (SGLang's kit): TTFT (a 1-token request's latency) median
+      On a GPU (SGLang 0.5.17 on it): TTFT (a 1-token request's latency) median
       and p90 by prompt length for
         recompute  a prompt never seen
         l2         its pages on SGLang's host pool only (the device copy

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# SGLang 0.5.17 + the kvstash HiCache backend on a GPU machine, in one call
-# (about 5 minutes on one H200; engine starts ~60 s each, the first prefill
-# ~75 s with its JIT compiles unless the kit's sgjit cache is carried):
+# SGLang 0.5.17 + the kvstash HiCache backend on a host with GPUs (about 5
+# minutes on one H200; engine starts ~60 s each, the first prefill ~75 s with
+# its JIT compiles unless a JIT cache is given):
 #
 #   bash scripts/sglang_gpu_check.sh            # one GPU: l3_full, l3_partial, kill, instance_b
 #   bash scripts/sglang_gpu_check.sh --tp 2     # two GPUs: the same with TP=2 (+ ranks), no instance B
 #
-# Needs: SGLang's kit installed (bash .device-sglang/install.sh; this script
-# sources /tmp/sgsite/_kit/env.sh), sgjit.tar.xz beside the kit or in
-# $SGJIT (optional, skips most compiles), and kvstashd + libkvstash.so of
+# Needs: SGLang 0.5.17 importable by python3 (or $SGLANG_ENV, a shell file
+# sourced first that makes it so), optionally $SGJIT, a .tar.xz of a JIT
+# cache to unpack into /tmp (skips most compiles), and kvstashd + libkvstash.so of
 # this checkout: $KVSTASH_BIN_DIR/kvstashd (default build/bin) and $KVSTASH_LIB
 # (default build/client/libkvstash.so); a host-only or CUDA build both do.
 # Prints `CHECK <name> PASS|FAIL ...` lines and a summary; logs go to
@@ -31,21 +31,18 @@ build=${KVSTASH_BUILD_DIR:-$PWD/build}
 bin=${KVSTASH_BIN_DIR:-$build/bin}
 kvstashd=$bin/kvstashd
 export KVSTASH_LIB=${KVSTASH_LIB:-$build/client/libkvstash.so}
-for f in "$kvstashd" "$KVSTASH_LIB" /tmp/sgsite/_kit/env.sh; do
-  [ -e "$f" ] || { echo "sglang_gpu_check: $f is missing (build kvstash, install SGLang's kit)" >&2; exit 2; }
+for f in "$kvstashd" "$KVSTASH_LIB" ${SGLANG_ENV:+"$SGLANG_ENV"}; do
+  [ -e "$f" ] || { echo "sglang_gpu_check: $f is missing (build kvstash; SGLANG_ENV names a file)" >&2; exit 2; }
 done
 logs=${OUT:-/tmp/sglang-gpu-check}
 mkdir -p "$logs"
 rm -f "$logs"/instance_*.log
-jit=${SGJIT:-}
-for candidate in "$jit" .device-sglang/sgjit.tar.xz ../shared/device/sglang/sgjit.tar.xz; do
-  if [ -n "$candidate" ] && [ -f "$candidate" ] && [ ! -d /tmp/sgjit/triton ]; then
-    tar xJf "$candidate" -C /tmp && echo "sglang_gpu_check: JIT cache from $candidate"
-    break
-  fi
-done
+if [ -n "${SGJIT:-}" ] && [ -f "$SGJIT" ]; then
+  tar xJf "$SGJIT" -C /tmp && echo "sglang_gpu_check: JIT cache from $SGJIT"
+fi
 export EXTRA_PYTHONPATH=$PWD/python
-. /tmp/sgsite/_kit/env.sh
+if [ -n "${SGLANG_ENV:-}" ]; then . "$SGLANG_ENV"; fi
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
 run_dir=$(mktemp -d /tmp/kvstash-sgl.XXXXXX)
 socket=ipc://$run_dir/kvstash.sock

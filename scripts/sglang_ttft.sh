@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SGLang 0.5.17 TTFT and page rates with kvstash as HiCache's L3 (bench/sglang_ttft.py),
-# on a GPU machine with SGLang's kit installed (. /tmp/sgsite/_kit/env.sh is sourced here):
+# on a host with a GPU and SGLang 0.5.17 importable by python3 (or $SGLANG_ENV, a
+# shell file sourced first that makes it so):
 #   1. kvstash: recompute, L2 (host pool) and L3 (kvstashd) hits by prompt length
 #   2. instance B: a second engine's first sight of the same prompts (same kvstashd)
 #   3. SGLang's `file` backend as L3 (no kvstashd)
@@ -18,7 +19,10 @@ out=${1:-${OUT:-/tmp/kvstash-sglang-ttft}}; shift || true
 bin=${KVSTASH_BIN_DIR:-$PWD/build/bin}
 export KVSTASH_LIB=${KVSTASH_LIB:-$PWD/build/client/libkvstash.so}
 export EXTRA_PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
-. /tmp/sgsite/_kit/env.sh || { echo "sglang_ttft: install SGLang's kit first" >&2; exit 2; }
+if [ -n "${SGLANG_ENV:-}" ]; then
+  . "$SGLANG_ENV" || { echo "sglang_ttft: cannot source SGLANG_ENV=$SGLANG_ENV" >&2; exit 2; }
+fi
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$out"
 run_dir=$(mktemp -d /tmp/kvstash-sgl-ttft.XXXXXX)
 socket=ipc://$run_dir/kvstash.sock
