@@ -497,11 +497,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix-min", type=int, default=1024)
     p.add_argument("--prefix-max", type=int, default=8192)
     p.add_argument("--suffix", type=int, default=128, help="unique tokens after the prefix")
-    p.add_argument("--output-tokens", type=int, default=48)
+    p.add_argument("--output-tokens", type=int, default=192)
     p.add_argument("--max-concurrency", type=int, default=64,
                    help="requests in flight at most (and vLLM's max_num_seqs)")
     p.add_argument("--max-batched-tokens", type=int, default=16384)
-    p.add_argument("--gpu-kv-gb", type=float, default=16.0,
+    p.add_argument("--gpu-kv-gb", type=float, default=20.0,
                    help="vLLM's GPU KV cache (num_gpu_blocks_override)")
     p.add_argument("--offload-gb", type=float, default=48.0,
                    help="host memory of the offload tier: kv_offloading_size, kvstashd --l1-gb")

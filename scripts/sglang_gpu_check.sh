@@ -5,6 +5,8 @@
 #
 #   bash scripts/sglang_gpu_check.sh            # one GPU: l3_full, l3_partial, kill, instance_b
 #   bash scripts/sglang_gpu_check.sh --tp 2     # two GPUs: the same with TP=2 (+ ranks), no instance B
+#   bash scripts/sglang_gpu_check.sh --tp 2 --model deepseek-v2-lite
+#                                               # MLA (DeepSeek-V2-Lite's shapes): + mla_once
 #
 # Needs: SGLang 0.5.17 importable by python3 (or $SGLANG_ENV, a shell file
 # sourced first that makes it so), optionally $SGJIT, a .tar.xz of a JIT
@@ -18,12 +20,14 @@ cd "$(dirname "$0")/.."
 tp=1
 instance_b=1
 tokens=4096
+model_name=llama3-8b
 while [ $# -gt 0 ]; do
   case $1 in
     --tp) tp=$2; shift 2 ;;
     --skip-b) instance_b=0; shift ;;
     --tokens) tokens=$2; shift 2 ;;
-    *) echo "sglang_gpu_check: unknown argument $1 (--tp N, --skip-b, --tokens N)" >&2; exit 2 ;;
+    --model) model_name=$2; shift 2 ;;
+    *) echo "sglang_gpu_check: unknown argument $1 (--tp N, --skip-b, --tokens N, --model NAME)" >&2; exit 2 ;;
   esac
 done
 [ "$tp" -gt 1 ] && instance_b=0
@@ -71,9 +75,10 @@ for _ in \$(seq 1 100); do [ -S "$run_dir/kvstash.sock" ] && exit 0; sleep 0.1; 
 exit 1
 RESTART
 
-model=$(mktemp -d /tmp/llama3-8b.XXXXXX)
-python3 -c "import json,sys; sys.path.insert(0,'tests/sglang_gpu'); import check; json.dump(check.LLAMA3_8B, open('$model/config.json','w'))"
-common=(--socket "$socket" --model-dir "$model" --tokens "$tokens" --expect "$run_dir/expect.json")
+model=$(mktemp -d "/tmp/$model_name.XXXXXX")
+python3 -c "import json,sys; sys.path.insert(0,'tests/sglang_gpu'); import check; json.dump(check.MODELS['$model_name'], open('$model/config.json','w'))" \
+  || { echo "sglang_gpu_check: unknown model $model_name (llama3-8b, deepseek-v2-lite)" >&2; exit 2; }
+common=(--socket "$socket" --model-dir "$model" --model "$model_name" --tokens "$tokens" --expect "$run_dir/expect.json")
 start=$(date +%s)
 python3 tests/sglang_gpu/check.py "${common[@]}" --tp "$tp" --daemon-pid "$(cat "$run_dir/pid")" \
   --restart-cmd "bash $run_dir/restart.sh" 2>&1 | tee "$logs/instance_a.log" | grep -E '^(CHECK|RUN|NOTE)'

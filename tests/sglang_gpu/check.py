@@ -9,6 +9,9 @@ A Llama-3-8B config with dummy weights (no download, no tokenizer): greedy
 outputs are a deterministic function of the prompt, so a wrong KV page shows
 up as different tokens.
 
+Models (--model): llama3-8b (MHA, the default) or deepseek-v2-lite (MLA:
+DeepSeek-V2-Lite's shapes, 27 layers, 64 routed experts; dummy weights).
+
 Checks (engine A, TP=--tp):
   l3_full     prompt P; device and host caches flushed; P again: its pages
               come from kvstash (cached_tokens_details.storage) and the greedy
@@ -17,6 +20,8 @@ Checks (engine A, TP=--tp):
               Q's pages); caches flushed; P: only its first half comes from
               kvstash, tokens still equal.
   ranks       (TP > 1) kvstashd holds one registration per TP rank.
+  mla_once    (MLA, TP > 1) P's pages were stored once (by TP rank 0), and
+              every rank read them back for l3_full.
   kill        kvstashd killed, caches flushed: P is served (recomputed), the
               tokens equal; kvstashd restarted: P is stored again and, after
               a flush, comes from kvstash again.
@@ -44,6 +49,22 @@ LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidd
              "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu",
              "tie_word_embeddings": False}
 
+DEEPSEEK_V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 2048,
+    "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_attention_heads": 16,
+    "num_key_value_heads": 16, "num_hidden_layers": 27, "first_k_dense_replace": 1,
+    "moe_layer_freq": 1, "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+    "n_group": 1, "topk_group": 1, "topk_method": "greedy", "norm_topk_prob": False,
+    "scoring_func": "softmax", "routed_scaling_factor": 1.0, "kv_lora_rank": 512,
+    "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "vocab_size": 102400, "max_position_embeddings": 163840, "rms_norm_eps": 1e-06,
+    "rope_theta": 10000, "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32,
+                                          "beta_slow": 1, "mscale": 0.707,
+                                          "mscale_all_dim": 0.707,
+                                          "original_max_position_embeddings": 4096},
+    "attention_bias": False, "hidden_act": "silu", "torch_dtype": "bfloat16",
+    "bos_token_id": 100000, "eos_token_id": 100001, "tie_word_embeddings": False}
+MODELS = {"llama3-8b": LLAMA3_8B, "deepseek-v2-lite": DEEPSEEK_V2_LITE}
 PAGE = 64
 NEW_TOKENS = 8
 RESULTS: List[str] = []
@@ -56,13 +77,25 @@ def report(name: str, ok: bool, detail: str) -> bool:
     return ok
 
 
-def model_dir(path: Optional[str]) -> str:
+def model_dir(path: Optional[str], name: str) -> str:
     if path:
         return path
-    d = tempfile.mkdtemp(prefix="llama3-8b-")
+    d = tempfile.mkdtemp(prefix=f"{name}-")
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(LLAMA3_8B, f)
+        json.dump(MODELS[name], f)
     return d
+
+
+def stored_per_rank(socket: str) -> Dict[int, int]:
+    """Chunks each TP rank's registration stored (or found present)."""
+    with kvstash_client(socket) as c:
+        regs = c.stats().get("per_registration", [])
+    out: Dict[int, int] = {}
+    for r in regs:
+        rank = int(r.get("tp_rank", -1))
+        out[rank] = out.get(rank, 0) + int(r["counters"].get("store_chunks_stored", 0)) + \
+            int(r["counters"].get("store_chunks_already_present", 0))
+    return out
 
 
 def extra_config(socket: str) -> str:
@@ -144,18 +177,22 @@ def settle(socket: str, baseline: int, pages: int, timeout_s: float = 30.0) -> i
 def main_a(args: argparse.Namespace) -> int:
     import sglang as sgl
 
-    model = model_dir(args.model_dir)
+    model = model_dir(args.model_dir, args.model)
+    mla = "kv_lora_rank" in MODELS[args.model]
+    vocab = MODELS[args.model]["vocab_size"]
     rng = random.Random(0)
-    P = [rng.randrange(1000, 120000) for _ in range(args.tokens)]
+    P = [rng.randrange(1000, vocab - 1000) for _ in range(args.tokens)]
     half = (args.tokens // 2 // PAGE) * PAGE
-    Q = P[:half] + [rng.randrange(1000, 120000) for _ in range(args.tokens - half)]
+    Q = P[:half] + [rng.randrange(1000, vocab - 1000) for _ in range(args.tokens - half)]
     t0 = time.time()
     engine = sgl.Engine(**engine_kwargs(model, args.socket, args.tp, args.tokens, args.mem_fraction))
-    print(f"NOTE engine A (tp={args.tp}) started in {time.time() - t0:.1f} s", flush=True)
+    print(f"NOTE engine A ({args.model}, tp={args.tp}) started in {time.time() - t0:.1f} s", flush=True)
     ask = Asker(engine)
     pages = args.tokens // PAGE
     try:
-        want = (pages - 1) * args.tp  # every full page, per rank (MHA)
+        # Every full page: per rank for MHA, once for MLA (TP rank 0 writes it).
+        copies = 1 if mla else args.tp
+        want = (pages - 1) * copies
         base = stored_total(args.socket)
         ref = ask.run("P_first", P)
         with open(args.expect, "w") as f:
@@ -165,13 +202,20 @@ def main_a(args: argparse.Namespace) -> int:
         again = ask.run("P_after_flush", P)
         report("l3_full", again["storage"] >= (pages - 1) * PAGE and again["tokens"] == ref["tokens"],
                f"storage_tokens={again['storage']} of {args.tokens}, tokens equal={again['tokens'] == ref['tokens']}")
+        if mla and args.tp > 1:
+            per_rank = stored_per_rank(args.socket)
+            report("mla_once", per_rank.get(0, 0) == pages - 1 and
+                   all(n == 0 for rank, n in per_rank.items() if rank != 0) and
+                   again["storage"] >= (pages - 1) * PAGE,
+                   f"chunks stored per TP rank {per_rank} (rank 0 expected {pages - 1}, others 0); "
+                   f"every rank read {again['storage']} tokens back")
 
         with kvstash_client(args.socket) as c:
             c.clear()
         ask.flush()
         base = stored_total(args.socket)
         ask.run("Q_first", Q)
-        settle(args.socket, base, (half // PAGE) * args.tp)
+        settle(args.socket, base, (half // PAGE) * copies)
         ask.flush()
         part = ask.run("P_partial", P)
         report("l3_partial", 0 < part["storage"] <= half and part["tokens"] == ref["tokens"],
@@ -227,7 +271,7 @@ def main_b(args: argparse.Namespace) -> int:
     with open(args.expect) as f:
         expect = json.load(f)
     t0 = time.time()
-    engine = sgl.Engine(**engine_kwargs(model_dir(args.model_dir), args.socket, 1, args.tokens,
+    engine = sgl.Engine(**engine_kwargs(model_dir(args.model_dir, args.model), args.socket, 1, args.tokens,
                                         args.mem_fraction))
     print(f"NOTE engine B started in {time.time() - t0:.1f} s", flush=True)
     try:
@@ -244,6 +288,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
     ap.add_argument("--model-dir", default=None)
+    ap.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--mem-fraction", type=float, default=0.4)
