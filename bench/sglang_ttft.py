@@ -175,8 +175,19 @@ def bench_ttft(args: argparse.Namespace) -> None:
             if getattr(engine.flush_cache(), "success", True):
                 return
             time.sleep(0.5)
+        raise RuntimeError("flush_cache() did not succeed within 30 s")
 
     results: Dict[str, Dict[int, List[float]]] = {}
+    misplaced: List[str] = []
+
+    def record(case: str, n: int, r: Dict[str, Any], source: str = "") -> None:
+        """A sample counts only if its pages came from where the case says
+        (cached_tokens_details): a flush that left a device copy is no L3 hit."""
+        print(json.dumps({"case": case, "tokens": n, **r}), flush=True)
+        if source and not int(r["details"].get(source) or 0):
+            misplaced.append(f"{case} at {n} tokens: no tokens from {source} ({r['details']})")
+            return
+        results.setdefault(case, {}).setdefault(n, []).append(r["s"])
     saved: Dict[str, List[List[int]]] = {}
     try:
         ask(prompt(1024))  # compiles
@@ -185,29 +196,21 @@ def bench_ttft(args: argparse.Namespace) -> None:
                 saved = json.load(f)
             for n in args.lengths:
                 for ids in saved[str(n)]:
-                    r = ask(ids)
-                    results.setdefault("instance B first sight", {}).setdefault(n, []).append(r["s"])
-                    print(json.dumps({"case": "first_sight", "tokens": n, **r}), flush=True)
+                    record("instance B first sight", n, ask(ids), "storage")
         else:
             for n in args.lengths:
                 for _ in range(args.repeat):
                     ids = prompt(n)
                     saved.setdefault(str(n), []).append(ids)
-                    r = ask(ids)
-                    results.setdefault("recompute", {}).setdefault(n, []).append(r["s"])
-                    print(json.dumps({"case": "recompute", "tokens": n, **r}), flush=True)
+                    record("recompute", n, ask(ids))
                     time.sleep(args.settle_s)  # write-through reaches storage
                     filled = 0
                     while filled < args.device_tokens + n:  # evict the device copy
                         ask(prompt(min(8192, max(1024, n))))
                         filled += min(8192, max(1024, n))
-                    r = ask(ids)
-                    results.setdefault("l2 (host pool)", {}).setdefault(n, []).append(r["s"])
-                    print(json.dumps({"case": "l2", "tokens": n, **r}), flush=True)
+                    record("l2 (host pool)", n, ask(ids), "host")
                     flush()
-                    r = ask(ids)
-                    results.setdefault(f"l3 ({args.backend})", {}).setdefault(n, []).append(r["s"])
-                    print(json.dumps({"case": "l3", "tokens": n, **r}), flush=True)
+                    record(f"l3 ({args.backend})", n, ask(ids), "storage")
             if args.prompts:
                 with open(args.prompts, "w") as f:
                     json.dump(saved, f)
@@ -220,6 +223,9 @@ def bench_ttft(args: argparse.Namespace) -> None:
         cells = [f"{statistics.median(by_n[n]):.3f} / {p90(by_n[n]):.3f}" if n in by_n else "-"
                  for n in args.lengths]
         print(f"| {case} | " + " | ".join(cells) + " |")
+    if misplaced:
+        raise RuntimeError("samples not from the tier their case measures (left out above): " +
+                           "; ".join(misplaced))
 
 
 def main() -> int:

@@ -87,14 +87,13 @@ def model_dir(path: Optional[str], name: str) -> str:
 
 
 def stored_per_rank(socket: str) -> Dict[int, int]:
-    """Chunks each TP rank's registration stored (or found present)."""
+    """Chunks stored through each TP rank's registration."""
     with kvstash_client(socket) as c:
         regs = c.stats().get("per_registration", [])
     out: Dict[int, int] = {}
     for r in regs:
         rank = int(r.get("tp_rank", -1))
-        out[rank] = out.get(rank, 0) + int(r["counters"].get("store_chunks_stored", 0)) + \
-            int(r["counters"].get("store_chunks_already_present", 0))
+        out[rank] = out.get(rank, 0) + int(r["counters"].get("store_chunks", 0))
     return out
 
 
@@ -150,12 +149,12 @@ def kvstash_client(socket: str):
 
 
 def stored_total(socket: str) -> int:
-    """Chunks kvstashd stored (or found present) for every registration."""
+    """Chunks stored through every registration (a registration's
+    store_chunks counts each chunk a store carried, new or already there)."""
     try:
         with kvstash_client(socket) as c:
             regs = c.stats().get("per_registration", [])
-        return sum(int(r["counters"].get("store_chunks_stored", 0)) +
-                   int(r["counters"].get("store_chunks_already_present", 0)) for r in regs)
+        return sum(int(r["counters"].get("store_chunks", 0)) for r in regs)
     except Exception as error:  # noqa: BLE001 - the daemon may be restarting
         print(f"NOTE stats: {error}", flush=True)
         return 0
@@ -204,10 +203,10 @@ def main_a(args: argparse.Namespace) -> int:
                f"storage_tokens={again['storage']} of {args.tokens}, tokens equal={again['tokens'] == ref['tokens']}")
         if mla and args.tp > 1:
             per_rank = stored_per_rank(args.socket)
-            report("mla_once", per_rank.get(0, 0) == pages - 1 and
+            report("mla_once", per_rank.get(0, 0) >= pages - 1 and
                    all(n == 0 for rank, n in per_rank.items() if rank != 0) and
                    again["storage"] >= (pages - 1) * PAGE,
-                   f"chunks stored per TP rank {per_rank} (rank 0 expected {pages - 1}, others 0); "
+                   f"chunks stored per TP rank {per_rank} (rank 0 expected {pages - 1} or more, others 0); "
                    f"every rank read {again['storage']} tokens back")
 
         with kvstash_client(args.socket) as c:
