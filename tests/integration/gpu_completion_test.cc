@@ -56,6 +56,33 @@ class GpuCompletion : public DaemonTest {
     return false;
   }
 
+  // A second engine on the same board, with its own request timeout: its
+  // registration and the chunks of a 64-token prompt over blocks 0-3.
+  struct GatedEngine {
+    std::unique_ptr<Client> client;
+    RegisteredKv reg;
+    std::vector<int32_t> tokens;
+    std::vector<ChunkBlocks> chunks;
+  };
+  void ConnectGatedEngine(std::chrono::milliseconds timeout, uint32_t prompt, GatedEngine* out) {
+    ClientOptions options;
+    options.socket = daemon_->socket();
+    options.request_timeout = timeout;
+    auto client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    RegisterOptions reg_options = engine_->Registration("gate-model");
+    reg_options.board = board_->shm();
+    auto reg = (*client)->RegisterKV(reg_options).get();
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    const auto tokens = PromptTokens(prompt, 64, 0);
+    auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
+    ASSERT_TRUE(chunks.ok()) << chunks.status().ToString();
+    out->client = std::move(*client);
+    out->reg = *reg;
+    out->tokens = tokens;
+    out->chunks = std::move(*chunks);
+  }
+
   std::unique_ptr<CompletionBoard> board_;
   RegisteredKv breg_;
 };
@@ -224,20 +251,11 @@ TEST_F(GpuCompletion, AStoreWaitingForItsGateHoldsUpNoOtherStore) {
 }
 
 TEST_F(GpuCompletion, AGateNeverOpenedIsReleasedAtTheDeadlineAndNothingIsStored) {
-  ClientOptions options;
-  options.socket = daemon_->socket();
-  options.request_timeout = std::chrono::milliseconds(300);
-  auto client = Client::Connect(options);
-  ASSERT_TRUE(client.ok());
-  RegisterOptions reg_options = engine_->Registration("gate-model");
-  reg_options.board = board_->shm();
-  auto reg = (*client)->RegisterKV(reg_options).get();
-  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  const auto tokens = PromptTokens(9, 64, 0);
-  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
-  ASSERT_TRUE(chunks.ok());
+  GatedEngine gated;
+  ConnectGatedEngine(std::chrono::milliseconds(300), 9, &gated);
+  if (HasFatalFailure()) return;
   const auto start = Clock::now();
-  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  auto save = gated.client->StoreOnStream(gated.reg.id, gated.chunks, *board_, nullptr);
   ASSERT_TRUE(save.ok());
   auto outcomes = save->outcomes.get();
   // Either the client's timeout or the daemon's per-chunk TimedOut.
@@ -252,9 +270,10 @@ TEST_F(GpuCompletion, AGateNeverOpenedIsReleasedAtTheDeadlineAndNothingIsStored)
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
   // The daemon released its own wait on the gate, and published nothing.
   const auto until = Clock::now() + std::chrono::seconds(3);
-  while (Clock::now() < until && !(*client)->Lookup(reg->id, {(*chunks)[0].key}).get().ok()) {
+  while (Clock::now() < until &&
+         !gated.client->Lookup(gated.reg.id, {gated.chunks[0].key}).get().ok()) {
   }
-  auto hit = (*client)->Lookup(reg->id, {(*chunks)[0].key}).get();
+  auto hit = gated.client->Lookup(gated.reg.id, {gated.chunks[0].key}).get();
   ASSERT_TRUE(hit.ok()) << hit.status().ToString();
   EXPECT_EQ(hit->hit_chunks, 0u);
   // Nor does the abandoned store's reservation linger: the same chunks store
@@ -263,7 +282,7 @@ TEST_F(GpuCompletion, AGateNeverOpenedIsReleasedAtTheDeadlineAndNothingIsStored)
   const auto settle = Clock::now() + std::chrono::seconds(3);
   ChunkResult result = ChunkResult::kAlreadyPresent;
   while (result == ChunkResult::kAlreadyPresent && Clock::now() < settle) {
-    auto again = (*client)->Store(reg->id, *chunks).get();
+    auto again = gated.client->Store(gated.reg.id, gated.chunks).get();
     ASSERT_TRUE(again.ok()) << again.status().ToString();
     result = (*again)[0].result;
   }
@@ -286,19 +305,10 @@ double DaemonCpuSeconds(pid_t pid) {
 
 TEST_F(GpuCompletion, AGateNeverOpenedWithoutADeadlineCostsNoCpuAndEndsWithShutdown) {
   // As good as no deadline: the gate alone would keep the store waiting.
-  ClientOptions options;
-  options.socket = daemon_->socket();
-  options.request_timeout = std::chrono::hours(1);
-  auto client = Client::Connect(options);
-  ASSERT_TRUE(client.ok());
-  RegisterOptions reg_options = engine_->Registration("gate-model");
-  reg_options.board = board_->shm();
-  auto reg = (*client)->RegisterKV(reg_options).get();
-  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  const auto tokens = PromptTokens(12, 64, 0);
-  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
-  ASSERT_TRUE(chunks.ok());
-  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  GatedEngine gated;
+  ConnectGatedEngine(std::chrono::hours(1), 12, &gated);
+  if (HasFatalFailure()) return;
+  auto save = gated.client->StoreOnStream(gated.reg.id, gated.chunks, *board_, nullptr);
   ASSERT_TRUE(save.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const double before = DaemonCpuSeconds(daemon_->pid());
@@ -346,19 +356,10 @@ TEST_F(GpuCompletion, AStoreWaitingForItsGateCostsOtherClientsNoSpinning) {
   spin_over_pings(&without_gate);
   if (HasFatalFailure()) return;
 
-  ClientOptions options;
-  options.socket = daemon_->socket();
-  options.request_timeout = std::chrono::hours(1);
-  auto client = Client::Connect(options);
-  ASSERT_TRUE(client.ok());
-  RegisterOptions reg_options = engine_->Registration("gate-model");
-  reg_options.board = board_->shm();
-  auto reg = (*client)->RegisterKV(reg_options).get();
-  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  const auto tokens = PromptTokens(16, 64, 0);
-  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
-  ASSERT_TRUE(chunks.ok());
-  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  GatedEngine gated;
+  ConnectGatedEngine(std::chrono::hours(1), 16, &gated);
+  if (HasFatalFailure()) return;
+  auto save = gated.client->StoreOnStream(gated.reg.id, gated.chunks, *board_, nullptr);
   ASSERT_TRUE(save.ok()) << save.status().ToString();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   uint64_t with_gate = 0;
@@ -376,7 +377,7 @@ TEST_F(GpuCompletion, AStoreWaitingForItsGateCostsOtherClientsNoSpinning) {
 
   // The gate is still watched: opened, the store is copied.
   EXPECT_EQ(save->outcomes.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
-  engine_->Fill(kSeed, tokens, Blocks(0, 4));
+  engine_->Fill(kSeed, gated.tokens, Blocks(0, 4));
   board_->Release(save->signal.slot, save->signal.sequence, 0);
   ASSERT_EQ(save->outcomes.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   auto outcomes = save->outcomes.get();
@@ -385,23 +386,14 @@ TEST_F(GpuCompletion, AStoreWaitingForItsGateCostsOtherClientsNoSpinning) {
 }
 
 TEST_F(GpuCompletion, AGateNeverOpenedEndsWithItsConnection) {
-  ClientOptions options;
-  options.socket = daemon_->socket();
-  options.request_timeout = std::chrono::hours(1);
-  auto client = Client::Connect(options);
-  ASSERT_TRUE(client.ok());
-  RegisterOptions reg_options = engine_->Registration("gate-model");
-  reg_options.board = board_->shm();
-  auto reg = (*client)->RegisterKV(reg_options).get();
-  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  const auto tokens = PromptTokens(13, 64, 0);
-  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
-  ASSERT_TRUE(chunks.ok());
+  GatedEngine gated;
+  ConnectGatedEngine(std::chrono::hours(1), 13, &gated);
+  if (HasFatalFailure()) return;
   const uint64_t failed_before = Counter("store_chunks_failed");
-  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  auto save = gated.client->StoreOnStream(gated.reg.id, gated.chunks, *board_, nullptr);
   ASSERT_TRUE(save.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  client->reset();  // the engine's connection ends, its store with it
+  gated.client.reset();  // the engine's connection ends, its store with it
   auto outcomes = save->outcomes.get();
   ASSERT_FALSE(outcomes.ok());
   EXPECT_EQ(outcomes.status().code(), StatusCode::kCancelled) << outcomes.status().ToString();
@@ -415,22 +407,13 @@ TEST_F(GpuCompletion, AGateNeverOpenedEndsWithItsConnection) {
 }
 
 TEST_F(GpuCompletion, AGateNeverOpenedEndsWithItsRegistration) {
-  ClientOptions options;
-  options.socket = daemon_->socket();
-  options.request_timeout = std::chrono::hours(1);
-  auto client = Client::Connect(options);
-  ASSERT_TRUE(client.ok());
-  RegisterOptions reg_options = engine_->Registration("gate-model");
-  reg_options.board = board_->shm();
-  auto reg = (*client)->RegisterKV(reg_options).get();
-  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
-  const auto tokens = PromptTokens(15, 64, 0);
-  auto chunks = PromptChunks(*reg, tokens.data(), tokens.size(), Blocks(0, 4).data(), 4);
-  ASSERT_TRUE(chunks.ok());
-  auto save = (*client)->StoreOnStream(reg->id, *chunks, *board_, nullptr);
+  GatedEngine gated;
+  ConnectGatedEngine(std::chrono::hours(1), 15, &gated);
+  if (HasFatalFailure()) return;
+  auto save = gated.client->StoreOnStream(gated.reg.id, gated.chunks, *board_, nullptr);
   ASSERT_TRUE(save.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto unregistered = (*client)->UnregisterKV(reg->id);
+  auto unregistered = gated.client->UnregisterKV(gated.reg.id);
   ASSERT_EQ(unregistered.wait_for(std::chrono::seconds(2)), std::future_status::ready);
   EXPECT_TRUE(unregistered.get().ok());
   auto outcomes = save->outcomes.get();
