@@ -10,32 +10,12 @@
 #include <numeric>
 #include <tuple>
 
+#include "fake_groups.h"
 #include "kvstash/chunk_layout.h"
 #include "kvstash/layouts.h"
 
 namespace kvstash::backends {
 namespace {
-
-// A registration's groups over fake engine addresses (never dereferenced).
-struct Groups {
-  ChunkLayout layout;
-  std::vector<GroupAddresses> groups;
-};
-
-Groups Make(const std::vector<LayerGeometry>& layers, uint32_t chunk_tokens) {
-  Result<ChunkLayout> layout = ChunkLayout::Build(layers, chunk_tokens);
-  EXPECT_TRUE(layout.ok()) << layout.status().ToString();
-  Groups out{*layout, {}};
-  for (const ChunkGroup& group : layout->groups()) {
-    GroupAddresses a;
-    for (uint32_t l : group.layers)
-      a.layer_bases.push_back(reinterpret_cast<uint8_t*>(4096 * (l + 1)));
-    a.group = kernels::GroupCopy{group.geometry, group.shape, group.offset_bytes, nullptr};
-    out.groups.push_back(std::move(a));
-  }
-  for (GroupAddresses& a : out.groups) a.group.layer_bases = a.layer_bases.data();
-  return out;
-}
 
 // The signal of a layer-wise retrieve of `ranges` even ranges over one group.
 CopySignal LayerWise(uint32_t layers, uint32_t ranges) {
@@ -49,7 +29,7 @@ CopySignal LayerWise(uint32_t layers, uint32_t ranges) {
 }
 
 // Every step's windows, in order, must tile the chunk's group bytes exactly once.
-void ExpectWindowsTile(const Groups& g, const std::vector<CopyStep>& steps) {
+void ExpectWindowsTile(const FakeGroups& g, const std::vector<CopyStep>& steps) {
   std::vector<std::pair<uint64_t, uint64_t>> all;
   for (const CopyStep& s : steps) all.insert(all.end(), s.windows.begin(), s.windows.end());
   std::sort(all.begin(), all.end());
@@ -67,7 +47,7 @@ void ExpectWindowsTile(const Groups& g, const std::vector<CopyStep>& steps) {
 
 TEST(CudaCopySteps, EightyLayerRangesTakeGrowingStepsAndEverySlotComesAfterItsLayers) {
   const LayerGeometry geometry = VllmFlashNhdGeometry(8, 16, 1, 128, DType::kBF16);
-  const Groups g = Make(std::vector<LayerGeometry>(80, geometry), 256);
+  const FakeGroups g = MakeFakeGroups(std::vector<LayerGeometry>(80, geometry), 256);
   const CopySignal signal = LayerWise(80, 80);
   const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);
   std::vector<uint32_t> sizes, slots;
@@ -95,7 +75,7 @@ TEST(CudaCopySteps, EightyLayerRangesTakeGrowingStepsAndEverySlotComesAfterItsLa
 
 TEST(CudaCopySteps, ARequestWithoutRangesIsOneStepOfTheWholeChunk) {
   const LayerGeometry geometry = VllmFlashNhdGeometry(8, 16, 8, 128, DType::kBF16);
-  const Groups g = Make(std::vector<LayerGeometry>(32, geometry), 256);
+  const FakeGroups g = MakeFakeGroups(std::vector<LayerGeometry>(32, geometry), 256);
   CopySignal signal;
   signal.range_slots = {5};
   const std::vector<CopyStep> one = CopySteps(g.groups, &signal);
@@ -113,7 +93,7 @@ TEST(CudaCopySteps, WindowsAreExactForOddHeadSizes) {
        std::vector<std::tuple<uint32_t, uint32_t, DType, uint32_t>>{{1, 656, DType::kU8, 61},
                                                                     {4, 132, DType::kU8, 27}}) {
     const LayerGeometry geometry = VllmFlashNhdGeometry(8, 64, heads, head_dim, dtype);
-    const Groups g = Make(std::vector<LayerGeometry>(layers, geometry), 256);
+    const FakeGroups g = MakeFakeGroups(std::vector<LayerGeometry>(layers, geometry), 256);
     const CopySignal signal = LayerWise(layers, std::min<uint32_t>(layers, 64));
     ExpectWindowsTile(g, CopySteps(g.groups, &signal));
   }

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "fake_groups.h"
 #include "kvstash/chunk_layout.h"
 #include "kvstash/layouts.h"
 
@@ -21,47 +22,30 @@ namespace {
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint32_t kChunkTokens = 256;
 
-// A registration's groups over fake engine addresses (never dereferenced).
-struct Groups {
-  ChunkLayout layout;
-  std::vector<GroupAddresses> groups;
-};
-
-Groups Make(const std::vector<LayerGeometry>& layers) {
-  Result<ChunkLayout> layout = ChunkLayout::Build(layers, kChunkTokens);
-  EXPECT_TRUE(layout.ok()) << layout.status().ToString();
-  Groups out{*layout, {}};
-  for (const ChunkGroup& group : layout->groups()) {
-    GroupAddresses a;
-    for (uint32_t l : group.layers)
-      a.layer_bases.push_back(reinterpret_cast<uint8_t*>(4096 * (l + 1)));
-    a.group = kernels::GroupCopy{group.geometry, group.shape, group.offset_bytes, nullptr};
-    out.groups.push_back(std::move(a));
-  }
-  for (GroupAddresses& a : out.groups) a.group.layer_bases = a.layer_bases.data();
-  return out;
-}
-
 // Llama-3-8B: 32 layers of 8 KV heads x 128 bf16, 1 MiB a layer, 32 MiB a chunk.
-Groups Llama8b() {
-  return Make(std::vector<LayerGeometry>(32, VllmFlashNhdGeometry(64, 16, 8, 256, DType::kBF16)));
+FakeGroups Llama8b() {
+  return MakeFakeGroups(
+      std::vector<LayerGeometry>(32, VllmFlashNhdGeometry(64, 16, 8, 256, DType::kBF16)),
+      kChunkTokens);
 }
 // Qwen2.5-0.5B: 24 layers of 2 KV heads x 64 bf16, 128 KiB a layer, 3 MiB a chunk.
-Groups Qwen05b() {
-  return Make(std::vector<LayerGeometry>(24, VllmFlashNhdGeometry(64, 16, 2, 128, DType::kBF16)));
+FakeGroups Qwen05b() {
+  return MakeFakeGroups(
+      std::vector<LayerGeometry>(24, VllmFlashNhdGeometry(64, 16, 2, 128, DType::kBF16)),
+      kChunkTokens);
 }
 // A hybrid model: 9 layers of 1 MiB and 9 of 128 KiB (another head count),
 // interleaved as the engine lists them: two groups.
-Groups Hybrid() {
+FakeGroups Hybrid() {
   std::vector<LayerGeometry> layers;
   for (int i = 0; i < 18; ++i) {
     layers.push_back(i % 2 == 0 ? VllmFlashNhdGeometry(64, 16, 8, 256, DType::kBF16)
                                 : VllmFlashNhdGeometry(64, 16, 2, 128, DType::kBF16));
   }
-  return Make(layers);
+  return MakeFakeGroups(layers, kChunkTokens);
 }
 
-uint64_t GroupBytes(const Groups& g) {
+uint64_t GroupBytes(const FakeGroups& g) {
   uint64_t bytes = 0;
   for (const GroupAddresses& a : g.groups) bytes += FlatGroupBytes(a.group.shape);
   return bytes;
@@ -88,7 +72,7 @@ std::vector<uint64_t> BytesPerPath(const std::vector<CopyPiece>& pieces, size_t 
 // Every piece is a rectangle inside one batch whose windows are its slices'
 // bytes; each chunk's windows over every piece tile the bytes of every
 // step's layers once; pieces come step by step, batch by batch.
-void ExpectExactCover(const Groups& g, const std::vector<CopyStep>& steps,
+void ExpectExactCover(const FakeGroups& g, const std::vector<CopyStep>& steps,
                       const std::vector<CopyPiece>& pieces, size_t chunks, size_t per_batch,
                       const std::string& what) {
   SCOPED_TRACE(what);
@@ -181,8 +165,9 @@ struct Walk {
   std::vector<std::vector<PieceBatch>> batches;
 };
 
-Walk WalkOf(const Groups& g, const std::vector<CopyStep>& steps, size_t chunks, size_t per_batch,
-            size_t paths, uint64_t piece_bytes, size_t regions, const std::string& what) {
+Walk WalkOf(const FakeGroups& g, const std::vector<CopyStep>& steps, size_t chunks,
+            size_t per_batch, size_t paths, uint64_t piece_bytes, size_t regions,
+            const std::string& what) {
   Walk walk;
   walk.pieces =
       SplitCopy(g.groups, steps, g.layout.chunk_bytes(), chunks, per_batch, paths, piece_bytes);
@@ -193,7 +178,7 @@ Walk WalkOf(const Groups& g, const std::vector<CopyStep>& steps, size_t chunks, 
 
 // A step of `count` layers from `first` of a one-group layout (none: a
 // step without layers), its slots `slots`.
-CopyStep StepOf(const Groups& g, uint32_t first, uint32_t count, std::vector<uint32_t> slots) {
+CopyStep StepOf(const FakeGroups& g, uint32_t first, uint32_t count, std::vector<uint32_t> slots) {
   CopyStep step;
   step.slices = {{first, count}};
   step.windows = FlatWindows(g.groups, step.slices);
@@ -215,7 +200,7 @@ TEST(MultipathSplit, ChunksPerBatchFollowTheChunkSize) {
 }
 
 TEST(MultipathSplit, ALargeChunkIsCutByLayersIntoEqualPiecesForEveryPath) {
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   ASSERT_EQ(g.layout.chunk_bytes(), 32 * kMiB);
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   for (const size_t paths : {2, 3, 4}) {
@@ -245,7 +230,7 @@ TEST(MultipathSplit, ALargeChunkIsCutByLayersIntoEqualPiecesForEveryPath) {
 }
 
 TEST(MultipathSplit, AOneChunkRetrieveTakesEveryPath) {
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const std::vector<CopyPiece> pieces = SplitCopy(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
   ASSERT_EQ(pieces.size(), 4u);
@@ -259,7 +244,7 @@ TEST(MultipathSplit, AOneChunkRetrieveTakesEveryPath) {
 TEST(MultipathSplit, AStoreWithADoneSlotIsCutAsARetrieveOfTheSameChunks) {
   // A store's signal releases one done slot and names no layer ranges: one
   // step of every layer, no slot of its own, the same pieces as a retrieve.
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   CopySignal store;
   store.gate_slot = 0;
   store.done_slot = 1;
@@ -284,7 +269,7 @@ TEST(MultipathSplit, AStoreWithADoneSlotIsCutAsARetrieveOfTheSameChunks) {
 }
 
 TEST(MultipathSplit, SmallChunksGoWholeSeveralToAPiece) {
-  const Groups g = Qwen05b();
+  const FakeGroups g = Qwen05b();
   ASSERT_EQ(g.layout.chunk_bytes(), 3 * kMiB);
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const size_t per_batch = ChunksPerBatch(3 * kMiB, 4, 8 * kMiB, 21);
@@ -310,7 +295,7 @@ TEST(MultipathSplit, SmallChunksGoWholeSeveralToAPiece) {
 }
 
 TEST(MultipathSplit, HybridGroupsAreCutByBytes) {
-  const Groups g = Hybrid();
+  const FakeGroups g = Hybrid();
   ASSERT_EQ(g.groups.size(), 2u);
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const uint64_t chunk_bytes = g.layout.chunk_bytes();
@@ -332,7 +317,7 @@ TEST(MultipathSplit, LargeLayersAfterManySmallOnesGetPiecesOfTheirOwn) {
   std::vector<LayerGeometry> layers(6, VllmFlashNhdGeometry(64, 16, 1, 2, DType::kU8));
   layers.push_back(VllmFlashNhdGeometry(64, 16, 8, 256, DType::kBF16));
   layers.push_back(VllmFlashNhdGeometry(64, 16, 8, 256, DType::kBF16));
-  const Groups g = Make(layers);
+  const FakeGroups g = MakeFakeGroups(layers, kChunkTokens);
   ASSERT_EQ(g.groups.size(), 2u);
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const uint64_t chunk_bytes = g.layout.chunk_bytes();
@@ -346,7 +331,7 @@ TEST(MultipathSplit, LargeLayersAfterManySmallOnesGetPiecesOfTheirOwn) {
 }
 
 TEST(MultipathSplit, LayerWiseStepsAreCutStepByStep) {
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   const CopySignal signal = LayerWise(32);
   const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
   ASSERT_EQ(steps.size(), 6u);
@@ -362,11 +347,13 @@ TEST(MultipathSplit, EveryByteIsInExactlyOnePieceWhateverTheSizes) {
   // MLA FP8 (656-byte entries, 61 layers), int8 heads of 132 bytes, the
   // hybrid model; with and without layer ranges; 1 to 8 paths; pieces from
   // smaller than a layer to larger than the request.
-  const std::vector<std::pair<std::string, Groups>> layouts = {
-      {"mla",
-       Make(std::vector<LayerGeometry>(61, VllmFlashNhdGeometry(64, 64, 1, 656, DType::kU8)))},
-      {"int8",
-       Make(std::vector<LayerGeometry>(27, VllmFlashNhdGeometry(64, 16, 4, 132, DType::kI8)))},
+  const std::vector<std::pair<std::string, FakeGroups>> layouts = {
+      {"mla", MakeFakeGroups(
+                  std::vector<LayerGeometry>(61, VllmFlashNhdGeometry(64, 64, 1, 656, DType::kU8)),
+                  kChunkTokens)},
+      {"int8", MakeFakeGroups(
+                   std::vector<LayerGeometry>(27, VllmFlashNhdGeometry(64, 16, 4, 132, DType::kI8)),
+                   kChunkTokens)},
       {"hybrid", Hybrid()},
       {"qwen", Qwen05b()}};
   for (const auto& [name, g] : layouts) {
@@ -403,7 +390,7 @@ TEST(MultipathSplit, EveryByteIsInExactlyOnePieceWhateverTheSizes) {
 
 TEST(MultipathSplit, OnePiecePerPathAndStepWithoutAPieceSize) {
   // Direct mode: no staging to pipeline through.
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const uint64_t whole = std::numeric_limits<uint64_t>::max();
   const std::vector<CopyPiece> many = SplitCopy(g.groups, steps, 32 * kMiB, 8, 8, 3, whole);
@@ -416,7 +403,7 @@ TEST(MultipathSplit, OnePiecePerPathAndStepWithoutAPieceSize) {
 }
 
 TEST(MultipathSplit, ARelaysCopiesTileItsPieceAndHopOnlyOneChunkWindows) {
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   const std::vector<CopyStep> steps = CopySteps(g.groups, nullptr);
   const std::vector<CopyPiece> one = SplitCopy(g.groups, steps, 32 * kMiB, 1, 1, 4, 8 * kMiB);
   // 8 MiB of one chunk: four hops of 2 MiB at the end of a step, one copy
@@ -432,7 +419,7 @@ TEST(MultipathSplit, ARelaysCopiesTileItsPieceAndHopOnlyOneChunkWindows) {
   EXPECT_EQ(RelayCopies(one[1], 32 * kMiB, true, 4 * kMiB).size(), 1u) << "not above two hops";
   // Whole chunks, several rows: one copy per window, never in hops; the
   // packed rows of every copy tile the piece.
-  for (const auto& [name, groups] : std::vector<std::pair<std::string, Groups>>{
+  for (const auto& [name, groups] : std::vector<std::pair<std::string, FakeGroups>>{
            {"qwen", Qwen05b()}, {"hybrid", Hybrid()}, {"llama", Llama8b()}}) {
     const uint64_t chunk_bytes = groups.layout.chunk_bytes();
     const std::vector<CopyStep> all = CopySteps(groups.groups, nullptr);
@@ -456,7 +443,7 @@ TEST(MultipathSplit, ARelaysCopiesTileItsPieceAndHopOnlyOneChunkWindows) {
 }
 
 TEST(MultipathSplit, AStepWithoutLayersHasNoBatchesButKeepsItsPlace) {
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   const std::vector<CopyStep> steps = {StepOf(g, 0, 4, {0}), StepOf(g, 0, 0, {1}),
                                        StepOf(g, 4, 28, {2})};
   const Walk walk = WalkOf(g, steps, 3, 1, 2, 8 * kMiB, 4, "a step without layers");
@@ -474,7 +461,7 @@ TEST(MultipathSplit, AStepWithoutLayersHasNoBatchesButKeepsItsPlace) {
 }
 
 TEST(MultipathSplit, APartialLastBatchEndsAtTheLastChunk) {
-  const Groups g = Qwen05b();  // 3 MiB chunks
+  const FakeGroups g = Qwen05b();  // 3 MiB chunks
   const Walk walk = WalkOf(g, CopySteps(g.groups, nullptr), 5, 2, 2, 3 * kMiB, 4, "5 chunks");
   const std::vector<PieceBatch>& batches = walk.batches[0];
   ASSERT_EQ(batches.size(), 3u);
@@ -486,7 +473,7 @@ TEST(MultipathSplit, APartialLastBatchEndsAtTheLastChunk) {
 }
 
 TEST(MultipathSplit, RegionsAreRefilledOnlyWhereBatchesOutnumberThem) {
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   const CopySignal signal = LayerWise(32);
   const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
   // 4 batches of one chunk over 2 regions: the third batch of the first
@@ -513,7 +500,7 @@ TEST(MultipathSplit, RegionsAreRefilledOnlyWhereBatchesOutnumberThem) {
 }
 
 TEST(MultipathSplit, AStepsPiecesSpanSeveralBatches) {
-  const Groups g = Llama8b();
+  const FakeGroups g = Llama8b();
   const CopySignal signal = LayerWise(32);
   const std::vector<CopyStep> steps = CopySteps(g.groups, &signal);  // 1, 1, 2, 4, 8, 16 layers
   const Walk walk = WalkOf(g, steps, 3, 1, 4, 8 * kMiB, 16, "layer-wise, 3 chunks");
