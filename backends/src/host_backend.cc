@@ -205,7 +205,10 @@ Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& 
   }
   // One task per (layer, chunk): a single large chunk spreads over every
   // thread, and so do many small ones. The task slices its layer out of the
-  // prepared group.
+  // prepared group. Tasks are taken chunk by chunk, a chunk's layers in a
+  // row: engine layouts that keep a token's layers together (SGLang's
+  // page_first) put a chunk's layers in the same few pages, which then stay
+  // in the TLB and caches while every thread works on them.
   Result<std::vector<std::vector<LayerRef>>> ranges = LayerRanges(layout.groups, signal);
   if (!ranges.ok()) return ranges.status();
   // Each task is a copy unit: it checks its chunk's deadline before it
@@ -217,13 +220,13 @@ Status HostBackend::Copy(Direction direction, int /*device*/, const CopyLayout& 
     const size_t tasks = range.size() * chunks.size();
     std::vector<Status> failures(tasks);
     pool_.ParallelFor(tasks, [&](size_t i) {
-      const size_t c = i % chunks.size();
+      const size_t c = i / range.size();
       if (deadlines.any() && (missed[c].load(std::memory_order_relaxed) ||
                               deadlines.Passed(c, std::chrono::steady_clock::now()))) {
         missed[c].store(true, std::memory_order_relaxed);
         return;
       }
-      const LayerRef at = range[i / chunks.size()];
+      const LayerRef at = range[i % range.size()];
       failures[i] = CopyGuarded(direction, (*prepared)[at.group].Layers(at.layer, 1), chunks[c]);
     });
     for (size_t c = 0; c < chunks.size(); ++c) deadlines.missed[c] = missed[c].load() ? 1 : 0;
