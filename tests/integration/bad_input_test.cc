@@ -15,18 +15,15 @@ namespace {
 
 constexpr uint64_t kSeed = 0xbad;
 
-class BadInput : public DaemonTest {
+class BadInput : public RawWireTest {
  protected:
   std::vector<std::string> DaemonArgs() const override {
     return {"--chunk-tokens",           "64", "--l1-gb",          "0.03125", "--l1-slice-mb", "4",
             "--max-chunks-per-request", "8",  "--max-message-mb", "1"};
   }
   void SetUp() override {
-    DaemonTest::SetUp();
+    RawWireTest::SetUp();
     if (HasFatalFailure()) return;
-    dealer_.set(zmq::sockopt::linger, 0);
-    dealer_.set(zmq::sockopt::rcvtimeo, 5000);
-    dealer_.connect(daemon_->socket());
     // Something stored before the abuse, checked after it.
     kept_ = PromptTokens(7, 128, 0);
     FillAndStore(kSeed, kept_, Blocks(0, 8));
@@ -41,8 +38,8 @@ class BadInput : public DaemonTest {
     EXPECT_EQ(engine_->CountMismatches(kSeed, kept_, Blocks(200, 8), 0, 128), 0u);
     EXPECT_TRUE(daemon_->running());
   }
-  // Sends raw frames; returns the error reply's (code, message).
-  std::pair<wire::ErrorCode, std::string> SendRaw(const std::vector<std::string>& frames) {
+  // Sends raw frames (a multi-part message); returns the reply's (code, message).
+  std::pair<wire::ErrorCode, std::string> SendFrames(const std::vector<std::string>& frames) {
     for (size_t i = 0; i < frames.size(); ++i) {
       dealer_.send(zmq::buffer(frames[i]),
                    i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -51,16 +48,14 @@ class BadInput : public DaemonTest {
   }
   static std::string Bytes(const proto::Bytes& b) { return std::string(b.begin(), b.end()); }
 
-  zmq::context_t context_;
-  zmq::socket_t dealer_{context_, zmq::socket_type::dealer};
   std::vector<int32_t> kept_;
 };
 
 TEST_F(BadInput, GarbageIsMalformed) {
-  auto [code, message] = SendRaw({"this is not a flatbuffer at all"});
+  auto [code, message] = SendFrames({"this is not a flatbuffer at all"});
   EXPECT_EQ(code, wire::ErrorCode::MalformedMessage);
   EXPECT_NE(message.find("identifier"), std::string::npos) << message;
-  std::tie(code, message) = SendRaw({""});
+  std::tie(code, message) = SendFrames({""});
   EXPECT_EQ(code, wire::ErrorCode::MalformedMessage) << message;
 }
 
@@ -69,12 +64,12 @@ TEST_F(BadInput, TruncatedEnvelopeIsMalformed) {
   auto body = wire::CreateLookupRequest(fbb, reg_.id,
                                         fbb.CreateVectorOfStructs(std::vector<wire::Key>(4)), 0);
   std::string whole = Bytes(proto::Finish(fbb, 42, wire::Body::LookupRequest, body.Union()));
-  auto [code, message] = SendRaw({whole.substr(0, whole.size() / 2)});
+  auto [code, message] = SendFrames({whole.substr(0, whole.size() / 2)});
   EXPECT_EQ(code, wire::ErrorCode::MalformedMessage) << message;
   // Flipped offsets inside an otherwise complete message.
   std::string corrupt = whole;
   for (size_t i = 8; i < corrupt.size(); i += 3) corrupt[i] = char(0xff);
-  std::tie(code, message) = SendRaw({corrupt});
+  std::tie(code, message) = SendFrames({corrupt});
   EXPECT_EQ(code, wire::ErrorCode::MalformedMessage) << message;
 }
 
@@ -82,7 +77,7 @@ TEST_F(BadInput, MultiFrameMessageIsMalformed) {
   flatbuffers::FlatBufferBuilder fbb;
   auto ping = wire::CreatePingRequest(fbb);
   std::string msg = Bytes(proto::Finish(fbb, 1, wire::Body::PingRequest, ping.Union()));
-  auto [code, message] = SendRaw({"", msg});
+  auto [code, message] = SendFrames({"", msg});
   EXPECT_EQ(code, wire::ErrorCode::MalformedMessage);
   EXPECT_NE(message.find("one frame"), std::string::npos) << message;
 }
@@ -91,7 +86,7 @@ TEST_F(BadInput, AReplyIsNotARequest) {
   flatbuffers::FlatBufferBuilder fbb;
   auto reply = wire::CreatePingReply(fbb, 5);
   auto [code, message] =
-      SendRaw({Bytes(proto::Finish(fbb, 3, wire::Body::PingReply, reply.Union()))});
+      SendFrames({Bytes(proto::Finish(fbb, 3, wire::Body::PingReply, reply.Union()))});
   EXPECT_EQ(code, wire::ErrorCode::InvalidArgument);
   EXPECT_NE(message.find("PingReply"), std::string::npos) << message;
 }
@@ -101,7 +96,7 @@ TEST_F(BadInput, OversizedMessageIsTooLarge) {
   auto keys = fbb.CreateVectorOfStructs(std::vector<wire::Key>(48 * 1024));  // 1.5 MiB
   auto body = wire::CreateLookupRequest(fbb, reg_.id, keys, 0);
   auto [code, message] =
-      SendRaw({Bytes(proto::Finish(fbb, 9, wire::Body::LookupRequest, body.Union()))});
+      SendFrames({Bytes(proto::Finish(fbb, 9, wire::Body::LookupRequest, body.Union()))});
   EXPECT_EQ(code, wire::ErrorCode::TooLarge) << message;
 }
 
@@ -109,7 +104,7 @@ TEST_F(BadInput, WrongProtocolVersionIsRefused) {
   flatbuffers::FlatBufferBuilder fbb;
   auto hello = wire::CreateHelloRequestDirect(fbb, 999, "time traveller");
   auto [code, message] =
-      SendRaw({Bytes(proto::Finish(fbb, 4, wire::Body::HelloRequest, hello.Union()))});
+      SendFrames({Bytes(proto::Finish(fbb, 4, wire::Body::HelloRequest, hello.Union()))});
   EXPECT_EQ(code, wire::ErrorCode::UnsupportedVersion);
   EXPECT_NE(message.find("999"), std::string::npos) << message;
 }
@@ -154,7 +149,7 @@ TEST_F(BadInput, TooManyChunksIsTooLarge) {
   }
   auto body = wire::CreateStoreRequestDirect(fbb, reg_.id, &chunks);
   auto [code, message] =
-      SendRaw({Bytes(proto::Finish(fbb, 5, wire::Body::StoreRequest, body.Union()))});
+      SendFrames({Bytes(proto::Finish(fbb, 5, wire::Body::StoreRequest, body.Union()))});
   EXPECT_EQ(code, wire::ErrorCode::TooLarge);
   EXPECT_NE(message.find("limit is 8"), std::string::npos) << message;
 }
@@ -261,7 +256,7 @@ TEST_F(BadInput, AnAllocationWithAHandleTypeButNoTableIsRefused) {
         wire::CreateLayerDesc(fbb, 0, 0, proto::ToWire(fbb, LayerGeometry{}))};
     auto body = wire::CreateRegisterKVRequestDirect(fbb, "m", nullptr, 0, 1, &allocations, &layers);
     auto [code, message] =
-        SendRaw({Bytes(proto::Finish(fbb, 9, wire::Body::RegisterKVRequest, body.Union()))});
+        SendFrames({Bytes(proto::Finish(fbb, 9, wire::Body::RegisterKVRequest, body.Union()))});
     EXPECT_TRUE(code == wire::ErrorCode::InvalidArgument ||
                 code == wire::ErrorCode::MalformedMessage)
         << message;

@@ -60,15 +60,8 @@ class ShmFifo : public ShmPath {
   }
 };
 
-class ClientNames : public DaemonTest {
+class ClientNames : public RawWireTest {
  protected:
-  void SetUp() override {
-    DaemonTest::SetUp();
-    if (HasFatalFailure()) return;
-    dealer_.set(zmq::sockopt::linger, 0);
-    dealer_.set(zmq::sockopt::rcvtimeo, 5000);
-    dealer_.connect(daemon_->socket());
-  }
   // RegisterKV of the fixture's engine geometry; its memory is `kv_name`
   // (the engine's own object when empty), with an optional board and fence.
   proto::Bytes Register(const std::string& kv_name, const std::string& board_name,
@@ -101,9 +94,6 @@ class ClientNames : public DaemonTest {
     auto body = wire::CreateAttachChannelRequestDirect(fbb, name.c_str(), kRing, kRing);
     return proto::Finish(fbb, 78, wire::Body::AttachChannelRequest, body.Union());
   }
-  void SendRaw(const proto::Bytes& bytes) {
-    dealer_.send(zmq::buffer(bytes), zmq::send_flags::none);
-  }
   // Another client, whose requests give up long before the raw reply's 5 s.
   std::unique_ptr<Client> Other() {
     ClientOptions options;
@@ -124,9 +114,6 @@ class ClientNames : public DaemonTest {
     EXPECT_EQ(daemon_->Wait(), 0);
     return true;
   }
-
-  zmq::context_t context_;
-  zmq::socket_t dealer_{context_, zmq::socket_type::dealer};
 };
 
 TEST_F(ClientNames, AFifoNamedAsCopyFenceIsRefusedAtOnceWhileOthersAreServed) {

@@ -15,15 +15,8 @@
 namespace kvstash::testing {
 namespace {
 
-class HostileInput : public DaemonTest {
+class HostileInput : public RawWireTest {
  protected:
-  void SetUp() override {
-    DaemonTest::SetUp();
-    if (HasFatalFailure()) return;
-    dealer_.set(zmq::sockopt::linger, 0);
-    dealer_.set(zmq::sockopt::rcvtimeo, 5000);
-    dealer_.connect(daemon_->socket());
-  }
   void TearDown() override {
     if (!daemon_) return;
     // Alive, and what reads every registration still renders.
@@ -36,12 +29,6 @@ class HostileInput : public DaemonTest {
     auto stats = client_->Stats().get();
     EXPECT_TRUE(stats.ok()) << stats.status().ToString();
     EXPECT_TRUE(daemon_->running());
-  }
-  // Sends one message; returns the reply's (code, message); Ok and the body
-  // name for a non-error reply.
-  std::pair<wire::ErrorCode, std::string> Send(const proto::Bytes& bytes) {
-    dealer_.send(zmq::buffer(bytes), zmq::send_flags::none);
-    return ReadRawReply(dealer_);
   }
   // RegisterKV of the fixture's engine memory (a real shm object, so that a
   // daemon without the checks accepts it), with the given names and, when
@@ -70,9 +57,6 @@ class HostileInput : public DaemonTest {
                                       fbb.CreateVector(allocations), fbb.CreateVector(layers));
     return proto::Finish(fbb, 77, wire::Body::RegisterKVRequest, body.Union());
   }
-
-  zmq::context_t context_;
-  zmq::socket_t dealer_{context_, zmq::socket_type::dealer};
 };
 
 TEST_F(HostileInput, UnionTypeWithoutItsTableIsMalformed) {

@@ -69,11 +69,17 @@ def leases(client) -> int:
     return client.describe()["tiers"][0]["pool"]["leases"]
 
 
-def prefix_hit(e: Engine, request_id: str, tokens):
-    """Schedules a request after vLLM's own prefix cache was emptied, so any hit is kvstash's."""
+def forget_gpu_kv(e: Engine) -> None:
+    """Empties vLLM's own prefix cache and zeroes the workers' KV: a hit
+    after this is kvstash's, and its bytes are kvstash's."""
     assert e.scheduler.reset_prefix_cache()
     for w in e.workers:
         w.wipe()
+
+
+def prefix_hit(e: Engine, request_id: str, tokens):
+    """Schedules a request after vLLM's own prefix cache was emptied, so any hit is kvstash's."""
+    forget_gpu_kv(e)
     e.scheduler.add_request(make_request(request_id, tokens, max_tokens=2, block_size=e.block_size))
 
 

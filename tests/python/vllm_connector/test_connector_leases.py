@@ -18,7 +18,7 @@ vllm_or_skip()
 
 from vllm.v1.request import RequestStatus  # noqa: E402
 
-from test_connector import engine, prefix_hit, prompt, run_and_store  # noqa: E402
+from test_connector import engine, forget_gpu_kv, prefix_hit, prompt, run_and_store  # noqa: E402
 from vllm_harness import make_request  # noqa: E402
 
 # Long enough that no lease of these tests can expire: only a release ends one.
@@ -61,9 +61,7 @@ def stored_prompts(e, count: int, length: int = 100):
 def test_hits_release_their_leases_once_loaded(model_dir, daemon, mode):
     e = engine(model_dir, daemon, extra={**MODES[mode], **NEVER_EXPIRES})
     prompts = stored_prompts(e, 3)
-    assert e.scheduler.reset_prefix_cache()
-    for w in e.workers:
-        w.wipe()
+    forget_gpu_kv(e)
     for i, tokens in enumerate(prompts):
         e.scheduler.add_request(make_request(f"hit-{i}", tokens[:96] + prompt(5, salt=i),
                                              max_tokens=2))
@@ -101,9 +99,7 @@ def test_with_asynchronous_scheduling_an_in_step_lease_ends_with_its_step(model_
     e = Engine(config, make_kv_cache_config(config, llama_specs(), 64),
                scheduler_cls=AsyncScheduler)
     prompts = stored_prompts(e, 2)
-    assert e.scheduler.reset_prefix_cache()
-    for w in e.workers:
-        w.wipe()
+    forget_gpu_kv(e)
     e.scheduler.add_request(make_request("b", prompts[0][:96] + [5, 6, 7], max_tokens=4))
     first = e.scheduler.schedule()
     assert first.kv_connector_metadata.loads
@@ -135,9 +131,7 @@ def test_preempted_requests_release_every_lease_they_took(model_dir, daemon, mod
     # preempt one another; a resumed request looks its prefix up again.
     e = engine(model_dir, daemon, num_blocks=15, extra={**MODES[mode], **NEVER_EXPIRES})
     prompts = stored_prompts(e, 2)
-    assert e.scheduler.reset_prefix_cache()
-    for w in e.workers:
-        w.wipe()
+    forget_gpu_kv(e)
     for i, tokens in enumerate(prompts):
         e.scheduler.add_request(make_request(f"p{i}", tokens[:96] + prompt(4, salt=i),
                                              max_tokens=90))
