@@ -152,9 +152,7 @@ def stored_total(socket: str) -> int:
     """Chunks stored through every registration (a registration's
     store_chunks counts each chunk a store carried, new or already there)."""
     try:
-        with kvstash_client(socket) as c:
-            regs = c.stats().get("per_registration", [])
-        return sum(int(r["counters"].get("store_chunks", 0)) for r in regs)
+        return sum(stored_per_rank(socket).values())
     except Exception as error:  # noqa: BLE001 - the daemon may be restarting
         print(f"NOTE stats: {error}", flush=True)
         return 0
