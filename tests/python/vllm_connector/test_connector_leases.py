@@ -30,8 +30,11 @@ MODES = {
 }
 
 
-def lease_counters(daemon) -> dict:
-    """kvstashd's lease counters, and the leases it holds now."""
+def lease_counters(daemon, e) -> dict:
+    """kvstashd's lease counters, and the leases it holds now, once engine
+    `e`'s scheduler had its releases answered (it sends them without
+    waiting)."""
+    e.connector.scheduler_side.wait_for_releases()
     with daemon.client() as client:
         counters = dict(client.stats()["counters"])
         held = client.describe()["tiers"][0]["pool"]["leases"]
@@ -41,8 +44,8 @@ def lease_counters(daemon) -> dict:
     return out
 
 
-def assert_every_lease_released(daemon, at_least: int) -> dict:
-    c = lease_counters(daemon)
+def assert_every_lease_released(daemon, e, at_least: int) -> dict:
+    c = lease_counters(daemon, e)
     assert c["leases_granted"] >= at_least, c
     assert c["leases_released"] == c["leases_granted"], c
     assert c["leases_expired"] == 0 and c["held"] == 0, c
@@ -68,7 +71,7 @@ def test_hits_release_their_leases_once_loaded(model_dir, daemon, mode):
     e.run_until_idle()
     assert e.connector.scheduler_side.recorder.totals["hit_requests"] == 3
     assert e.workers[0].connector.worker_side.stats["load_chunks"] == 9
-    assert_every_lease_released(daemon, at_least=3)
+    assert_every_lease_released(daemon, e, at_least=3)
 
 
 @pytest.mark.parametrize("mode", ["in-step", "async"])
@@ -80,11 +83,11 @@ def test_a_lease_is_held_until_its_load_ended_then_released(model_dir, daemon, m
     so = e.scheduler.schedule()
     (load,) = so.kv_connector_metadata.loads
     # The load is on its way to the workers: its lease still holds the chunks.
-    held_during_load.append(lease_counters(daemon)["held"])
+    held_during_load.append(lease_counters(daemon, e)["held"])
     e.finish_step(so)
     e.run_until_idle()
     assert held_during_load == [1]
-    assert_every_lease_released(daemon, at_least=1)
+    assert_every_lease_released(daemon, e, at_least=1)
 
 
 def test_with_asynchronous_scheduling_an_in_step_lease_ends_with_its_step(model_dir, daemon):
@@ -105,10 +108,10 @@ def test_with_asynchronous_scheduling_an_in_step_lease_ends_with_its_step(model_
     assert first.kv_connector_metadata.loads
     e.scheduler.add_request(make_request("c", prompts[1][:96] + [8, 9], max_tokens=4))
     second = e.scheduler.schedule()  # built before the first step ran
-    assert lease_counters(daemon)["held"] == 2
+    assert lease_counters(daemon, e)["held"] == 2
     e.finish_step(first)
     # The first step's load ended; the second step's has not run yet.
-    assert lease_counters(daemon)["held"] == (1 if second.kv_connector_metadata.loads else 0)
+    assert lease_counters(daemon, e)["held"] == (1 if second.kv_connector_metadata.loads else 0)
     e.finish_step(second)
     # vLLM's engine loop with a batch queue of two.
     in_flight = collections.deque()
@@ -122,7 +125,7 @@ def test_with_asynchronous_scheduling_an_in_step_lease_ends_with_its_step(model_
         if not e.scheduler.has_requests():
             time.sleep(0.001)  # only stores in flight
     assert e.connector.scheduler_side.recorder.totals["hit_requests"] == 2
-    assert_every_lease_released(daemon, at_least=2)
+    assert_every_lease_released(daemon, e, at_least=2)
 
 
 @pytest.mark.parametrize("mode", ["in-step", "async"])
@@ -145,7 +148,7 @@ def test_preempted_requests_release_every_lease_they_took(model_dir, daemon, mod
             time.sleep(0.001)
     assert preempted, "no request was preempted: the test needs fewer blocks"
     assert e.connector.scheduler_side.recorder.totals["hit_requests"] >= 2
-    assert_every_lease_released(daemon, at_least=2)
+    assert_every_lease_released(daemon, e, at_least=2)
 
 
 def test_a_request_aborted_while_its_load_runs_releases_the_lease_after_it(model_dir, daemon):
@@ -163,7 +166,7 @@ def test_a_request_aborted_while_its_load_runs_releases_the_lease_after_it(model
         assert time.monotonic() < deadline, "the aborted request was never freed"
         e.step()
         time.sleep(0.001)
-    assert_every_lease_released(daemon, at_least=1)
+    assert_every_lease_released(daemon, e, at_least=1)
 
 
 def test_a_request_aborted_during_the_step_of_its_in_step_load_releases_the_lease(
@@ -175,11 +178,11 @@ def test_a_request_aborted_during_the_step_of_its_in_step_load_releases_the_leas
     assert so.kv_connector_metadata.loads
     # vLLM's front end may abort a request while its step runs.
     e.scheduler.finish_requests("b", RequestStatus.FINISHED_ABORTED)
-    assert lease_counters(daemon)["held"] == 1  # the workers may be loading
+    assert lease_counters(daemon, e)["held"] == 1  # the workers may be loading
     e.finish_step(so)
     e.run_until_idle()
     assert "b" not in e.scheduler.requests
-    assert_every_lease_released(daemon, at_least=1)
+    assert_every_lease_released(daemon, e, at_least=1)
 
 
 def test_requests_aborted_with_a_hit_or_a_load_not_sent_release_their_leases(model_dir, daemon):
@@ -192,7 +195,7 @@ def test_requests_aborted_with_a_hit_or_a_load_not_sent_release_their_leases(mod
     assert matched == 96
     e.scheduler.finish_requests("looked-up", RequestStatus.FINISHED_ABORTED)
     e.run_until_idle()
-    assert_every_lease_released(daemon, at_least=1)
+    assert_every_lease_released(daemon, e, at_least=1)
 
 
 @pytest.mark.parametrize("mode", ["in-step", "async"])
@@ -217,7 +220,7 @@ def test_a_failed_load_releases_its_lease(model_dir, daemon, mode):
         daemon.resume()
     e.run_until_idle()
     assert e.workers[0].connector.worker_side.stats["load_failed_chunks"] >= 3
-    assert_every_lease_released(daemon, at_least=1)
+    assert_every_lease_released(daemon, e, at_least=1)
 
 
 def test_a_hit_cut_short_by_the_leased_bytes_budget_is_counted_and_said(model_dir, caplog):
@@ -240,11 +243,35 @@ def test_a_hit_cut_short_by_the_leased_bytes_budget_is_counted_and_said(model_di
         assert totals["lookups_truncated"] == 1
         assert totals["hit_tokens"] == 64
         assert any("--max-leased-share" in r.getMessage() for r in caplog.records)
-        c = lease_counters(d)
+        c = lease_counters(d, e)
         assert c["leases_truncated"] >= 1
         assert c["leases_released"] == c["leases_granted"] and c["leases_expired"] == 0, c
     finally:
         d.close()
+
+
+def test_the_scheduler_sends_a_release_without_waiting_for_kvstashd(model_dir, daemon):
+    # The scheduler's step is vLLM's critical path: a release must not wait
+    # for kvstashd's reply (here a paused kvstashd, which would hold a
+    # waiting release for a second or more).
+    e = engine(model_dir, daemon, extra={**MODES["async"], **NEVER_EXPIRES, "timeout_ms": 3000})
+    (a,) = stored_prompts(e, 1)
+    prefix_hit(e, "b", a[:96] + [5, 6, 7])
+    so = e.scheduler.schedule()
+    assert so.kv_connector_metadata.loads
+    side = e.connector.scheduler_side
+    assert side.leases.held() == 1
+    daemon.pause()
+    try:
+        start = time.monotonic()
+        side.leases.release_all()
+        took = time.monotonic() - start
+    finally:
+        daemon.resume()
+    assert took < 0.5, f"releasing a lease took {took:.2f} s with kvstashd paused"
+    e.finish_step(so)
+    e.run_until_idle()
+    assert_every_lease_released(daemon, e, at_least=1)
 
 
 def test_should_vllm_stop_reporting_step_ends_a_steps_leases_go_once_four_more_were_built():

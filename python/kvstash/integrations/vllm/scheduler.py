@@ -94,6 +94,7 @@ class SchedulerSide:
         self._sending: Set[str] = set()            # finished, blocks held until stored
         self._receiving: Set[str] = set()          # asynchronous loads in flight
         self._block_ids: Dict[str, Tuple[List[int], ...]] = {}  # per request, per group
+        self._releasing: List[Any] = []  # release futures not answered yet
         self.leases = LoadLeases(self._client_release)
         self._truncated_warning = Throttled(logger)
         self._lookup_warning = Throttled(logger)
@@ -111,11 +112,28 @@ class SchedulerSide:
         self.leases.release(lease_ids)
 
     def _client_release(self, lease: int) -> None:
-        # Every registration is on this connection, which owns the lease.
+        """Sends the release without waiting for its reply: the scheduler's
+        step is vLLM's critical path, and nothing waits on a release (the
+        load it protected has ended). Every registration is on this
+        connection, which owns the lease."""
+        self._releasing = [f for f in self._releasing if not f.done()]
         try:
-            self._regs[0].release(lease)
-        except kvstash.Error as error:  # expired (a load waited past lease_ms): no problem
+            future = self._regs[0].release_async(lease)
+        except kvstash.Error as error:  # the connection is closed
             logger.debug("kvstash release of lease %d: %s", lease, error)
+            return
+        future.add_done_callback(lambda f, lease=lease: _log_release(lease, f))
+        self._releasing.append(future)
+
+    def wait_for_releases(self) -> None:
+        """Until kvstashd answered every release sent (at most timeout_ms
+        each): shutdown, and whoever reads kvstashd's lease counters."""
+        for future in self._releasing:
+            try:
+                future.result(self._settings.timeout_ms / 1000)
+            except Exception:  # noqa: BLE001 - logged by _log_release
+                pass
+        self._releasing = []
 
     def _keys(self, request: Any, reg_index: int, last: int) -> List[bytes]:
         """The keys of the prompt's chunks [0, last) in a lookup
@@ -363,9 +381,16 @@ class SchedulerSide:
             self._release(hit.lease_ids)
         self._hits.clear()
         self.leases.release_all()
+        self.wait_for_releases()  # answered before the connection closes
         for reg in self._regs:
             try:
                 reg.unregister()
             except kvstash.Error:
                 pass
         self._client.close()
+
+
+def _log_release(lease: int, future: Any) -> None:
+    error = None if future.cancelled() else future.exception()
+    if error is not None:  # expired (a load waited past lease_ms): no problem
+        logger.debug("kvstash release of lease %d: %s", lease, error)
