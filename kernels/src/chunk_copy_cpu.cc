@@ -12,6 +12,7 @@
 #include "chunk_copy_checks.h"
 #include "kvstash/kernels/chunk_copy.h"
 #include "merged_heads.h"
+#include "row_run_copy.h"
 
 namespace kvstash::kernels {
 
@@ -22,9 +23,9 @@ enum class Direction { kGather, kScatter };
 template <Direction kDir>
 void Move(uint8_t* paged, uint8_t* flat, size_t bytes) {
   if constexpr (kDir == Direction::kGather) {
-    std::memcpy(flat, paged, bytes);
+    internal::CopyRun(flat, paged, bytes);
   } else {
-    std::memcpy(paged, flat, bytes);
+    internal::CopyRun(paged, flat, bytes);
   }
 }
 
