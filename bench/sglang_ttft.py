@@ -55,6 +55,18 @@ def p90(values: List[float]) -> float:
 
 # ---- pages: the backend's copies against memcpy ----
 
+def pool_pages(kv_buffer: Any, layout: str, first: int, count: int) -> Any:
+    """Pages [first, first + count) of an MHA host pool's K and V, by layout
+    (kvstash/integrations/sglang/layout.py lists the shapes)."""
+    if layout == "layer_first":  # [2, L, S, H, D]
+        return kv_buffer[:, :, first * PAGE:(first + count) * PAGE]
+    if layout == "page_first":  # [2, S, L, H, D]
+        return kv_buffer[:, first * PAGE:(first + count) * PAGE]
+    if layout in ("page_first_direct", "page_head"):  # [2, P, ...]
+        return kv_buffer[:, first:first + count]
+    raise ValueError(f"no page view for layout {layout}")
+
+
 def bench_pages(args: argparse.Namespace) -> None:
     import torch
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
@@ -108,10 +120,10 @@ def bench_pages(args: argparse.Namespace) -> None:
         rows["memmove (1 thread)"].append(time.perf_counter() - t)
         print(json.dumps({"part": "pages", "repeat": r, **{k: v[-1] for k, v in rows.items()}}),
               flush=True)
-    # The last load must have brought the stored bytes back.
-    k_src = pool.kv_buffer[0, :n * PAGE]
-    k_dst = pool.kv_buffer[0, n * PAGE:2 * n * PAGE]
-    assert torch.equal(k_src.view(torch.uint8), k_dst.view(torch.uint8)), "pages differ"
+    # The last load must have brought the stored bytes (K and V) back.
+    stored = pool_pages(pool.kv_buffer, args.layout, 0, n)
+    loaded = pool_pages(pool.kv_buffer, args.layout, n, n)
+    assert torch.equal(stored.view(torch.uint8), loaded.view(torch.uint8)), "pages differ"
     raw = statistics.median(rows["torch copy_"])
     print(f"\n{n} pages of {page_bytes >> 20} MiB ({total / 2**30:.2f} GiB) per call, "
           f"{args.layout}, median of {args.repeat}; torch threads {torch.get_num_threads()}\n")

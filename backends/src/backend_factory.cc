@@ -17,7 +17,7 @@ namespace {
 std::unique_ptr<Backend> MakeHostBackend(const config::ServerConfig& config) {
   const size_t copy_threads = config.copy_threads
                                   ? config.copy_threads
-                                  : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+                                  : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
   return CreateHostBackend(copy_threads);
 }
 

@@ -157,7 +157,7 @@ std::vector<OptionSpec> BuildTable() {
       UintOption("max-lease-ms", "KVSTASH_MAX_LEASE_MS", &C::max_lease_ms, 1, 3600000,
                  "Longest lease a Lookup may ask for, in milliseconds; longer asks are clamped"),
       UintOption("copy-threads", "KVSTASH_COPY_THREADS", &C::copy_threads, 0, kMaxThreads,
-                 "Threads for host-side copies; 0 = one per core, at most 16"),
+                 "Threads for host-side copies; 0 = one per core, at most 32"),
       UintOption("pin-threads", "KVSTASH_PIN_THREADS", &C::pin_threads, 0, kMaxThreads,
                  "Threads pinning the pool in the background; 0 = one per core"),
       EnumOption("transfer-mode", "KVSTASH_TRANSFER_MODE", &C::transfer_mode, kTransferModeNames,
