@@ -149,7 +149,11 @@ def test_host_indices_that_are_not_whole_pages_are_refused_without_raising(daemo
     assert storage.batch_get_v1(k, page_indices([0])) == [False, False]  # too few
     beyond = page_indices([pool.page_num, pool.page_num + 1])
     assert storage.batch_set_v1(k, beyond) == [False, False]
-    assert storage.kvstash_stats()["errors"] >= 3
+    swapped = page_indices([0, 1])
+    swapped[[5, 6]] = swapped[[6, 5]]  # page-aligned start, tokens out of order
+    assert storage.batch_set_v1(k, swapped) == [False, False]
+    assert storage.batch_set_v1(k, [0] * 2 * PAGE) == [False, False]  # not a tensor
+    assert storage.kvstash_stats()["errors"] >= 5
 
 
 def test_more_pages_than_one_request_carries_are_split(daemon):

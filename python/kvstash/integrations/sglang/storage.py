@@ -212,21 +212,25 @@ class KvstashHiCacheStorage(HiCacheStorage):
 
     def _pages(self, host_indices: Any, count: int) -> Optional[List[int]]:
         """Host page index of each of `count` pages, or None (logged) when the
-        indices are not whole pages of this pool."""
+        indices are not whole pages of this pool. In numpy: a handful of
+        torch dispatches cost more than the check itself on every call."""
         layout = self.layout
         T = layout.page_size
         try:
-            import torch
+            import numpy as np
 
-            indices = host_indices.to(torch.int64).reshape(-1)
-            if indices.numel() != count * T:
-                raise ValueError(f"{indices.numel()} host indices for {count} pages of {T} tokens")
-            rows = indices.view(count, T)
-            first = rows[:, :1]
-            if count and (bool((first % T != 0).any())
-                          or bool((rows - first != torch.arange(T, dtype=torch.int64)).any())):
+            tensor = host_indices.detach()
+            if tensor.device.type != "cpu":
+                tensor = tensor.cpu()
+            indices = np.asarray(tensor.reshape(-1).numpy(), dtype=np.int64)
+            if indices.size != count * T:
+                raise ValueError(f"{indices.size} host indices for {count} pages of {T} tokens")
+            rows = indices.reshape(count, T)
+            first = rows[:, 0]
+            if count and (bool((first % T).any())
+                          or bool((rows - first[:, None] != np.arange(T)).any())):
                 raise ValueError("host indices are not whole, aligned pages")
-            pages = (first.reshape(-1) // T).tolist()
+            pages = (first // T).tolist()
             if pages and (min(pages) < 0 or max(pages) >= layout.num_pages):
                 raise ValueError(f"host pages {min(pages)}..{max(pages)} outside 0..{layout.num_pages - 1}")
             return pages
