@@ -263,8 +263,11 @@ class KvstashHiCacheStorage(HiCacheStorage):
 
     @staticmethod
     def _release(registration: Any, lease_id: int) -> None:
+        """Sent without waiting for kvstashd's reply: nothing waits on a
+        release, and a round trip would lengthen every batch_get_v1. A
+        failure (the lease expired, the connection closed) needs nothing."""
         try:
-            registration.release(lease_id)
+            registration.release_async(lease_id)
         except Exception:  # noqa: BLE001 - an expired lease is already gone
             pass
 
