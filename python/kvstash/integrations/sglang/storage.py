@@ -219,10 +219,7 @@ class KvstashHiCacheStorage(HiCacheStorage):
         try:
             import numpy as np
 
-            tensor = host_indices.detach()
-            if tensor.device.type != "cpu":
-                tensor = tensor.cpu()
-            indices = np.asarray(tensor.reshape(-1).numpy(), dtype=np.int64)
+            indices = np.asarray(host_indices.detach().cpu().reshape(-1).numpy(), dtype=np.int64)
             if indices.size != count * T:
                 raise ValueError(f"{indices.size} host indices for {count} pages of {T} tokens")
             rows = indices.reshape(count, T)
